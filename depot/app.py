@@ -1,0 +1,642 @@
+"""The depot as an ASGI application: the routes of PROTOCOL.md over a ``Store``.
+
+``Depot`` owns what a running depot needs besides the store (the copy client, the reaper, the links log,
+metrics) and is an async context manager, so that tests run it in process through ``httpx.ASGITransport``
+exactly as ``serve`` runs it behind hypercorn. It must not block the event loop: every byte moves in bounded
+chunks between awaits, and every network wait of a copy is bounded by ``copy_timeout``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hmac
+import logging
+import math
+import re
+import time
+from collections import deque
+from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any
+from urllib.parse import urlsplit
+
+import httpx
+import trio
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import ClientDisconnect, Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from . import __version__
+from .config import DepotConfig
+from .metrics import DepotMetrics
+from .protocol import (
+    PROTOCOL_VERSION,
+    BadRequest,
+    Busy,
+    Conflict,
+    DepotError,
+    NotFound,
+    RangeNotSatisfiable,
+    TooLarge,
+    Unauthorized,
+    Upstream,
+    decode_body,
+    encode_body,
+    error_from_body,
+    is_capability,
+    redact,
+)
+from .store import Allocation, Kind, Reliability, Store
+
+__all__ = ["Depot", "TrioWallClock"]
+
+log = logging.getLogger("lnet.depot")
+access_log = logging.getLogger("lnet.depot.access")
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+# Bytes handed to the server (or the copy client) per send: big enough that per-chunk Python overhead vanishes
+# against the memcpy, small enough that a slow reader holds little of the depot's memory.
+STREAM_CHUNK = 1024 * 1024
+MAX_CONTROL_BODY = 64 * 1024
+_WRITE_URL = re.compile(r"^/v1/data/([A-Za-z0-9_-]+)$")
+_CAPABILITY_IN_PATH = re.compile(r"(/v1/(?:data|copy|manage)/)([A-Za-z0-9_-]+)")
+_RANGE = re.compile(r"^bytes=(\d*)-(\d*)$")
+
+
+class TrioWallClock:
+    """Unix time that advances with ``trio.current_time()``, so that a ``MockClock`` drives expiry in tests."""
+
+    def __init__(self) -> None:
+        self._offset: float | None = None
+
+    def __call__(self) -> float:
+        now = trio.current_time()
+        if self._offset is None:
+            self._offset = time.time() - now
+        return self._offset + now
+
+
+@dataclass(frozen=True)
+class LinkSample:
+    at: float
+    nbytes: int
+    seconds: float
+
+
+class LinkLog:
+    """Recent copies to each peer: the network weather ``/v1/status`` reports as ``links``."""
+
+    def __init__(self, window: float, per_peer: int = 256) -> None:
+        self.window = window
+        self._samples: dict[str, deque[LinkSample]] = {}
+        self._per_peer = per_peer
+
+    def record(self, peer: str, nbytes: int, seconds: float, now: float) -> None:
+        self._samples.setdefault(peer, deque(maxlen=self._per_peer)).append(LinkSample(now, nbytes, seconds))
+
+    def summary(self, now: float) -> list[dict[str, Any]]:
+        out = []
+        for peer in list(self._samples):
+            samples = self._samples[peer]
+            while samples and samples[0].at < now - self.window:
+                samples.popleft()
+            if not samples:
+                del self._samples[peer]
+                continue
+            nbytes = sum(s.nbytes for s in samples)
+            seconds = sum(s.seconds for s in samples)
+            mbps = nbytes * 8 / seconds / 1e6 if seconds > 0 else 0.0
+            out.append(
+                {"to": peer, "bytes": nbytes, "seconds": seconds, "mbps": mbps, "at": samples[-1].at,
+                 "count": len(samples)}
+            )
+        return out
+
+
+def operation_of(method: str, path: str) -> str:
+    """The protocol operation a request is, for metrics and the access log."""
+    if path.startswith("/v1/data/"):
+        return {"PUT": "write", "GET": "read", "HEAD": "read"}.get(method, "other")
+    if path.startswith("/v1/manage/"):
+        return {"GET": "probe", "POST": "extend", "DELETE": "free"}.get(method, "other")
+    if path.startswith("/v1/copy/"):
+        return "copy"
+    return {"/v1/allocations": "allocate", "/v1/status": "status", "/metrics": "metrics", "/healthz": "health"}.get(
+        path, "other"
+    )
+
+
+def redact_path(path: str) -> str:
+    return _CAPABILITY_IN_PATH.sub(lambda m: m.group(1) + redact(m.group(2)), path)
+
+
+class Depot:
+    """One depot: configuration, store, copy client, reaper and the ASGI app serving them."""
+
+    def __init__(
+        self,
+        config: DepotConfig,
+        *,
+        clock: Callable[[], float] | None = None,
+        copy_transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        self.config = config
+        self.clock = clock or TrioWallClock()
+        self.store = Store(
+            capacity=config.capacity,
+            max_allocation=config.max_allocation,
+            max_duration=config.max_duration,
+            max_count=config.max_count,
+            data_dir=config.data_dir,
+        )
+        self.metrics = DepotMetrics(self.store)
+        self.links = LinkLog(config.links_window)
+        self.in_flight = 0
+        self._copy_transport = copy_transport
+        self._http: httpx.AsyncClient | None = None
+        self._exit_stack = contextlib.AsyncExitStack()
+        self._started_at = 0.0
+        self.app: ASGIApp = self._limits(self._router())
+
+    # -- lifecycle ------------------------------------------------------------------------------------------
+
+    async def __aenter__(self) -> Depot:
+        self._started_at = self.clock()
+        restored = self.store.open(self._started_at)
+        if restored:
+            log.info("restored %d hard allocations from %s", restored, self.config.data_dir)
+        timeout = httpx.Timeout(self.config.copy_timeout)
+        self._http = httpx.AsyncClient(
+            transport=self._copy_transport,
+            timeout=timeout,
+            limits=httpx.Limits(max_connections=256, max_keepalive_connections=64),
+            follow_redirects=False,
+            trust_env=False,
+        )
+        nursery = await self._exit_stack.enter_async_context(trio.open_nursery())
+        nursery.start_soon(self._reap_forever)
+        self._nursery = nursery
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> bool | None:
+        self._nursery.cancel_scope.cancel()
+        try:
+            return await self._exit_stack.__aexit__(exc_type, exc, tb)
+        finally:
+            assert self._http is not None
+            with trio.CancelScope(shield=True):
+                await self._http.aclose()
+            self.store.close()
+
+    async def _reap_forever(self) -> None:
+        while True:
+            now = self.clock()
+            reaped = self.store.reap(now)
+            if reaped:
+                self.metrics.expired.inc(reaped)
+                log.debug("reclaimed %d expired allocations", reaped)
+            upcoming = self.store.next_expiry()
+            # Wake at the next expiry, and at least every second: within a second of expiry, as promised.
+            delay = 1.0 if upcoming is None else min(1.0, max(0.0, upcoming - now))
+            await trio.sleep(delay)
+
+    # -- the ASGI stack -------------------------------------------------------------------------------------
+
+    def _limits(self, inner: ASGIApp) -> ASGIApp:
+        """Bound the requests served at once, count every answer, and log it with capabilities redacted."""
+
+        async def app(scope: Scope, receive: Receive, send: Send) -> None:
+            if scope["type"] != "http":
+                await inner(scope, receive, send)
+                return
+            operation = operation_of(scope["method"], scope["path"])
+            status = 500
+
+            async def send_counted(message: Message) -> None:
+                nonlocal status
+                if message["type"] == "http.response.start":
+                    status = message["status"]
+                await send(message)
+
+            if self.in_flight >= self.config.max_concurrent_requests and operation != "health":
+                self.metrics.busy.inc()
+                error = Busy("too many requests at once", retry_after=self.config.busy_retry_after)
+                await _error_response(error, _header(scope, b"accept"))(scope, receive, send_counted)
+                self.metrics.requests.labels(operation, str(status)).inc()
+                return
+            self.in_flight += 1
+            started = trio.current_time()
+            try:
+                await inner(scope, receive, send_counted)
+            finally:
+                self.in_flight -= 1
+                self.metrics.requests.labels(operation, str(status)).inc()
+                if access_log.isEnabledFor(logging.INFO):
+                    access_log.info(
+                        "%s %s %s %d %.3fs",
+                        _client(scope),
+                        scope["method"],
+                        redact_path(scope["path"]),
+                        status,
+                        trio.current_time() - started,
+                    )
+
+        return app
+
+    def _router(self) -> Starlette:
+        async def depot_error(request: Request, exc: Exception) -> Response:
+            assert isinstance(exc, DepotError)
+            return _error_response(exc, request.headers.get("accept"))
+
+        async def http_error(request: Request, exc: Exception) -> Response:
+            assert isinstance(exc, HTTPException)
+            error: DepotError
+            if exc.status_code == 404:
+                error = NotFound("no such resource")
+            else:
+                error = BadRequest(exc.detail or "bad request", status=exc.status_code)
+            return _error_response(error, request.headers.get("accept"))
+
+        routes = [
+            Route("/v1/allocations", self.allocate, methods=["POST"]),
+            Route("/v1/data/{cap}", self.write, methods=["PUT"]),
+            Route("/v1/data/{cap}", self.read, methods=["GET", "HEAD"]),
+            Route("/v1/copy/{cap}", self.copy, methods=["POST"]),
+            Route("/v1/manage/{cap}", self.probe, methods=["GET"]),
+            Route("/v1/manage/{cap}", self.extend, methods=["POST"]),
+            Route("/v1/manage/{cap}", self.free, methods=["DELETE"]),
+            Route("/v1/status", self.status, methods=["GET"]),
+            Route("/metrics", self.prometheus, methods=["GET"]),
+            Route("/healthz", self.health, methods=["GET", "HEAD"]),
+        ]
+        return Starlette(
+            routes=routes, exception_handlers={DepotError: depot_error, HTTPException: http_error}
+        )
+
+    # -- operations -----------------------------------------------------------------------------------------
+
+    def _lookup(self, request: Request, kind: Kind) -> Allocation:
+        token = request.path_params["cap"]
+        if not is_capability(token):
+            raise NotFound("no such allocation")
+        return self.store.lookup(kind, token, self.clock())
+
+    async def allocate(self, request: Request) -> Response:
+        if self.config.operator_token is not None:
+            _check_bearer(request, self.config.operator_token)
+        body = await _control_body(request)
+        _only_keys(body, {"size", "duration", "reliability", "count"})
+        size = _integer(body, "size", required=True)
+        duration = _number(body, "duration", required=True)
+        count = _integer(body, "count", default=1)
+        reliability_name = body.get("reliability", "soft")
+        if reliability_name not in ("soft", "hard"):
+            raise BadRequest("reliability must be 'soft' or 'hard'")
+        if size < 1:
+            raise BadRequest("size must be at least 1 byte")
+        if duration > self.config.max_duration:
+            raise BadRequest(f"duration is over this depot's max_duration of {self.config.max_duration:g} seconds")
+        try:
+            made = self.store.allocate(size, duration, Reliability(reliability_name), count, self.clock())
+        except DepotError as exc:
+            if exc.status == 507:
+                exc.retry_after = self.config.full_retry_after
+            raise
+        allocations = [
+            {"read": caps.read, "write": caps.write, "manage": caps.manage, "size": a.size, "expires": a.expires,
+             "reliability": str(a.reliability)}
+            for a, caps in made
+        ]
+        log.debug("allocated %d x %d bytes (%s)", count, size, reliability_name)
+        return _respond(request, {"allocations": allocations, "depot": self.config.name}, status=201)
+
+    async def write(self, request: Request) -> Response:
+        alloc = self._lookup(request, Kind.WRITE)
+        offset = _query_offset(request, alloc.length)
+        declared = request.headers.get("content-length")
+        if declared is None or not declared.isdigit():
+            raise BadRequest("a write needs a Content-Length header", status=411)
+        end = offset + int(declared)
+        if offset > alloc.length:
+            raise RangeNotSatisfiable(f"offset {offset} would leave a hole: {alloc.length} bytes are written")
+        if end > alloc.size:
+            raise RangeNotSatisfiable(f"bytes {offset}..{end} do not fit in an allocation of {alloc.size}")
+        if alloc.writing:
+            raise Conflict("another write to this allocation is in progress")
+        alloc.writing = True
+        try:
+            with self.store.pinned(alloc):
+                buffer = alloc.buffer
+                position = offset
+                try:
+                    async for chunk in request.stream():
+                        size = len(chunk)
+                        if position + size > end:  # the server keeps to Content-Length; never trust it blindly
+                            raise BadRequest("body longer than its Content-Length")
+                        buffer[position : position + size] = chunk
+                        position += size
+                except ClientDisconnect:
+                    log.debug("write to %s cut off after %d bytes", alloc.ident[:8], position - offset)
+                    return Response(status_code=400)
+                if position != end:
+                    raise BadRequest(f"body shorter than its Content-Length ({position - offset} of {end - offset})")
+                self.metrics.bytes_in.inc(end - offset)
+                self.store.commit_write(alloc, end)
+        finally:
+            alloc.writing = False
+        return Response(status_code=204, headers={"X-Lnet-Length": str(alloc.length)})
+
+    async def read(self, request: Request) -> Response:
+        alloc = self._lookup(request, Kind.READ)
+        length = alloc.length
+        start, end = 0, length
+        status = 200
+        headers = {"Accept-Ranges": "bytes", "Content-Type": "application/octet-stream"}
+        spec = request.headers.get("range")
+        if spec is not None:
+            start, end = _parse_range(spec, length)
+            status = 206
+            headers["Content-Range"] = f"bytes {start}-{end - 1}/{length}"
+        headers["Content-Length"] = str(end - start)
+        return AllocationResponse(
+            self, alloc, start, end, status, headers, head_only=request.method == "HEAD", kind="read"
+        )
+
+    async def copy(self, request: Request) -> Response:
+        alloc = self._lookup(request, Kind.READ)
+        body = await _control_body(request)
+        _only_keys(body, {"to", "offset", "length", "dest_offset"})
+        target = body.get("to")
+        if not isinstance(target, str):
+            raise BadRequest("'to' must be the URL of another depot's write capability")
+        peer = _copy_target(target)
+        offset = _integer(body, "offset", default=0)
+        length = _integer(body, "length", default=max(alloc.length - offset, 0))
+        dest_offset = body.get("dest_offset")
+        if dest_offset is not None:
+            dest_offset = _integer(body, "dest_offset")
+        if offset < 0 or length < 0 or (dest_offset is not None and dest_offset < 0):
+            raise BadRequest("offset, length and dest_offset cannot be negative")
+        if offset + length > alloc.length:
+            raise RangeNotSatisfiable(f"bytes {offset}..{offset + length} are past the {alloc.length} written")
+        url = target if dest_offset is None else f"{target}?offset={dest_offset}"
+        assert self._http is not None
+
+        async def chunks() -> AsyncIterator[memoryview]:
+            position, stop = offset, offset + length
+            while position < stop:
+                view = alloc.view(position, min(position + STREAM_CHUNK, stop))
+                try:
+                    yield view
+                finally:
+                    view.release()
+                position += STREAM_CHUNK
+
+        started = trio.current_time()
+        with self.store.pinned(alloc):
+            try:
+                answer = await self._http.put(
+                    url,
+                    content=chunks(),  # type: ignore[arg-type]  # httpx writes any buffer; views avoid a copy
+                    headers={"Content-Length": str(length), "Content-Type": "application/octet-stream",
+                             "Accept": "application/msgpack"},
+                )
+            except httpx.TimeoutException:
+                raise Upstream(f"copy to {peer} timed out (copy_timeout {self.config.copy_timeout:g}s)") from None
+            except httpx.HTTPError as exc:
+                raise Upstream(f"copy to {peer} failed: {type(exc).__name__}: {exc}") from None
+        seconds = trio.current_time() - started
+        if answer.status_code >= 300:
+            retry = answer.headers.get("retry-after")
+            try:
+                remote = error_from_body(answer.status_code, decode_body(answer.headers.get("content-type"),
+                                                                          answer.content))
+            except DepotError:
+                remote = DepotError(f"HTTP {answer.status_code}", status=answer.status_code)
+            raise Upstream(
+                f"target {peer} answered {answer.status_code} {remote.code}: {remote.message}",
+                retry_after=float(retry) if retry and retry.isdigit() else None,
+                target_status=answer.status_code,
+            )
+        self.metrics.bytes_out.labels("copy").inc(length)
+        self.metrics.copy_seconds.observe(seconds)
+        self.links.record(peer, length, seconds, self.clock())
+        return _respond(request, {"bytes": length, "seconds": seconds})
+
+    async def probe(self, request: Request) -> Response:
+        alloc = self._lookup(request, Kind.MANAGE)
+        return _respond(
+            request,
+            {"size": alloc.size, "length": alloc.length, "expires": alloc.expires,
+             "reliability": str(alloc.reliability)},
+        )
+
+    async def extend(self, request: Request) -> Response:
+        alloc = self._lookup(request, Kind.MANAGE)
+        body = await _control_body(request)
+        _only_keys(body, {"extend"})
+        seconds = _number(body, "extend", required=True)
+        if seconds <= 0:
+            raise BadRequest("extend must be a positive number of seconds")
+        return _respond(request, {"expires": self.store.extend(alloc, seconds, self.clock())})
+
+    async def free(self, request: Request) -> Response:
+        self.store.free(self._lookup(request, Kind.MANAGE))
+        return Response(status_code=204)
+
+    async def status(self, request: Request) -> Response:
+        now = self.clock()
+        return _respond(
+            request,
+            {
+                "name": self.config.name,
+                "version": __version__,
+                "protocol": PROTOCOL_VERSION,
+                "uptime": now - self._started_at,
+                "capacity": self.store.capacity,
+                "used": self.store.used,
+                "allocations": self.store.allocations,
+                "max_allocation": self.config.max_allocation,
+                "max_duration": self.config.max_duration,
+                "auth_required": self.config.operator_token is not None,
+                "in_flight": self.in_flight,
+                "links": self.links.summary(now),
+            },
+        )
+
+    async def prometheus(self, request: Request) -> Response:
+        return Response(self.metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
+
+    async def health(self, request: Request) -> Response:
+        return Response(b"ok\n", media_type="text/plain")
+
+
+class AllocationResponse(Response):
+    """Streams bytes straight out of an allocation's buffer, a bounded chunk at a time."""
+
+    def __init__(
+        self, depot: Depot, alloc: Allocation, start: int, end: int, status: int, headers: dict[str, str],
+        *, head_only: bool, kind: str,
+    ) -> None:
+        super().__init__(status_code=status, headers=headers)
+        self._depot, self._alloc, self._start, self._end = depot, alloc, start, end
+        self._head_only, self._kind = head_only, kind
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        alloc = self._alloc
+        if alloc.dead or alloc.closed:
+            raise NotFound("no such allocation")
+        with self._depot.store.pinned(alloc):
+            await send({"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers})
+            position = self._start
+            if not self._head_only:
+                while position < self._end:
+                    view = alloc.view(position, min(position + STREAM_CHUNK, self._end))
+                    try:
+                        await send({"type": "http.response.body", "body": view, "more_body": True})
+                    finally:
+                        view.release()
+                    position += STREAM_CHUNK
+                self._depot.metrics.bytes_out.labels(self._kind).inc(self._end - self._start)
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+
+# -- request parsing ----------------------------------------------------------------------------------------
+
+
+def _header(scope: Scope, name: bytes) -> str | None:
+    for key, value in scope.get("headers", ()):
+        if key == name:
+            return bytes(value).decode("latin-1")
+    return None
+
+
+def _client(scope: Scope) -> str:
+    client = scope.get("client")
+    return f"{client[0]}:{client[1]}" if client else "-"
+
+
+def _respond(request: Request, obj: Any, status: int = 200) -> Response:
+    body, media_type = encode_body(obj, request.headers.get("accept"))
+    return Response(body, status_code=status, media_type=media_type)
+
+
+def _error_response(error: DepotError, accept: str | None) -> Response:
+    body, media_type = encode_body(error.body(), accept)
+    headers = {}
+    if error.retry_after is not None:
+        headers["Retry-After"] = str(max(1, math.ceil(error.retry_after)))
+    return Response(body, status_code=error.status, media_type=media_type, headers=headers)
+
+
+async def _control_body(request: Request) -> dict[str, Any]:
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > MAX_CONTROL_BODY:
+        raise TooLarge(f"control bodies are at most {MAX_CONTROL_BODY} bytes")
+    data = bytearray()
+    try:
+        async for chunk in request.stream():
+            data += chunk
+            if len(data) > MAX_CONTROL_BODY:
+                raise TooLarge(f"control bodies are at most {MAX_CONTROL_BODY} bytes")
+    except ClientDisconnect:
+        raise BadRequest("client went away mid-body") from None
+    body = decode_body(request.headers.get("content-type"), bytes(data))
+    if not isinstance(body, dict):
+        raise BadRequest("the body must be a map")
+    return body
+
+
+def _only_keys(body: dict[str, Any], allowed: set[str]) -> None:
+    unknown = sorted(str(key) for key in body if key not in allowed)
+    if unknown:
+        raise BadRequest(f"unknown field(s): {', '.join(unknown)}; expected some of {', '.join(sorted(allowed))}")
+
+
+def _integer(body: dict[str, Any], key: str, *, required: bool = False, default: int = 0) -> int:
+    if key not in body:
+        if required:
+            raise BadRequest(f"'{key}' is required")
+        return default
+    value = body[key]
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise BadRequest(f"'{key}' must be a whole number")
+    if not -(2**63) <= value < 2**63:
+        raise BadRequest(f"'{key}' is out of range")
+    return value
+
+
+def _number(body: dict[str, Any], key: str, *, required: bool = False) -> float:
+    if key not in body:
+        if required:
+            raise BadRequest(f"'{key}' is required")
+        return 0.0
+    value = body[key]
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise BadRequest(f"'{key}' must be a number")
+    value = float(value)
+    if not math.isfinite(value):
+        raise BadRequest(f"'{key}' must be finite")
+    return value
+
+
+def _query_offset(request: Request, default: int) -> int:
+    raw = request.query_params.get("offset")
+    if raw is None:
+        return default
+    if not raw.isdigit() or len(raw) > 19:
+        raise BadRequest("offset must be a whole number of bytes, not negative")
+    return int(raw)
+
+
+def _parse_range(spec: str, length: int) -> tuple[int, int]:
+    """``Range: bytes=a-b`` to the half-open ``[start, end)``; a start past the written bytes is ``range``."""
+    match = _RANGE.match(spec.strip())
+    if match is None or match.group(1) == match.group(2) == "":
+        raise RangeNotSatisfiable(f"unsupported range {spec[:64]!r}: one 'bytes=a-b' range only")
+    first, last = match.group(1), match.group(2)
+    if first == "":  # a suffix: the last N bytes
+        count = int(last)
+        if count == 0:
+            raise RangeNotSatisfiable("an empty suffix range")
+        return max(length - count, 0), length
+    start = int(first)
+    end = length if last == "" else min(int(last) + 1, length)
+    if start >= length or end <= start:
+        raise RangeNotSatisfiable(f"range {spec[:64]!r} is not within the {length} bytes written")
+    return start, end
+
+
+def _copy_target(url: str) -> str:
+    """Check that ``url`` is another depot's write capability URL and return the peer's base URL."""
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError:
+        raise BadRequest("'to' is not a URL") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise BadRequest("'to' must be an http(s) URL of another depot's write capability")
+    if parts.username is not None or parts.password is not None or parts.query or parts.fragment:
+        raise BadRequest("'to' must be a plain write capability URL: no credentials, query or fragment")
+    match = _WRITE_URL.match(parts.path)
+    if match is None or not is_capability(match.group(1)):
+        raise BadRequest("'to' must end in /v1/data/{write capability}: a depot is not an open proxy")
+    host = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname
+    return f"{parts.scheme}://{host}" + (f":{port}" if port is not None else "")
+
+
+def _check_bearer(request: Request, token: str) -> None:
+    given = request.headers.get("authorization", "")
+    scheme, _, value = given.partition(" ")
+    if scheme.lower() != "bearer" or not hmac.compare_digest(value.strip().encode(), token.encode()):
+        raise Unauthorized("allocating here needs the operator token: Authorization: Bearer TOKEN")

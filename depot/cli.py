@@ -1,0 +1,116 @@
+"""``lnet-depot``: run a depot. Configuration from ``--config FILE``, then ``LNET_DEPOT_*``, then flags."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from pathlib import Path
+
+import trio
+
+from . import __version__
+from .config import DEFAULT_PORT, ConfigError, DepotConfig
+from .server import serve, wait_for_signal
+
+__all__ = ["main"]
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+
+_EPILOG = f"""\
+Sizes are bytes or strings like 64MiB, 1.5GB; durations are seconds or strings like 30s, 2h, 1d.
+Every flag has an environment variable (--max-allocation: LNET_DEPOT_MAX_ALLOCATION) and a key in the
+TOML file (max_allocation = "256MiB"). Flags win over the environment, the environment over the file.
+
+examples:
+  lnet-depot --listen 0.0.0.0:{DEFAULT_PORT} --capacity 8GiB --max-allocation 64MiB
+  lnet-depot --config /etc/lnet/depot.toml
+  LNET_DEPOT_OPERATOR_TOKEN=$(cat /etc/lnet/token) lnet-depot --listen 0.0.0.0:{DEFAULT_PORT}
+
+Without an operator token anyone who reaches the port may allocate (up to the capacity): on a public
+address, set one. SIGTERM or Ctrl-C stops the depot gracefully; hard allocations survive a restart.
+"""
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="lnet-depot",
+        description="Run an lnet depot: lend time-limited buffers to lnet transfers over HTTP.",
+        epilog=_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--config", type=Path, metavar="FILE", help="TOML configuration file")
+    p.add_argument("--listen", metavar="HOST:PORT", help=f"address to serve on (default 127.0.0.1:{DEFAULT_PORT})")
+    p.add_argument("--name", help="this depot's name in /v1/status (default: the host name)")
+    p.add_argument("--capacity", metavar="SIZE", help="bytes lent out at most, all allocations together (1GiB)")
+    p.add_argument("--max-allocation", metavar="SIZE", help="largest single allocation (256MiB)")
+    p.add_argument("--max-duration", metavar="TIME", help="longest lifetime of an allocation (1d)")
+    p.add_argument("--operator-token", metavar="TOKEN", help="require this bearer token to allocate")
+    p.add_argument(
+        "--operator-token-file", type=Path, metavar="FILE",
+        help="read the operator token from FILE (keeps it out of the process list)",
+    )
+    p.add_argument("--data-dir", metavar="DIR", help="where hard allocations are kept")
+    p.add_argument("--certfile", metavar="FILE", help="TLS certificate (with --keyfile: serve https)")
+    p.add_argument("--keyfile", metavar="FILE", help="TLS private key")
+    p.add_argument("--max-concurrent-requests", metavar="N", help="requests served at once before 503 busy (512)")
+    p.add_argument("--copy-timeout", metavar="TIME", help="bound on each network wait of a copy (60s)")
+    p.add_argument("--read-timeout", metavar="TIME", help="bound on each wait for a client's bytes (60s)")
+    p.add_argument("--graceful-timeout", metavar="TIME", help="time in-flight requests get at shutdown (10s)")
+    p.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
+    p.add_argument("--print-config", action="store_true", help="print the effective configuration and exit")
+    p.add_argument("--version", action="version", version=f"lnet-depot {__version__}")
+    return p
+
+
+def load_config(args: argparse.Namespace, environ: dict[str, str]) -> DepotConfig:
+    overrides = {
+        key: getattr(args, key)
+        for key in (
+            "listen", "name", "capacity", "max_allocation", "max_duration", "operator_token", "data_dir",
+            "certfile", "keyfile", "max_concurrent_requests", "copy_timeout", "read_timeout", "graceful_timeout",
+            "log_level",
+        )
+    }
+    if args.operator_token_file is not None:
+        try:
+            overrides["operator_token"] = args.operator_token_file.read_text().strip()
+        except OSError as exc:
+            raise ConfigError(f"--operator-token-file: {exc}") from None
+    return DepotConfig.load(args.config, environ, overrides)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        config = load_config(args, dict(os.environ))
+    except ConfigError as exc:
+        print(f"lnet-depot: configuration error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    if args.print_config:
+        for key, value in sorted(vars(config).items()):
+            if key == "operator_token" and value is not None:
+                value = value[:4] + "…"
+            print(f"{key} = {value!r}")
+        return EXIT_OK
+    logging.basicConfig(
+        level=config.log_level.upper(),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    try:
+        trio.run(lambda: serve(config, shutdown_trigger=wait_for_signal))
+    except OSError as exc:
+        print(f"lnet-depot: cannot serve on {config.listen}: {exc.strerror or exc}", file=sys.stderr)
+        return EXIT_FAILED
+    except RuntimeError as exc:
+        print(f"lnet-depot: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+    return EXIT_OK
+
+
+if __name__ == "__main__":
+    sys.exit(main())

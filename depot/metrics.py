@@ -1,0 +1,43 @@
+"""Prometheus metrics of one depot, in a registry of its own so that several depots can share a process."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+from .store import Reliability, Store
+
+__all__ = ["DepotMetrics"]
+
+
+class DepotMetrics:
+    def __init__(self, store: Store) -> None:
+        self.registry = CollectorRegistry()
+        reg = self.registry
+        capacity = Gauge("lnet_depot_capacity_bytes", "Bytes the depot may lend in all", registry=reg)
+        capacity.set_function(lambda: store.capacity)
+        used = Gauge("lnet_depot_used_bytes", "Bytes lent out in live allocations", registry=reg)
+        used.set_function(lambda: store.used)
+        allocations = Gauge("lnet_depot_allocations", "Live allocations", ["reliability"], registry=reg)
+        for reliability in Reliability:
+            allocations.labels(str(reliability)).set_function(
+                lambda r=reliability: store.count_by_reliability()[r]  # type: ignore[misc]
+            )
+        self.requests = Counter(
+            "lnet_depot_requests", "Requests answered, by operation and HTTP status", ["operation", "status"],
+            registry=reg,
+        )
+        self.bytes_in = Counter("lnet_depot_bytes_in", "Bytes written into allocations", registry=reg)
+        self.bytes_out = Counter(
+            "lnet_depot_bytes_out", "Bytes sent out of allocations, by read or copy", ["kind"], registry=reg
+        )
+        self.copy_seconds = Histogram(
+            "lnet_depot_copy_seconds",
+            "Duration of depot-to-depot copies",
+            buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300),
+            registry=reg,
+        )
+        self.expired = Counter("lnet_depot_expired", "Allocations reclaimed at expiry", registry=reg)
+        self.busy = Counter("lnet_depot_busy_refusals", "Requests refused as busy", registry=reg)
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)

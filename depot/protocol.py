@@ -1,0 +1,198 @@
+"""The depot protocol's shared vocabulary: error codes and their exceptions, body encoding, capabilities.
+
+Both sides import this module, the depot to raise and encode errors and the client to decode and re-raise them,
+so that a code means one thing everywhere. It holds no I/O and no server state.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import secrets
+from enum import StrEnum
+from typing import Any
+
+import msgpack
+
+__all__ = [
+    "MSGPACK",
+    "JSON",
+    "PROTOCOL_VERSION",
+    "BadRequest",
+    "Busy",
+    "Conflict",
+    "DepotError",
+    "DepotFull",
+    "ErrorCode",
+    "NotFound",
+    "RangeNotSatisfiable",
+    "TooLarge",
+    "Unauthorized",
+    "Upstream",
+    "capability_key",
+    "decode_body",
+    "encode_body",
+    "error_from_body",
+    "is_capability",
+    "new_capability",
+    "redact",
+    "wants_msgpack",
+]
+
+PROTOCOL_VERSION = 1
+MSGPACK = "application/msgpack"
+JSON = "application/json"
+
+# 24 random bytes: 192 bits, comfortably over the protocol's 128-bit floor, 32 URL-safe characters.
+_CAPABILITY_BYTES = 24
+_CAPABILITY_SHAPE = re.compile(r"^[A-Za-z0-9_-]{22,128}$")
+
+
+class ErrorCode(StrEnum):
+    BAD_REQUEST = "bad_request"
+    UNAUTHORIZED = "unauthorized"
+    NOT_FOUND = "not_found"
+    TOO_LARGE = "too_large"
+    RANGE = "range"
+    CONFLICT = "conflict"
+    DEPOT_FULL = "depot_full"
+    BUSY = "busy"
+    UPSTREAM = "upstream"
+
+
+class DepotError(Exception):
+    """A protocol error: what a depot answers with, and what the client raises.
+
+    ``status`` is the HTTP status; subclasses fix the code and the usual status, and a few carry more
+    (``retry_after`` seconds for ``depot_full`` and ``busy``, the target's status for ``upstream``).
+    """
+
+    code: ErrorCode = ErrorCode.BAD_REQUEST
+    default_status = 400
+
+    def __init__(
+        self, message: str, *, status: int | None = None, retry_after: float | None = None, **details: Any
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.status = status if status is not None else self.default_status
+        self.retry_after = retry_after
+        self.details = details
+
+    def body(self) -> dict[str, Any]:
+        return {"error": str(self.code), "message": self.message, **self.details}
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.message!r}, status={self.status})"
+
+
+class BadRequest(DepotError):
+    code = ErrorCode.BAD_REQUEST
+    default_status = 400
+
+
+class Unauthorized(DepotError):
+    code = ErrorCode.UNAUTHORIZED
+    default_status = 401
+
+
+class NotFound(DepotError):
+    code = ErrorCode.NOT_FOUND
+    default_status = 404
+
+
+class TooLarge(DepotError):
+    code = ErrorCode.TOO_LARGE
+    default_status = 413
+
+
+class RangeNotSatisfiable(DepotError):
+    code = ErrorCode.RANGE
+    default_status = 416
+
+
+class Conflict(DepotError):
+    code = ErrorCode.CONFLICT
+    default_status = 409
+
+
+class DepotFull(DepotError):
+    code = ErrorCode.DEPOT_FULL
+    default_status = 507
+
+
+class Busy(DepotError):
+    code = ErrorCode.BUSY
+    default_status = 503
+
+
+class Upstream(DepotError):
+    code = ErrorCode.UPSTREAM
+    default_status = 502
+
+
+_BY_CODE: dict[str, type[DepotError]] = {
+    str(cls.code): cls
+    for cls in (BadRequest, Unauthorized, NotFound, TooLarge, RangeNotSatisfiable, Conflict, DepotFull, Busy, Upstream)
+}
+
+
+def error_from_body(status: int, body: Any, retry_after: float | None = None) -> DepotError:
+    """The typed exception for an error response; an unknown or missing code still gives a ``DepotError``."""
+    fields = dict(body) if isinstance(body, dict) else {}
+    code = fields.pop("error", None)
+    message = fields.pop("message", None)
+    if not isinstance(message, str):
+        message = f"HTTP {status}"
+    cls = _BY_CODE.get(code, DepotError) if isinstance(code, str) else DepotError
+    details = {str(key): value for key, value in fields.items()}
+    return cls(message, status=status, retry_after=retry_after, **details)
+
+
+def wants_msgpack(accept: str | None) -> bool:
+    return accept is not None and MSGPACK in accept
+
+
+def encode_body(obj: Any, accept: str | None) -> tuple[bytes, str]:
+    """msgpack when the request's ``Accept`` names it, JSON otherwise (so that curl works with no flags)."""
+    if wants_msgpack(accept):
+        return msgpack.packb(obj, use_bin_type=True), MSGPACK
+    return json.dumps(obj, separators=(",", ":")).encode(), JSON
+
+
+def decode_body(content_type: str | None, data: bytes) -> Any:
+    """Decode a control body, msgpack or JSON by its content type (JSON when none is given).
+
+    Raises ``BadRequest`` for anything malformed, whatever the decoder's own exception would have been.
+    """
+    kind = (content_type or JSON).split(";", 1)[0].strip().lower()
+    if not data:
+        return {}
+    try:
+        if kind == MSGPACK:
+            return msgpack.unpackb(data, raw=False, strict_map_key=True)
+        if kind in (JSON, "text/plain", "application/x-www-form-urlencoded"):
+            return json.loads(data)
+    except (ValueError, TypeError, msgpack.ExtraData, msgpack.FormatError, msgpack.StackError, RecursionError) as exc:
+        raise BadRequest(f"malformed {kind} body: {exc}") from None
+    raise BadRequest(f"unsupported content type {kind!r}: send application/msgpack or application/json")
+
+
+def new_capability() -> str:
+    return secrets.token_urlsafe(_CAPABILITY_BYTES)
+
+
+def is_capability(token: str) -> bool:
+    """Does ``token`` have the shape of a capability? (Says nothing of whether it names anything.)"""
+    return _CAPABILITY_SHAPE.match(token) is not None
+
+
+def capability_key(token: str) -> str:
+    """What a depot indexes and stores instead of the capability itself: its SHA-256, hex."""
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def redact(token: str) -> str:
+    """A capability as it may appear in a log line: its first six characters."""
+    return token[:6] + "…"

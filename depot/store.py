@@ -1,0 +1,357 @@
+"""Allocations: the depot's buffers, their capabilities, capacity accounting and expiry.
+
+The store is the depot's state and nothing else: no HTTP, no trio. Every method that depends on time takes
+``now`` (Unix seconds), so that expiry is tested exactly. Buffers are memory maps: anonymous ones for ``soft``
+allocations (pages are only resident once written, and unmapping returns them to the system at once) and
+file-backed ones in the data directory for ``hard`` allocations, whose metadata sits beside them so that they
+survive a restart.
+
+Theory of the bounds:
+- ``used`` counts every allocation whose buffer is still mapped, including a freed one still being streamed
+  (``pins``), so that the depot never holds more than ``capacity``.
+- Capabilities are never stored: the index and the metadata files hold their SHA-256 (``capability_key``).
+- ``length`` only moves forward when a write completes (``commit_write``), so a cut-off upload never makes
+  unwritten bytes readable.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import heapq
+import json
+import logging
+import mmap
+import os
+import secrets
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+from .protocol import (
+    BadRequest,
+    DepotFull,
+    NotFound,
+    TooLarge,
+    capability_key,
+    new_capability,
+)
+
+__all__ = ["Allocation", "Capabilities", "Kind", "Reliability", "Store"]
+
+log = logging.getLogger("lnet.depot.store")
+
+_META_SUFFIX = ".meta.json"
+_DATA_SUFFIX = ".data"
+_META_FORMAT = "lnet-depot-allocation/1"
+
+
+class Kind(StrEnum):
+    READ = "read"
+    WRITE = "write"
+    MANAGE = "manage"
+
+
+class Reliability(StrEnum):
+    SOFT = "soft"
+    HARD = "hard"
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    read: str
+    write: str
+    manage: str
+
+
+@dataclass(eq=False)
+class Allocation:
+    ident: str
+    keys: dict[Kind, str]
+    size: int
+    expires: float
+    reliability: Reliability
+    buffer: mmap.mmap
+    length: int = 0
+    writing: bool = False
+    pins: int = 0
+    dead: bool = False
+    closed: bool = False
+    path: Path | None = None
+
+    def view(self, start: int, end: int) -> memoryview:
+        """A window on the buffer; hold a pin (``Store.pinned``) while it is alive."""
+        return memoryview(self.buffer)[start:end]
+
+
+@dataclass
+class Store:
+    capacity: int
+    max_allocation: int
+    max_duration: float
+    max_count: int = 1024
+    data_dir: Path | None = None
+    used: int = 0
+    _by_key: dict[str, Allocation] = field(default_factory=dict)
+    _live: dict[str, Allocation] = field(default_factory=dict)
+    _expiry: list[tuple[float, str]] = field(default_factory=list)
+    _lock_fd: int | None = None
+
+    # -- lifecycle ------------------------------------------------------------------------------------------
+
+    def open(self, now: float) -> int:
+        """Lock the data directory and bring back the hard allocations left there; returns how many."""
+        if self.data_dir is None:
+            return 0
+        self.data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        fd = os.open(self.data_dir / ".lock", os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise RuntimeError(f"data directory {self.data_dir} is in use by another depot") from None
+        self._lock_fd = fd
+        restored = 0
+        for meta_path in sorted(self.data_dir.glob("*" + _META_SUFFIX)):
+            if self._restore(meta_path, now):
+                restored += 1
+        for tmp in self.data_dir.glob("*.tmp"):
+            tmp.unlink(missing_ok=True)
+        if self.used > self.capacity:
+            log.warning("restored allocations use %d bytes, over the capacity of %d", self.used, self.capacity)
+        return restored
+
+    def close(self) -> None:
+        """Flush and unmap everything; hard allocations stay on disk, consistent, for the next start."""
+        for alloc in list(self._live.values()):
+            if alloc.reliability is Reliability.HARD and not alloc.dead:
+                with contextlib.suppress(ValueError, OSError):
+                    alloc.buffer.flush()
+                self._write_meta(alloc)
+            self._unmap(alloc)
+        self._live.clear()
+        self._by_key.clear()
+        self._expiry.clear()
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)
+            self._lock_fd = None
+
+    # -- operations -----------------------------------------------------------------------------------------
+
+    def allocate(
+        self, size: int, duration: float, reliability: Reliability, count: int, now: float
+    ) -> list[tuple[Allocation, Capabilities]]:
+        """``count`` allocations of ``size`` bytes for ``duration`` seconds: all of them, or none."""
+        if size > self.max_allocation:
+            raise TooLarge(f"size {size} is over this depot's max_allocation of {self.max_allocation} bytes")
+        if size < 1:
+            raise BadRequest("size must be at least 1 byte")
+        if not 1 <= duration <= self.max_duration:
+            raise BadRequest(f"duration must be from 1 to {self.max_duration:g} seconds (max_duration)")
+        if not 1 <= count <= self.max_count:
+            raise BadRequest(f"count must be from 1 to {self.max_count}")
+        total = size * count
+        if total > self.capacity:
+            raise TooLarge(f"{count} x {size} bytes is more than this depot's whole capacity of {self.capacity}")
+        if self.used + total > self.capacity:
+            raise DepotFull(f"{self.capacity - self.used} bytes free, {total} asked for")
+        made: list[tuple[Allocation, Capabilities]] = []
+        try:
+            for _ in range(count):
+                made.append(self._create(size, now + duration, reliability))
+        except BaseException:
+            for alloc, _caps in made:
+                self._discard(alloc)
+            raise
+        for alloc, _caps in made:
+            self._index(alloc)
+        return made
+
+    def lookup(self, kind: Kind, token: str, now: float) -> Allocation:
+        """The allocation ``token`` names for ``kind`` operations; unknown, freed, expired and wrong-kind tokens
+        are all the same ``NotFound``."""
+        key = capability_key(token)
+        alloc = self._by_key.get(key)
+        if alloc is None or alloc.dead or alloc.expires <= now or alloc.keys[kind] != key:
+            raise NotFound("no such allocation")
+        return alloc
+
+    def commit_write(self, alloc: Allocation, end: int) -> None:
+        """A write that ended at ``end`` has fully landed: make it readable (and durable, for hard ones)."""
+        if alloc.dead:
+            raise NotFound("no such allocation")
+        if end > alloc.length:
+            alloc.length = end
+        if alloc.reliability is Reliability.HARD:
+            self._write_meta(alloc)
+
+    def extend(self, alloc: Allocation, seconds: float, now: float) -> float:
+        """Push the expiry ``seconds`` further, but never more than ``max_duration`` from now."""
+        alloc.expires = max(alloc.expires, min(alloc.expires + seconds, now + self.max_duration))
+        heapq.heappush(self._expiry, (alloc.expires, alloc.ident))
+        if alloc.reliability is Reliability.HARD:
+            self._write_meta(alloc)
+        return alloc.expires
+
+    def free(self, alloc: Allocation) -> None:
+        if alloc.dead:
+            return
+        alloc.dead = True
+        for key in alloc.keys.values():
+            self._by_key.pop(key, None)
+        self._live.pop(alloc.ident, None)
+        if alloc.path is not None:
+            for suffix in (_META_SUFFIX, _DATA_SUFFIX):
+                alloc.path.with_suffix(suffix).unlink(missing_ok=True)
+        if alloc.pins == 0:
+            self._unmap(alloc)
+
+    def reap(self, now: float) -> int:
+        """Free every allocation that has expired by ``now``; returns how many."""
+        reaped = 0
+        while self._expiry and self._expiry[0][0] <= now:
+            expires, ident = heapq.heappop(self._expiry)
+            alloc = self._live.get(ident)
+            if alloc is not None and alloc.expires == expires:
+                self.free(alloc)
+                reaped += 1
+        return reaped
+
+    def next_expiry(self) -> float | None:
+        return self._expiry[0][0] if self._expiry else None
+
+    @contextlib.contextmanager
+    def pinned(self, alloc: Allocation) -> Iterator[Allocation]:
+        """Keep ``alloc``'s buffer mapped while bytes stream in or out, even if it is freed meanwhile."""
+        alloc.pins += 1
+        try:
+            yield alloc
+        finally:
+            alloc.pins -= 1
+            if alloc.dead and alloc.pins == 0:
+                self._unmap(alloc)
+
+    @property
+    def allocations(self) -> int:
+        return len(self._live)
+
+    def count_by_reliability(self) -> dict[Reliability, int]:
+        counts = dict.fromkeys(Reliability, 0)
+        for alloc in self._live.values():
+            counts[alloc.reliability] += 1
+        return counts
+
+    # -- internals ------------------------------------------------------------------------------------------
+
+    def _create(self, size: int, expires: float, reliability: Reliability) -> tuple[Allocation, Capabilities]:
+        caps = Capabilities(new_capability(), new_capability(), new_capability())
+        keys = {Kind.READ: capability_key(caps.read), Kind.WRITE: capability_key(caps.write)}
+        keys[Kind.MANAGE] = capability_key(caps.manage)
+        ident = secrets.token_hex(16)
+        path: Path | None = None
+        if reliability is Reliability.HARD:
+            if self.data_dir is None:
+                raise BadRequest("this depot keeps no hard allocations (no data directory)")
+            path = self.data_dir / ident
+            try:
+                buffer = _map_file(path.with_suffix(_DATA_SUFFIX), size, create=True)
+            except OSError as exc:
+                path.with_suffix(_DATA_SUFFIX).unlink(missing_ok=True)
+                raise DepotFull(f"cannot create a hard allocation: {exc.strerror}") from None
+        else:
+            try:
+                buffer = mmap.mmap(-1, size)
+            except (OSError, OverflowError) as exc:
+                raise DepotFull(f"cannot map {size} bytes: {exc}") from None
+        alloc = Allocation(ident, keys, size, expires, reliability, buffer, path=path)
+        self.used += size
+        if path is not None:
+            self._write_meta(alloc)
+        return alloc, caps
+
+    def _index(self, alloc: Allocation) -> None:
+        self._live[alloc.ident] = alloc
+        for key in alloc.keys.values():
+            self._by_key[key] = alloc
+        heapq.heappush(self._expiry, (alloc.expires, alloc.ident))
+
+    def _discard(self, alloc: Allocation) -> None:
+        alloc.dead = True
+        if alloc.path is not None:
+            for suffix in (_META_SUFFIX, _DATA_SUFFIX):
+                alloc.path.with_suffix(suffix).unlink(missing_ok=True)
+        self._unmap(alloc)
+
+    def _unmap(self, alloc: Allocation) -> None:
+        if alloc.closed:
+            return
+        alloc.closed = True
+        self.used -= alloc.size
+        try:
+            alloc.buffer.close()
+        except BufferError:  # a view is still exported somewhere: the GC unmaps it when that view goes
+            log.debug("allocation %s unmapped later: a view is still alive", alloc.ident[:8])
+
+    def _write_meta(self, alloc: Allocation) -> None:
+        assert alloc.path is not None
+        meta = {
+            "format": _META_FORMAT,
+            "keys": {str(kind): key for kind, key in alloc.keys.items()},
+            "size": alloc.size,
+            "length": alloc.length,
+            "expires": alloc.expires,
+        }
+        target = alloc.path.with_suffix(_META_SUFFIX)
+        tmp = alloc.path.with_suffix(".tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as out:
+            json.dump(meta, out)
+        os.replace(tmp, target)
+
+    def _restore(self, meta_path: Path, now: float) -> bool:
+        ident = meta_path.name.removesuffix(_META_SUFFIX)
+        path = meta_path.with_name(ident)
+        data_path = path.with_suffix(_DATA_SUFFIX)
+        try:
+            meta: Any = json.loads(meta_path.read_text())
+            if not isinstance(meta, dict) or meta.get("format") != _META_FORMAT:
+                raise ValueError("not an lnet allocation record")
+            keys = {Kind(kind): str(key) for kind, key in meta["keys"].items()}
+            size, length, expires = int(meta["size"]), int(meta["length"]), float(meta["expires"])
+            if set(keys) != set(Kind) or not 0 <= length <= size or size < 1:
+                raise ValueError("inconsistent allocation record")
+            if data_path.stat().st_size != size:
+                raise ValueError(f"data file is {data_path.stat().st_size} bytes, record says {size}")
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+            log.warning("dropping unreadable hard allocation %s: %s", ident[:8], exc)
+            meta_path.unlink(missing_ok=True)
+            data_path.unlink(missing_ok=True)
+            return False
+        if expires <= now:
+            meta_path.unlink(missing_ok=True)
+            data_path.unlink(missing_ok=True)
+            return False
+        buffer = _map_file(data_path, size, create=False)
+        alloc = Allocation(ident, keys, size, expires, Reliability.HARD, buffer, length=length, path=path)
+        self.used += size
+        self._index(alloc)
+        return True
+
+
+def _map_file(path: Path, size: int, *, create: bool) -> mmap.mmap:
+    flags = os.O_RDWR | (os.O_CREAT | os.O_EXCL if create else 0)
+    fd = os.open(path, flags, 0o600)
+    try:
+        if create:
+            try:  # claim the disk now: a full disk fails here, not in the middle of a write
+                os.posix_fallocate(fd, 0, size)
+            except OSError as exc:
+                if exc.errno not in (errno.EOPNOTSUPP, errno.EINVAL):
+                    raise
+                os.ftruncate(fd, size)  # a file system without fallocate: sparse, as best we can
+        return mmap.mmap(fd, size)
+    finally:
+        os.close(fd)
