@@ -1,0 +1,315 @@
+"""The userspace link emulator: one process that owns a testbed's namespaces and carries every packet between them.
+
+Each host namespace has one TUN device (`lnet0`, 10.77.0.x/24). A packet a host sends to another host's address
+comes out of its TUN device here; the emulator looks up the shortest-delay route, passes the packet through each
+link direction on it in turn (`LinkDirection`: queue, serialisation, loss, delay, jitter) as a backbone of
+forwarding hosts would, and writes it into the destination's TUN device at the time the last link delivers it.
+
+One epoll loop over non-blocking TUN descriptors and a timer heap; no threads. Run as
+`python -m lnet.testbed.emulator NAME STATE_ROOT`, by `Testbed` (attached: it dies with its parent) or by
+`lnet-testbed up` (detached). Whichever way it ends (SIGTERM, SIGINT, SIGHUP, parent death, an error) it removes
+the testbed before exiting; `netns.remove_testbed` cleans up after a SIGKILL.
+
+It must not do anything per packet beyond a dict lookup, the link model and a heap push: it is the bottleneck
+of every benchmark if it is slow.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import heapq
+import json
+import os
+import random
+import select
+import signal
+import socket
+import sys
+import time
+import traceback
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from .linkmodel import LinkDirection
+from .netns import TestbedError, namespace_name, remove_testbed, setup_host
+from .topology import Link, Topology, TopologyError, validate_link
+
+__all__ = ["Emulator", "MEASURED_AGGREGATE_MBIT", "main"]
+
+# What one emulator process sustained on the 2-core development machine, measured with
+# `python bench/testbed_emulator.py` (see docs/testbed.md). Reported by `status` next to the live load.
+MEASURED_AGGREGATE_MBIT = 0.0
+_READ_BATCH = 64
+_MAX_PACKET = 65536
+_PR_SET_PDEATHSIG = 1
+_LOAD_WINDOW_S = 5.0
+
+
+class Emulator:
+    def __init__(self, name: str, topology: Topology, state_dir: Path, seed: int | None = None) -> None:
+        self.name = name
+        self.topology = topology
+        self.state_dir = state_dir
+        self.rng = random.Random(seed)
+        self.fds: dict[str, int] = {}
+        self.directions: dict[tuple[str, str], LinkDirection] = {}
+        for link in topology.links:
+            self.directions[(link.a, link.b)] = LinkDirection(link, self.rng)
+            self.directions[(link.b, link.a)] = LinkDirection(link, self.rng)
+        self.stop = False
+        self.started = time.monotonic()
+        self.samples: list[tuple[float, float, int]] = []  # (monotonic, cpu seconds, bytes delivered)
+        self.delivered_bytes = 0
+        self.unroutable = 0
+
+    # -- set-up ----------------------------------------------------------------------------------
+    def build(self) -> None:
+        for host in self.topology.hosts:
+            self.fds[host.name] = setup_host(self.name, self.topology, host)
+
+    def routes(self) -> dict[int, dict[bytes, tuple[list[LinkDirection], int]]]:
+        """For each source TUN descriptor: destination address (4 bytes) -> (link directions, destination fd)."""
+        table: dict[int, dict[bytes, tuple[list[LinkDirection], int]]] = {}
+        for src in self.topology.hosts:
+            row: dict[bytes, tuple[list[LinkDirection], int]] = {}
+            for dst in self.topology.hosts:
+                if dst is src:
+                    continue
+                path = self.topology.route(src.name, dst.name)
+                hops = [self.directions[(a, b)] for a, b in zip(path, path[1:], strict=False)]
+                row[socket.inet_aton(dst.address)] = (hops, self.fds[dst.name])
+            table[self.fds[src.name]] = row
+        return table
+
+    # -- the loop --------------------------------------------------------------------------------
+    def run(self, control: socket.socket, wakeup: int) -> None:
+        routes = self.routes()
+        heap: list[tuple[float, int, bytes, list[LinkDirection], int, int]] = []
+        seq = 0
+        ep = select.epoll()
+        for fd in routes:
+            ep.register(fd, select.EPOLLIN)
+        ep.register(control.fileno(), select.EPOLLIN)
+        ep.register(wakeup, select.EPOLLIN)
+        control_fd = control.fileno()
+        monotonic = time.monotonic
+        push = heapq.heappush
+        pop = heapq.heappop
+        read = os.read
+        write = os.write
+        next_sample = monotonic()
+        while not self.stop:
+            now = monotonic()
+            if heap:
+                timeout = heap[0][0] - now
+                timeout = 0.0 if timeout < 0 else (timeout if timeout < 1.0 else 1.0)
+            else:
+                timeout = 1.0
+            for fd, _ in ep.poll(timeout):
+                if fd in routes:
+                    row = routes[fd]
+                    now = monotonic()
+                    for _ in range(_READ_BATCH):
+                        try:
+                            pkt = read(fd, _MAX_PACKET)
+                        except BlockingIOError:
+                            break
+                        route = row.get(pkt[16:20])
+                        if route is None or pkt[0] >> 4 != 4:
+                            self.unroutable += 1
+                            continue
+                        hops, out = route
+                        at = hops[0].admit(now, len(pkt))
+                        if at is not None:
+                            seq += 1
+                            push(heap, (at, seq, pkt, hops, 1, out))
+                elif fd == control_fd:
+                    self.serve_control(control)
+                elif fd == wakeup:
+                    with contextlib.suppress(BlockingIOError):
+                        os.read(wakeup, 512)
+            now = monotonic()
+            while heap and heap[0][0] <= now:
+                at, _, pkt, hops, hop, out = pop(heap)
+                if hop < len(hops):
+                    # the next link sees the packet arrive when the previous one delivered it, not when
+                    # this loop got round to it, so lateness does not accumulate along a route
+                    nxt = hops[hop].admit(at, len(pkt))
+                    if nxt is not None:
+                        seq += 1
+                        push(heap, (nxt, seq, pkt, hops, hop + 1, out))
+                    continue
+                try:
+                    write(out, pkt)
+                    self.delivered_bytes += len(pkt)
+                except BlockingIOError:
+                    pass  # the host's stack is full; a real NIC would drop too
+                except OSError:
+                    pass  # e.g. the interface is going down during teardown
+            if now >= next_sample:
+                self.samples.append((now, time.process_time(), self.delivered_bytes))
+                self.samples = self.samples[-int(_LOAD_WINDOW_S * 2) - 2 :]
+                next_sample = now + 0.5
+
+    # -- control ---------------------------------------------------------------------------------
+    def serve_control(self, control: socket.socket) -> None:
+        try:
+            conn, _ = control.accept()
+        except BlockingIOError:
+            return
+        with conn:
+            conn.settimeout(2.0)
+            try:
+                data = b""
+                while not data.endswith(b"\n") and len(data) < 65536:
+                    chunk = conn.recv(4096)
+                    if not chunk:
+                        break
+                    data += chunk
+                reply = self.handle(json.loads(data))
+            except (OSError, ValueError) as exc:
+                reply = {"ok": False, "error": f"bad request: {exc}"}
+            with contextlib.suppress(OSError):
+                conn.sendall(json.dumps(reply).encode() + b"\n")
+
+    def handle(self, request: dict[str, Any]) -> dict[str, Any]:
+        op = request.get("op")
+        if op == "status":
+            return {"ok": True, "status": self.status()}
+        if op == "set_link":
+            try:
+                self.set_link(request)
+            except TopologyError as exc:
+                return {"ok": False, "error": str(exc)}
+            return {"ok": True}
+        return {"ok": False, "error": f"unknown op {op!r}"}
+
+    def set_link(self, request: dict[str, Any]) -> None:
+        a, b = str(request.get("a")), str(request.get("b"))
+        link = self.topology.link(a, b)
+        keys = ("delay_ms", "rate_mbit", "loss", "jitter_ms", "queue_ms")
+        changes = {k: request[k] for k in keys if request.get(k) is not None}  # None: unchanged
+        for key, value in changes.items():
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                raise TopologyError(f"{key} must be a number, got {value!r}")
+        new = Link(**{**asdict(link), **{k: float(v) for k, v in changes.items()}})
+        validate_link(new, f"link {a}-{b}")
+        self.topology = self.topology.with_link(new)
+        # routes stay as they were at `up`: like a backbone's routing metrics, they are configuration
+        self.directions[(new.a, new.b)].configure(new)
+        self.directions[(new.b, new.a)].configure(new)
+
+    def status(self) -> dict[str, Any]:
+        links = []
+        for link in self.topology.links:
+            row: dict[str, Any] = asdict(link)
+            row["queue_ms"] = link.effective_queue_ms
+            for a, b in ((link.a, link.b), (link.b, link.a)):
+                row[f"{a}->{b}"] = asdict(self.directions[(a, b)].stats)
+            links.append(row)
+        cpu_percent = mbit = 0.0
+        if len(self.samples) >= 2:
+            t0, c0, b0 = self.samples[0]
+            t1, c1, b1 = self.samples[-1]
+            if t1 > t0:
+                cpu_percent = 100.0 * (c1 - c0) / (t1 - t0)
+                mbit = (b1 - b0) * 8 / (t1 - t0) / 1e6
+        return {
+            "name": self.name,
+            "pid": os.getpid(),
+            "uptime_s": round(time.monotonic() - self.started, 1),
+            "hosts": [
+                {"name": h.name, "address": h.address, "namespace": namespace_name(self.name, h.name),
+                 "window_bytes": h.window_bytes, "congestion": h.congestion}
+                for h in self.topology.hosts
+            ],
+            "links": links,
+            "load": {
+                "cpu_percent": round(cpu_percent, 1),
+                "delivered_mbit_s": round(mbit, 2),
+                "window_s": _LOAD_WINDOW_S,
+                "cpu_seconds": round(time.process_time(), 2),
+                "unroutable_packets": self.unroutable,
+                "sustains_mbit_s": MEASURED_AGGREGATE_MBIT,
+            },
+        }
+
+
+def _die_with_parent(parent: int) -> None:
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+    if os.getppid() != parent:  # the parent died before the prctl
+        os.kill(os.getpid(), signal.SIGTERM)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m lnet.testbed.emulator NAME STATE_ROOT [--parent PID] [--ready-fd FD] [--seed N]`.
+
+    Reads STATE_ROOT/NAME/topology.json, builds the testbed, writes one JSON line to the ready descriptor
+    (`{"ok": true}` or `{"ok": false, "error": ...}`), serves until signalled, then removes the testbed."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    name, state_root = args[0], Path(args[1])
+    opts = dict(zip(args[2::2], args[3::2], strict=False))
+    state_dir = state_root / name
+    ready_fd = int(opts.get("--ready-fd", "-1"))
+
+    def ready(message: dict[str, Any]) -> None:
+        nonlocal ready_fd
+        if ready_fd >= 0:
+            with contextlib.suppress(OSError):
+                os.write(ready_fd, json.dumps(message).encode() + b"\n")
+                os.close(ready_fd)
+            ready_fd = -1
+
+    wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+    emulator: Emulator | None = None
+
+    def on_signal(signum: int, frame: object) -> None:
+        if emulator is not None:
+            emulator.stop = True
+
+    signal.set_wakeup_fd(wake_w)
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, on_signal)
+    if "--parent" in opts:
+        _die_with_parent(int(opts["--parent"]))
+    with contextlib.suppress(OSError):
+        os.setpriority(os.PRIO_PROCESS, 0, -5)  # keep delays accurate on a busy machine
+    code = 0
+    try:
+        (state_dir / "state.json").write_text(
+            json.dumps({"name": name, "pid": os.getpid(), "started": time.time(), "attached": "--parent" in opts})
+        )
+        topology = Topology.from_dict(json.loads((state_dir / "topology.json").read_text()))
+        emulator = Emulator(name, topology, state_dir, seed=int(opts["--seed"]) if "--seed" in opts else None)
+        emulator.build()
+        control = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        control.bind(str(state_dir / "control.sock"))
+        control.listen(16)
+        control.setblocking(False)
+        if not emulator.stop:
+            ready({"ok": True, "pid": os.getpid()})
+            emulator.run(control, wake_r)
+    except (TestbedError, TopologyError, OSError) as exc:
+        ready({"ok": False, "error": str(exc)})
+        print(f"lnet-testbed emulator {name}: {exc}", file=sys.stderr)
+        code = 1
+    except BaseException as exc:
+        ready({"ok": False, "error": f"{type(exc).__name__}: {exc}"})
+        traceback.print_exc()
+        code = 1
+    finally:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        if emulator is not None:
+            for fd in emulator.fds.values():
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+        remove_testbed(name, state_root)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

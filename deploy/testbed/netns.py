@@ -1,0 +1,263 @@
+"""Network namespaces and TUN devices: creating a host's namespace, opening its TUN device, removing a testbed.
+
+Everything that changes the machine's network state lives here, so that clean-up has one place to look. A
+testbed NAME owns the namespaces `lnet.NAME.HOST` (the dot cannot occur in a name, so one testbed's prefix never
+matches another's) and the state directory STATE_ROOT/NAME.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import fcntl
+import os
+import shutil
+import signal
+import socket
+import struct
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+from .topology import Host, Topology
+
+__all__ = [
+    "NETNS_DIR",
+    "STATE_ROOT",
+    "TestbedError",
+    "check_privileges",
+    "emulator_alive",
+    "kill_namespace_processes",
+    "namespace_name",
+    "namespaces_of",
+    "open_tun",
+    "remove_testbed",
+    "setup_host",
+    "tcp_sysctls",
+]
+
+NETNS_DIR = Path("/run/netns")
+STATE_ROOT = Path(os.environ.get("LNET_TESTBED_STATE", "/run/lnet-testbed"))
+TUN_NAME = "lnet0"
+_CLONE_NEWNET = 0x40000000
+_TUNSETIFF = 0x400454CA
+_IFF_TUN = 0x0001
+_IFF_NO_PI = 0x1000
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+class TestbedError(RuntimeError):
+    """The testbed cannot be brought up, reached or torn down; the message says why."""
+
+    __test__ = False  # not a pytest test class, despite the name
+
+
+def namespace_name(testbed: str, host: str) -> str:
+    return f"lnet.{testbed}.{host}"
+
+
+def namespaces_of(testbed: str) -> list[str]:
+    """The namespaces that exist now for a testbed (including any left by a crash)."""
+    prefix = f"lnet.{testbed}."
+    try:
+        return sorted(p.name for p in NETNS_DIR.iterdir() if p.name.startswith(prefix))
+    except FileNotFoundError:
+        return []
+
+
+def check_privileges() -> None:
+    """Fail clearly, before anything is built, when this process cannot make namespaces and TUN devices."""
+    if os.geteuid() != 0:
+        userns = _user_namespaces_usable()
+        raise TestbedError(
+            f"the testbed needs root (it creates network namespaces and TUN devices); running as uid {os.geteuid()}"
+            + (
+                ". User namespaces are usable here, but lnet-testbed does not run rootless: use sudo."
+                if userns
+                else " and unprivileged user namespaces are not usable either: run it as root (sudo)."
+            )
+        )
+    if shutil.which("ip") is None:
+        raise TestbedError("the testbed needs the `ip` command (iproute2)")
+    if not os.path.exists("/dev/net/tun"):
+        raise TestbedError("the testbed needs /dev/net/tun (modprobe tun)")
+
+
+def _user_namespaces_usable() -> bool:
+    if shutil.which("unshare") is None:
+        return False
+    try:
+        done = subprocess.run(["unshare", "-Urn", "true"], capture_output=True, timeout=5, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return done.returncode == 0
+
+
+def _setns(fd: int) -> None:
+    if _libc.setns(fd, _CLONE_NEWNET) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, os.strerror(err))
+
+
+@contextlib.contextmanager
+def inside(namespace: str) -> Iterator[None]:
+    """Run the body with this (single-threaded) process in another network namespace."""
+    home = os.open("/proc/self/ns/net", os.O_RDONLY)
+    target = os.open(NETNS_DIR / namespace, os.O_RDONLY)
+    try:
+        _setns(target)
+        try:
+            yield
+        finally:
+            _setns(home)
+    finally:
+        os.close(target)
+        os.close(home)
+
+
+def open_tun(namespace: str) -> int:
+    """Create the host's TUN device inside its namespace; it lives as long as the returned descriptor."""
+    with inside(namespace):
+        fd = os.open("/dev/net/tun", os.O_RDWR | os.O_NONBLOCK | os.O_CLOEXEC)
+        try:
+            fcntl.ioctl(fd, _TUNSETIFF, struct.pack("16sH", TUN_NAME.encode(), _IFF_TUN | _IFF_NO_PI))
+        except OSError:
+            os.close(fd)
+            raise
+    return fd
+
+
+# Linux counts socket buffers in kernel memory (skb "truesize"), not payload: with tcp_rmem max = W the advertised
+# window ends up near W * len/truesize. These factors turn the topology's window (a payload cap in flight) into
+# buffer limits so that a window-limited stream runs at window/RTT; measured by tests/testbed/test_accuracy.py.
+RMEM_FACTOR = 2.0
+WMEM_FACTOR = 2.0
+
+
+def tcp_sysctls(host: Host) -> dict[str, str]:
+    rmax = int(host.window_bytes * RMEM_FACTOR)
+    wmax = int(host.window_bytes * WMEM_FACTOR)
+    return {
+        "net/ipv4/tcp_rmem": f"4096 {min(131072, rmax)} {rmax}",
+        "net/ipv4/tcp_wmem": f"4096 {min(16384, wmax)} {wmax}",
+        "net/ipv4/tcp_congestion_control": host.congestion,
+        # the window cap is the point of the setting: no per-route metrics carried over between connections
+        "net/ipv4/tcp_no_metrics_save": "1",
+        "net/ipv6/conf/all/disable_ipv6": "1",
+        "net/ipv6/conf/default/disable_ipv6": "1",
+    }
+
+
+def allow_congestion_control(name: str) -> None:
+    """A namespace other than the first may only choose a congestion control the machine allows
+    (net.ipv4.tcp_allowed_congestion_control, a machine-wide setting); add ours if it is missing. This is the
+    one change the testbed makes outside its namespaces, and it is only ever a widening, so it is left in place."""
+    allowed = Path("/proc/sys/net/ipv4/tcp_allowed_congestion_control")
+    names = allowed.read_text().split()
+    if name in names:
+        return
+    available = Path("/proc/sys/net/ipv4/tcp_available_congestion_control").read_text().split()
+    if name not in available:
+        # asking for it loads the module if the kernel has one
+        with contextlib.suppress(OSError), socket.socket() as probe:
+            probe.setsockopt(socket.IPPROTO_TCP, socket.TCP_CONGESTION, name.encode())
+    try:
+        allowed.write_text(" ".join([*names, name]))
+    except OSError as exc:
+        raise TestbedError(f"congestion control {name!r} is not available on this kernel ({exc.strerror})") from exc
+
+
+def setup_host(testbed: str, topology: Topology, host: Host) -> int:
+    """Create the host's namespace, its TUN device (returned), address and TCP settings."""
+    allow_congestion_control(host.congestion)
+    ns = namespace_name(testbed, host.name)
+    _ip(["netns", "add", ns])
+    fd = open_tun(ns)
+    try:
+        with inside(ns):
+            for key, value in tcp_sysctls(host).items():
+                Path("/proc/sys", key).write_text(value)
+        batch = "\n".join(
+            [
+                "link set lo up",
+                f"link set {TUN_NAME} mtu {topology.mtu} txqueuelen 2000 up",
+                f"addr add {host.address}/24 dev {TUN_NAME}",
+            ]
+        )
+        _ip(["-n", ns, "-batch", "-"], stdin=batch)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _ip(args: list[str], stdin: str | None = None) -> None:
+    done = subprocess.run(["ip", *args], input=stdin, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise TestbedError(f"ip {' '.join(args)} failed: {done.stderr.strip()}")
+
+
+def namespace_pids(namespace: str) -> list[int]:
+    done = subprocess.run(["ip", "netns", "pids", namespace], capture_output=True, text=True, check=False)
+    return [int(p) for p in done.stdout.split() if p.isdigit()]
+
+
+def kill_namespace_processes(namespace: str, grace_s: float = 2.0) -> None:
+    """SIGTERM every process in the namespace, then SIGKILL what is left after `grace_s`."""
+    me = os.getpid()
+    pids = [p for p in namespace_pids(namespace) if p != me]
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    while pids and time.monotonic() < deadline:
+        pids = [p for p in pids if _alive(p)]
+        time.sleep(0.02)
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # a zombie child of ours counts as gone
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def emulator_alive(pid: int, testbed: str) -> bool:
+    """Whether `pid` is still this testbed's emulator (and not a recycled pid)."""
+    try:
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return False
+    return b"lnet.testbed.emulator" in argv and testbed.encode() in argv and _alive(pid)
+
+
+def remove_testbed(testbed: str, state_root: Path = STATE_ROOT) -> list[str]:
+    """Remove every trace of a testbed: its processes, namespaces (and with them TUN devices, addresses and
+    routes) and state directory. Idempotent; returns the namespaces it removed."""
+    removed = []
+    for ns in namespaces_of(testbed):
+        kill_namespace_processes(ns)
+        for attempt in range(50):
+            done = subprocess.run(["ip", "netns", "del", ns], capture_output=True, text=True, check=False)
+            if done.returncode == 0 or not (NETNS_DIR / ns).exists():
+                break
+            if attempt == 49:
+                raise TestbedError(f"cannot remove namespace {ns}: {done.stderr.strip()}")
+            time.sleep(0.1)
+        removed.append(ns)
+    with contextlib.suppress(FileNotFoundError):
+        shutil.rmtree(state_root / testbed)
+    return removed
+
