@@ -46,14 +46,16 @@ from .protocol import (
     decode_body,
     encode_body,
     error_from_body,
+    guard_http_logs,
     is_capability,
-    redact,
+    redact_capabilities,
 )
 from .store import Allocation, Kind, Reliability, Store
 
 __all__ = ["Depot", "TrioWallClock"]
 
 log = logging.getLogger("lnet.depot")
+guard_http_logs()
 access_log = logging.getLogger("lnet.depot.access")
 
 Scope = MutableMapping[str, Any]
@@ -67,7 +69,6 @@ ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 STREAM_CHUNK = 1024 * 1024
 MAX_CONTROL_BODY = 64 * 1024
 _WRITE_URL = re.compile(r"^/v1/data/([A-Za-z0-9_-]+)$")
-_CAPABILITY_IN_PATH = re.compile(r"(/v1/(?:data|copy|manage)/)([A-Za-z0-9_-]+)")
 _RANGE = re.compile(r"^bytes=(\d*)-(\d*)$")
 
 
@@ -132,10 +133,6 @@ def operation_of(method: str, path: str) -> str:
     return {"/v1/allocations": "allocate", "/v1/status": "status", "/metrics": "metrics", "/healthz": "health"}.get(
         path, "other"
     )
-
-
-def redact_path(path: str) -> str:
-    return _CAPABILITY_IN_PATH.sub(lambda m: m.group(1) + redact(m.group(2)), path)
 
 
 class Depot:
@@ -246,7 +243,7 @@ class Depot:
                         "%s %s %s %d %.3fs",
                         _client(scope),
                         scope["method"],
-                        redact_path(scope["path"]),
+                        redact_capabilities(scope["path"]),
                         status,
                         trio.current_time() - started,
                     )
@@ -501,11 +498,9 @@ class AllocationResponse(Response):
             position = self._start
             if not self._head_only:
                 while position < self._end:
-                    view = alloc.view(position, min(position + STREAM_CHUNK, self._end))
-                    try:
-                        await send({"type": "http.response.body", "body": view, "more_body": True})
-                    finally:
-                        view.release()
+                    # ASGI bodies are bytes: slicing the map is the one copy (hypercorn keeps bytes as they are)
+                    chunk = alloc.buffer[position : min(position + STREAM_CHUNK, self._end)]
+                    await send({"type": "http.response.body", "body": chunk, "more_body": True})
                     position += STREAM_CHUNK
                 self._depot.metrics.bytes_out.labels(self._kind).inc(self._end - self._start)
             await send({"type": "http.response.body", "body": b"", "more_body": False})

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import re
 import secrets
 from enum import StrEnum
@@ -37,6 +38,8 @@ __all__ = [
     "is_capability",
     "new_capability",
     "redact",
+    "redact_capabilities",
+    "guard_http_logs",
     "wants_msgpack",
 ]
 
@@ -196,3 +199,30 @@ def capability_key(token: str) -> str:
 def redact(token: str) -> str:
     """A capability as it may appear in a log line: its first six characters."""
     return token[:6] + "…"
+
+
+_CAPABILITY_IN_URL = re.compile(r"(/v1/(?:data|copy|manage)/)([A-Za-z0-9_-]+)")
+
+
+def redact_capabilities(text: str) -> str:
+    """``text`` with every capability in a depot URL path cut to its first six characters."""
+    return _CAPABILITY_IN_URL.sub(lambda m: m.group(1) + redact(m.group(2)), text)
+
+
+class RedactCapabilities(logging.Filter):
+    """A logging filter that redacts capabilities in URLs: httpx logs every request URL whole at INFO."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        redacted = redact_capabilities(message)
+        if redacted != message:
+            record.msg, record.args = redacted, ()
+        return True
+
+
+def guard_http_logs() -> None:
+    """Make sure the HTTP libraries' own loggers never print a capability (idempotent)."""
+    for name in ("httpx", "httpcore", "hypercorn.access", "hypercorn.error"):
+        logger = logging.getLogger(name)
+        if not any(isinstance(f, RedactCapabilities) for f in logger.filters):
+            logger.addFilter(RedactCapabilities())

@@ -1,0 +1,342 @@
+"""The one client of the depot protocol: every part of lnet (relay, lnet-get, tests) talks to depots through it.
+
+``DepotClient`` wraps one ``httpx.AsyncClient`` per depot, so connections are reused; control bodies travel as
+msgpack; every protocol error comes back as its own exception from ``lnet.depot.protocol`` carrying the
+depot's message; a depot that cannot be reached, or that stalls past the configured timeout, raises
+``DepotUnreachable``. Data moves without extra copies where httpx lets it: writes send the caller's buffer
+(or stream of buffers) as it is, and ``read_into`` fills a caller's preallocated buffer as bytes arrive.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterable, AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any, Literal
+
+import httpx
+
+from lnet.depot.protocol import (
+    MSGPACK,
+    BadRequest,
+    Busy,
+    Conflict,
+    DepotError,
+    DepotFull,
+    NotFound,
+    RangeNotSatisfiable,
+    TooLarge,
+    Unauthorized,
+    Upstream,
+    decode_body,
+    encode_body,
+    error_from_body,
+    guard_http_logs,
+)
+
+__all__ = [
+    "Allocation",
+    "BadRequest",
+    "Busy",
+    "Conflict",
+    "CopyResult",
+    "DepotClient",
+    "DepotError",
+    "DepotFull",
+    "DepotTimeout",
+    "DepotUnreachable",
+    "NotFound",
+    "Probe",
+    "RangeNotSatisfiable",
+    "TooLarge",
+    "Unauthorized",
+    "Upstream",
+]
+
+guard_http_logs()
+
+DEFAULT_TIMEOUT = 30.0
+Reliability = Literal["soft", "hard"]
+
+
+class DepotUnreachable(ConnectionError):
+    """The depot could not be reached, or the connection failed mid-request."""
+
+    def __init__(self, depot: str, message: str) -> None:
+        super().__init__(f"{depot}: {message}")
+        self.depot = depot
+
+
+class DepotTimeout(DepotUnreachable):
+    """A network wait on the depot ran past the configured timeout."""
+
+
+@dataclass(frozen=True)
+class Allocation:
+    """An allocation at a depot, as its capabilities name it. ``depot`` is the depot's base URL."""
+
+    depot: str
+    read: str
+    write: str
+    manage: str
+    size: int
+    expires: float
+    reliability: str = "soft"
+
+    @property
+    def read_url(self) -> str:
+        return f"{self.depot}/v1/data/{self.read}"
+
+    @property
+    def write_url(self) -> str:
+        return f"{self.depot}/v1/data/{self.write}"
+
+    def __repr__(self) -> str:  # capabilities are secrets: never print them whole
+        return f"Allocation(depot={self.depot!r}, read={self.read[:6]}…, size={self.size}, expires={self.expires})"
+
+
+@dataclass(frozen=True)
+class CopyResult:
+    nbytes: int
+    seconds: float
+
+
+@dataclass(frozen=True)
+class Probe:
+    size: int
+    length: int
+    expires: float
+    reliability: str
+
+
+class DepotClient:
+    """Talks to one depot. Use as ``async with DepotClient(url) as depot:`` (or call ``aclose``)."""
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        token: str | None = None,
+        timeout: float = DEFAULT_TIMEOUT,
+        transport: httpx.AsyncBaseTransport | None = None,
+        max_connections: int = 64,
+    ) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.timeout = timeout
+        headers = {"Accept": MSGPACK, "User-Agent": "lnet"}
+        self._token = token
+        self._http = httpx.AsyncClient(
+            base_url=self.base_url,
+            transport=transport,
+            timeout=httpx.Timeout(timeout),
+            headers=headers,
+            limits=httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections),
+            follow_redirects=False,
+            trust_env=False,
+        )
+
+    async def __aenter__(self) -> DepotClient:
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    def __repr__(self) -> str:
+        return f"DepotClient({self.base_url!r})"
+
+    # -- allocations ----------------------------------------------------------------------------------------
+
+    async def allocate(
+        self, size: int, duration: float, *, reliability: Reliability = "soft", count: int = 1
+    ) -> list[Allocation]:
+        """``count`` allocations of ``size`` bytes for ``duration`` seconds (all of them, or an error)."""
+        body: dict[str, Any] = {"size": size, "duration": duration, "reliability": reliability}
+        if count != 1:
+            body["count"] = count
+        headers = {"Authorization": f"Bearer {self._token}"} if self._token else {}
+        answer = await self._control("POST", "/v1/allocations", body, headers=headers)
+        return [
+            Allocation(
+                depot=self.base_url,
+                read=a["read"],
+                write=a["write"],
+                manage=a["manage"],
+                size=int(a["size"]),
+                expires=float(a["expires"]),
+                reliability=str(a.get("reliability", reliability)),
+            )
+            for a in answer["allocations"]
+        ]
+
+    async def allocate_one(self, size: int, duration: float, *, reliability: Reliability = "soft") -> Allocation:
+        return (await self.allocate(size, duration, reliability=reliability))[0]
+
+    async def probe(self, manage: str) -> Probe:
+        a = await self._control("GET", f"/v1/manage/{manage}")
+        return Probe(int(a["size"]), int(a["length"]), float(a["expires"]), str(a["reliability"]))
+
+    async def extend(self, manage: str, seconds: float) -> float:
+        """Push the allocation's expiry ``seconds`` further; returns the new expiry (Unix time)."""
+        return float((await self._control("POST", f"/v1/manage/{manage}", {"extend": seconds}))["expires"])
+
+    async def free(self, manage: str) -> None:
+        await self._control("DELETE", f"/v1/manage/{manage}")
+
+    async def status(self) -> dict[str, Any]:
+        answer: dict[str, Any] = await self._control("GET", "/v1/status")
+        return answer
+
+    async def healthy(self) -> bool:
+        """Does the depot answer its health check? Never raises."""
+        try:
+            return (await self._http.get("/healthz")).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    # -- data -----------------------------------------------------------------------------------------------
+
+    async def write(self, write: str, data: bytes | bytearray | memoryview, *, offset: int | None = None) -> int:
+        """Write ``data`` (appended, or at ``offset``); returns the bytes the allocation now holds."""
+        return await self._put(write, data, len(data), offset)
+
+    async def write_stream(
+        self, write: str, chunks: AsyncIterable[bytes], length: int, *, offset: int | None = None
+    ) -> int:
+        """Write ``length`` bytes that arrive as ``chunks`` (never joined in memory); returns the new length."""
+        return await self._put(write, chunks, length, offset)
+
+    async def read(self, read: str, start: int = 0, end: int | None = None) -> bytes:
+        """The bytes ``[start, end)`` of the allocation (``end`` None: everything written from ``start``)."""
+        out = bytearray()
+        async with self.stream(read, start, end) as chunks:
+            async for chunk in chunks:
+                out += chunk
+        return bytes(out)
+
+    async def read_into(self, read: str, buffer: memoryview | bytearray, start: int = 0) -> int:
+        """Fill ``buffer`` with the allocation's bytes from ``start`` as they arrive; returns the bytes read.
+
+        Asks for exactly ``len(buffer)`` bytes; a depot holding fewer answers ``RangeNotSatisfiable`` or a short
+        body, which raises ``RangeNotSatisfiable`` too."""
+        view = memoryview(buffer).cast("B")
+        want = len(view)
+        filled = 0
+        async with self.stream(read, start, start + want) as chunks:
+            async for chunk in chunks:
+                size = len(chunk)
+                if filled + size > want:
+                    raise BadRequest(f"{self.base_url} sent more bytes than asked for")
+                view[filled : filled + size] = chunk
+                filled += size
+        if filled != want:
+            raise RangeNotSatisfiable(f"{self.base_url} sent {filled} of {want} bytes")
+        return filled
+
+    @asynccontextmanager
+    async def stream(self, read: str, start: int = 0, end: int | None = None) -> AsyncIterator[AsyncIterator[bytes]]:
+        """``async with client.stream(cap, a, b) as chunks: async for chunk in chunks: ...``"""
+        if start < 0 or (end is not None and end < start):
+            raise ValueError(f"bad range [{start}, {end})")
+        headers = {}
+        if start or end is not None:
+            headers["Range"] = f"bytes={start}-" + ("" if end is None else str(end - 1))
+        if end is not None and end == start:
+            yield _empty()
+            return
+        request = self._http.build_request("GET", f"/v1/data/{read}", headers=headers)
+        response = await self._send(request, stream=True)
+        try:
+            if response.status_code >= 300:
+                await response.aread()
+                raise self._error(response)
+            yield self._guarded(response.aiter_raw())
+        finally:
+            await response.aclose()
+
+    async def copy(
+        self,
+        read: str,
+        to: str,
+        *,
+        offset: int | None = None,
+        length: int | None = None,
+        dest_offset: int | None = None,
+    ) -> CopyResult:
+        """Have the depot push its bytes to ``to``, another depot's write URL (``Allocation.write_url``)."""
+        body: dict[str, Any] = {"to": to}
+        for key, value in (("offset", offset), ("length", length), ("dest_offset", dest_offset)):
+            if value is not None:
+                body[key] = value
+        answer = await self._control("POST", f"/v1/copy/{read}", body)
+        return CopyResult(int(answer["bytes"]), float(answer["seconds"]))
+
+    # -- plumbing -------------------------------------------------------------------------------------------
+
+    async def _put(self, write: str, content: Any, length: int, offset: int | None) -> int:
+        if isinstance(content, memoryview | bytearray):
+            content = _once(content)  # httpx takes only bytes whole; a one-item stream sends the view uncopied
+        params = {"offset": str(offset)} if offset is not None else None
+        headers = {"Content-Length": str(length), "Content-Type": "application/octet-stream"}
+        request = self._http.build_request("PUT", f"/v1/data/{write}", params=params, headers=headers, content=content)
+        response = await self._send(request)
+        if response.status_code >= 300:
+            raise self._error(response)
+        return int(response.headers.get("x-lnet-length", "0"))
+
+    async def _control(
+        self, method: str, path: str, body: dict[str, Any] | None = None, *, headers: dict[str, str] | None = None
+    ) -> Any:
+        content = None
+        all_headers = dict(headers or {})
+        if body is not None:
+            content, media_type = encode_body(body, MSGPACK)
+            all_headers["Content-Type"] = media_type
+        request = self._http.build_request(method, path, content=content, headers=all_headers)
+        response = await self._send(request)
+        if response.status_code >= 300:
+            raise self._error(response)
+        if response.status_code == 204 or not response.content:
+            return {}
+        return decode_body(response.headers.get("content-type"), response.content)
+
+    async def _send(self, request: httpx.Request, *, stream: bool = False) -> httpx.Response:
+        try:
+            return await self._http.send(request, stream=stream)
+        except httpx.TimeoutException as exc:
+            raise DepotTimeout(self.base_url, f"timed out after {self.timeout:g}s ({type(exc).__name__})") from None
+        except httpx.HTTPError as exc:
+            raise DepotUnreachable(self.base_url, f"{type(exc).__name__}: {exc}") from None
+
+    async def _guarded(self, chunks: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+        try:
+            async for chunk in chunks:
+                yield chunk
+        except httpx.TimeoutException:
+            raise DepotTimeout(self.base_url, f"read stalled past {self.timeout:g}s") from None
+        except httpx.HTTPError as exc:
+            raise DepotUnreachable(self.base_url, f"{type(exc).__name__}: {exc}") from None
+
+    def _error(self, response: httpx.Response) -> DepotError:
+        retry = response.headers.get("retry-after")
+        retry_after = float(retry) if retry is not None and retry.isdigit() else None
+        try:
+            body = decode_body(response.headers.get("content-type"), response.content)
+        except DepotError:
+            body = None
+        return error_from_body(response.status_code, body, retry_after)
+
+
+async def _empty() -> AsyncIterator[bytes]:
+    nothing: tuple[bytes, ...] = ()
+    for chunk in nothing:
+        yield chunk
+
+
+async def _once(buffer: memoryview | bytearray) -> AsyncIterator[memoryview | bytearray]:
+    yield buffer

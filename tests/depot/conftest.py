@@ -1,0 +1,76 @@
+"""Fixtures for depot tests: in-process depots reached through httpx.ASGITransport, with the one DepotClient."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from lnet.client.depot_client import DepotClient
+from lnet.depot import Depot, DepotConfig
+
+MiB = 1024 * 1024
+
+
+class Routes(httpx.AsyncBaseTransport):
+    """Sends each request to the in-process depot whose base URL it names: depot-to-depot copies in process."""
+
+    def __init__(self) -> None:
+        self.apps: dict[str, httpx.ASGITransport] = {}
+
+    def add(self, base_url: str, depot: Depot) -> None:
+        self.apps[base_url] = httpx.ASGITransport(app=depot.app)
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        base = f"{request.url.scheme}://{request.url.netloc.decode()}"
+        transport = self.apps.get(base)
+        if transport is None:
+            raise httpx.ConnectError(f"no depot at {base}", request=request)
+        return await transport.handle_async_request(request)
+
+
+MakeDepot = Callable[..., Any]
+
+
+@pytest.fixture
+def config_for(tmp_path: Path) -> Callable[..., DepotConfig]:
+    def make(name: str = "d1", **overrides: Any) -> DepotConfig:
+        values: dict[str, Any] = {
+            "name": name,
+            "listen": "127.0.0.1:0",
+            "capacity": 64 * MiB,
+            "max_allocation": 16 * MiB,
+            "max_duration": 3600.0,
+            "data_dir": tmp_path / name,
+        }
+        values.update(overrides)
+        return DepotConfig(**values)
+
+    return make
+
+
+@pytest.fixture
+def routes() -> Routes:
+    return Routes()
+
+
+@pytest.fixture
+def open_depot(config_for: Callable[..., DepotConfig], routes: Routes) -> MakeDepot:
+    """``async with open_depot("d1", capacity=...) as (depot, client):`` an in-process depot and its client."""
+
+    @asynccontextmanager
+    async def make(name: str = "d1", token: str | None = None, **overrides: Any) -> AsyncIterator[
+        tuple[Depot, DepotClient]
+    ]:
+        config = config_for(name, **overrides)
+        base_url = f"http://{name}.test:6714"
+        async with Depot(config, copy_transport=routes) as depot:
+            routes.add(base_url, depot)
+            async with DepotClient(base_url, token=token, transport=httpx.ASGITransport(app=depot.app)) as client:
+                yield depot, client
+
+    return make
