@@ -9,6 +9,7 @@ depot's message; a depot that cannot be reached, or that stalls past the configu
 
 from __future__ import annotations
 
+import ssl
 from collections.abc import AsyncIterable, AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -30,6 +31,7 @@ from lnet.depot.protocol import (
     Unauthorized,
     Upstream,
     decode_body,
+    describe_error,
     encode_body,
     error_from_body,
     guard_http_logs,
@@ -121,6 +123,7 @@ class DepotClient:
         timeout: float = DEFAULT_TIMEOUT,
         transport: httpx.AsyncBaseTransport | None = None,
         max_connections: int = 64,
+        verify: ssl.SSLContext | bool = True,
     ) -> None:
         self.base_url = base_url.rstrip("/")
         self.timeout = timeout
@@ -134,6 +137,7 @@ class DepotClient:
             limits=httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections),
             follow_redirects=False,
             trust_env=False,
+            verify=verify,
         )
 
     async def __aenter__(self) -> DepotClient:
@@ -311,7 +315,7 @@ class DepotClient:
         except httpx.TimeoutException as exc:
             raise DepotTimeout(self.base_url, f"timed out after {self.timeout:g}s ({type(exc).__name__})") from None
         except httpx.HTTPError as exc:
-            raise DepotUnreachable(self.base_url, f"{type(exc).__name__}: {exc}") from None
+            raise DepotUnreachable(self.base_url, describe_error(exc)) from None
 
     async def _guarded(self, chunks: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
         try:
@@ -320,7 +324,7 @@ class DepotClient:
         except httpx.TimeoutException:
             raise DepotTimeout(self.base_url, f"read stalled past {self.timeout:g}s") from None
         except httpx.HTTPError as exc:
-            raise DepotUnreachable(self.base_url, f"{type(exc).__name__}: {exc}") from None
+            raise DepotUnreachable(self.base_url, describe_error(exc)) from None
 
     def _error(self, response: httpx.Response) -> DepotError:
         retry = response.headers.get("retry-after")

@@ -44,6 +44,7 @@ from .protocol import (
     Unauthorized,
     Upstream,
     decode_body,
+    describe_error,
     encode_body,
     error_from_body,
     guard_http_logs,
@@ -411,7 +412,7 @@ class Depot:
             except httpx.TimeoutException:
                 raise Upstream(f"copy to {peer} timed out (copy_timeout {self.config.copy_timeout:g}s)") from None
             except httpx.HTTPError as exc:
-                raise Upstream(f"copy to {peer} failed: {type(exc).__name__}: {exc}") from None
+                raise Upstream(f"copy to {peer} failed: {describe_error(exc)}") from None
         seconds = trio.current_time() - started
         if answer.status_code >= 300:
             retry = answer.headers.get("retry-after")

@@ -33,6 +33,7 @@ __all__ = [
     "Upstream",
     "capability_key",
     "decode_body",
+    "describe_error",
     "encode_body",
     "error_from_body",
     "is_capability",
@@ -180,6 +181,18 @@ def decode_body(content_type: str | None, data: bytes) -> Any:
     except (ValueError, TypeError, msgpack.ExtraData, msgpack.FormatError, msgpack.StackError, RecursionError) as exc:
         raise BadRequest(f"malformed {kind} body: {exc}") from None
     raise BadRequest(f"unsupported content type {kind!r}: send application/msgpack or application/json")
+
+
+def describe_error(exc: BaseException) -> str:
+    """``Type: message`` for a transport error; httpx's often have an empty message and wrap the real cause."""
+    detail = ""
+    cause: BaseException | None = exc
+    for _ in range(8):  # the innermost message is the telling one (e.g. CERTIFICATE_VERIFY_FAILED)
+        if cause is None:
+            break
+        detail = str(cause) or detail
+        cause = cause.__cause__ or cause.__context__
+    return f"{type(exc).__name__}: {detail or 'no detail'}"
 
 
 def new_capability() -> str:

@@ -1,0 +1,186 @@
+"""End to end, over real sockets: depot processes, restarts, graceful shutdown, TLS, and the client's errors."""
+
+from __future__ import annotations
+
+import ssl
+from pathlib import Path
+
+import pytest
+import trio
+import trustme
+
+from lnet.client.depot_client import (
+    BadRequest,
+    DepotClient,
+    DepotFull,
+    DepotTimeout,
+    DepotUnreachable,
+    NotFound,
+    RangeNotSatisfiable,
+    TooLarge,
+    Unauthorized,
+    Upstream,
+)
+from lnet.depot import DepotConfig, serve
+
+from .processes import depot_process
+
+MiB = 1024 * 1024
+TOKEN = "operator-token-0123456789"
+
+
+async def test_two_depot_processes_copy_between_them(tmp_path: Path) -> None:
+    async with (
+        depot_process("--data-dir", str(tmp_path / "a"), "--name", "a") as a,
+        depot_process("--data-dir", str(tmp_path / "b"), "--name", "b") as b,
+        DepotClient(a.url) as one,
+        DepotClient(b.url) as two,
+    ):
+        source = await one.allocate_one(8 * MiB, 60)
+        payload = bytes(range(251)) * (6 * MiB // 251)
+        await one.write(source.write, payload)
+        target = await two.allocate_one(8 * MiB, 60)
+        result = await one.copy(source.read, target.write_url)
+        assert result.nbytes == len(payload)
+        assert result.seconds > 0
+        assert await two.read(target.read) == payload
+        links = (await one.status())["links"]
+        assert [link["to"] for link in links] == [b.url]
+        assert links[0]["bytes"] == len(payload)
+        assert (await two.status())["name"] == "b"
+    for line in a.log + b.log:  # the access log and httpx's lines hold no capability whole
+        for secret in (source.read, source.write, target.write, target.read):
+            assert secret not in line
+
+
+async def test_hard_allocations_survive_a_restart(tmp_path: Path) -> None:
+    data_dir = str(tmp_path / "data")
+    payload = bytes(range(256)) * (3 * MiB // 256)
+    async with depot_process("--data-dir", data_dir) as depot, DepotClient(depot.url) as client:
+        hard = await client.allocate_one(4 * MiB, 3600, reliability="hard")
+        soft = await client.allocate_one(MiB, 3600)
+        await client.write(hard.write, payload)
+        await client.write(soft.write, b"gone after restart")
+        depot.terminate()
+        assert await depot.wait() == 0
+    modes = _modes(Path(data_dir))
+    assert len(modes) == 3  # the lock, and the hard allocation's data and record; nothing of the soft one
+    for name, mode in modes.items():
+        assert mode & 0o077 == 0, name  # nobody else may read them
+    async with depot_process("--data-dir", data_dir) as depot, DepotClient(depot.url) as client:
+        probe = await client.probe(hard.manage)
+        assert (probe.size, probe.length, probe.reliability) == (4 * MiB, len(payload), "hard")
+        assert probe.expires == pytest.approx(hard.expires)
+        assert await client.read(hard.read) == payload
+        await client.write(hard.write, b"more")  # the write capability works too
+        with pytest.raises(NotFound):
+            await client.read(soft.read)
+        assert (await client.status())["used"] == 4 * MiB
+        await client.free(hard.manage)
+    assert list(_modes(Path(data_dir))) == [".lock"]
+
+
+def _modes(directory: Path) -> dict[str, int]:
+    return {path.name: path.stat().st_mode for path in sorted(directory.iterdir())}
+
+
+async def test_sigterm_lets_an_in_flight_write_finish(tmp_path: Path) -> None:
+    async with depot_process("--data-dir", str(tmp_path / "d"), "--graceful-timeout", "10s") as depot:
+        async with DepotClient(depot.url) as client:
+            alloc = await client.allocate_one(MiB, 60)
+            halfway = trio.Event()
+            go_on = trio.Event()
+
+            async def body():  # type: ignore[no-untyped-def]
+                yield b"a" * 1000
+                halfway.set()
+                await go_on.wait()
+                yield b"b" * 1000
+
+            async with trio.open_nursery() as nursery:
+                results: list[int] = []
+
+                async def upload() -> None:
+                    results.append(await client.write_stream(alloc.write, body(), 2000))
+
+                nursery.start_soon(upload)
+                await halfway.wait()
+                await trio.sleep(0.2)
+                depot.terminate()
+                await trio.sleep(0.5)
+                assert depot.process.returncode is None  # still finishing the upload
+                go_on.set()
+            assert results == [2000]
+        assert await depot.wait() == 0
+        assert any("finishing in-flight requests" in line for line in depot.log)
+
+
+async def test_client_error_mapping_against_a_real_depot(tmp_path: Path) -> None:
+    config = DepotConfig(
+        listen="127.0.0.1:0", data_dir=tmp_path / "d", capacity=8 * MiB, max_allocation=4 * MiB,
+        max_duration=600, operator_token=TOKEN,
+    )
+    async with trio.open_nursery() as nursery:
+        url = await nursery.start(serve, config)
+        async with DepotClient(url, token=TOKEN) as client, DepotClient(url) as anonymous:
+            with pytest.raises(Unauthorized, match="operator token"):
+                await anonymous.allocate_one(10, 60)
+            with pytest.raises(TooLarge):
+                await client.allocate_one(5 * MiB, 60)
+            with pytest.raises(BadRequest, match="max_duration"):
+                await client.allocate_one(10, 601)
+            alloc = await client.allocate_one(4 * MiB, 60)
+            await client.allocate_one(4 * MiB, 60)
+            with pytest.raises(DepotFull) as full:
+                await client.allocate_one(1, 60)
+            assert full.value.retry_after == 5
+            with pytest.raises(RangeNotSatisfiable):
+                await client.read(alloc.read, 0, 10)
+            with pytest.raises(NotFound):
+                await client.probe(alloc.write)
+            with pytest.raises(Upstream):
+                await client.copy(alloc.read, "http://127.0.0.1:1/v1/data/" + "A" * 32, length=0)
+        nursery.cancel_scope.cancel()
+    async with DepotClient(url, timeout=2) as gone:
+        with pytest.raises(DepotUnreachable):
+            await gone.status()
+        assert not await gone.healthy()
+
+
+async def test_a_stalled_depot_times_out() -> None:
+    listener = (await trio.open_tcp_listeners(0, host="127.0.0.1"))[0]
+    port = listener.socket.getsockname()[1]
+    async with listener, trio.open_nursery() as nursery:
+
+        async def accept_and_stall() -> None:
+            stream = await listener.accept()
+            async with stream:
+                await trio.sleep_forever()
+
+        nursery.start_soon(accept_and_stall)
+        async with DepotClient(f"http://127.0.0.1:{port}", timeout=0.5) as client:
+            with trio.fail_after(5), pytest.raises(DepotTimeout, match="timed out"):
+                await client.status()
+        nursery.cancel_scope.cancel()
+
+
+async def test_tls(tmp_path: Path) -> None:
+    authority = trustme.CA()
+    cert = authority.issue_cert("127.0.0.1")
+    certfile, keyfile = tmp_path / "cert.pem", tmp_path / "key.pem"
+    cert.private_key_and_cert_chain_pem.write_to_path(str(certfile))
+    cert.private_key_pem.write_to_path(str(keyfile))
+    config = DepotConfig(listen="127.0.0.1:0", data_dir=tmp_path / "d", certfile=certfile, keyfile=keyfile)
+    trusted = ssl.create_default_context()
+    authority.configure_trust(trusted)
+    async with trio.open_nursery() as nursery:
+        url = await nursery.start(serve, config)
+        assert url.startswith("https://127.0.0.1:")
+        async with DepotClient(url, verify=trusted) as client:
+            alloc = await client.allocate_one(100, 60)
+            await client.write(alloc.write, b"over tls")
+            assert await client.read(alloc.read) == b"over tls"
+        async with DepotClient(url) as untrusting:
+            with pytest.raises(DepotUnreachable, match="CERTIFICATE_VERIFY_FAILED|certificate"):
+                await untrusting.status()
+        nursery.cancel_scope.cancel()
