@@ -1,0 +1,316 @@
+"""What lnet knows of each edge: a smoothed throughput, when it was measured, how often, and whether it failed.
+
+Pure state plus a JSON file: no network, no clock of its own (every call that needs the time takes ``now``, Unix
+seconds, so that a memory saved by one process means the same to the next). It must not decide paths; the
+decision loop (``_loop.py``) reads it through ``to_graph``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import tempfile
+from collections.abc import Collection, Iterable, Iterator, Mapping
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import networkx as nx
+import platformdirs
+
+from ._widest import THROUGHPUT
+
+__all__ = [
+    "DEFAULT_AGE_AFTER_S",
+    "DEFAULT_AGE_MAX_PER_ROUND",
+    "DEFAULT_AGE_PERCENT",
+    "DEFAULT_SMOOTHING_S",
+    "Edge",
+    "EdgeEstimate",
+    "EdgeMemory",
+]
+
+log = logging.getLogger(__name__)
+
+Edge = tuple[str, str]
+
+DEFAULT_SMOOTHING_S = 2.0
+"""Time constant of the estimate: a sample covering this many seconds of transfer carries 63% of the weight."""
+DEFAULT_AGE_AFTER_S = 300.0
+DEFAULT_AGE_PERCENT = 20.0
+DEFAULT_AGE_MAX_PER_ROUND = 2
+
+_FORMAT = "lnet-edge-memory"
+_VERSION = 1
+
+
+@dataclass(frozen=True, slots=True)
+class EdgeEstimate:
+    """One edge's record.
+
+    ``throughput_bps`` is the smoothed estimate (bytes/s). While ``failed`` it is the estimate from before the
+    failure, kept so that aging can hand the edge back its old weight; the edge's weight is 0 meanwhile.
+    ``samples`` counts the measurements behind the estimate (0 for an edge that failed before it was ever
+    measured). ``measured_at`` is the Unix time of the last measurement, failure or aging.
+    """
+
+    throughput_bps: float
+    measured_at: float
+    samples: int
+    failed: bool = False
+
+    @property
+    def weight(self) -> float:
+        return 0.0 if self.failed else self.throughput_bps
+
+
+class EdgeMemory:
+    """Edge estimates keyed by ordered vertex pairs, persisted as JSON for the next transfer's warm start."""
+
+    def __init__(self, *, smoothing_s: float = DEFAULT_SMOOTHING_S) -> None:
+        if not smoothing_s > 0:
+            raise ValueError(f"smoothing_s must be positive, not {smoothing_s!r}")
+        self.smoothing_s = smoothing_s
+        self._edges: dict[Edge, EdgeEstimate] = {}
+
+    # -- reading ------------------------------------------------------------------------------------------
+
+    def __len__(self) -> int:
+        return len(self._edges)
+
+    def __iter__(self) -> Iterator[Edge]:
+        return iter(self._edges)
+
+    def entry(self, u: str, v: str) -> EdgeEstimate | None:
+        """The whole record of edge ``u -> v``, or None if nothing is known of it."""
+        return self._edges.get((u, v))
+
+    def estimate(self, u: str, v: str) -> float | None:
+        """The edge's weight in bytes/s: None if unknown, 0.0 while failed."""
+        entry = self._edges.get((u, v))
+        return None if entry is None else entry.weight
+
+    def snapshot(self) -> dict[Edge, EdgeEstimate]:
+        """A copy of every record, for comparisons and reports."""
+        return dict(self._edges)
+
+    def to_graph(self, vertices: Iterable[str]) -> nx.DiGraph:
+        """A full mesh over ``vertices`` (in their order, which breaks ties in ``widest_path``).
+
+        Known edges carry ``throughput`` (0.0 while failed); unknown edges carry nothing and so count as
+        infinitely fast.
+        """
+        order = list(dict.fromkeys(vertices))
+        graph = nx.DiGraph()
+        graph.add_nodes_from(order)
+        for u in order:
+            for v in order:
+                if u == v:
+                    continue
+                entry = self._edges.get((u, v))
+                if entry is None:
+                    graph.add_edge(u, v)
+                else:
+                    graph.add_edge(u, v, **{THROUGHPUT: entry.weight})
+        return graph
+
+    # -- learning -----------------------------------------------------------------------------------------
+
+    def observe(self, u: str, v: str, nbytes: int, seconds: float, now: float) -> EdgeEstimate:
+        """Fold in a measurement: ``nbytes`` crossed ``u -> v`` in ``seconds``.
+
+        The estimate is an exponential average weighted by how long the sample ran, so that one long copy
+        counts as much as many short ones covering the same time. A success clears a failure.
+        """
+        if nbytes < 0 or not seconds > 0 or not math.isfinite(seconds):
+            raise ValueError(f"a measurement needs nbytes >= 0 and seconds > 0, not {nbytes!r}, {seconds!r}")
+        rate = nbytes / seconds
+        old = self._edges.get((u, v))
+        if old is None or old.failed or old.samples == 0:
+            new = EdgeEstimate(rate, now, 1)
+        else:
+            share = -math.expm1(-seconds / self.smoothing_s)
+            new = EdgeEstimate(old.throughput_bps + share * (rate - old.throughput_bps), now, old.samples + 1)
+        self._edges[(u, v)] = new
+        return new
+
+    def fail(self, u: str, v: str, now: float) -> None:
+        """The hop ``u -> v`` failed: its weight is 0 until aging gives it another chance."""
+        old = self._edges.get((u, v))
+        if old is None:
+            self._edges[(u, v)] = EdgeEstimate(0.0, now, 0, failed=True)
+        else:
+            self._edges[(u, v)] = replace(old, measured_at=now, failed=True)
+
+    def forget(self, u: str, v: str) -> None:
+        """Make the edge unknown again."""
+        self._edges.pop((u, v), None)
+
+    def clear(self) -> None:
+        self._edges.clear()
+
+    def age_stale_weights(
+        self,
+        now: float,
+        *,
+        after_s: float = DEFAULT_AGE_AFTER_S,
+        percent: float = DEFAULT_AGE_PERCENT,
+        max_edges: int = DEFAULT_AGE_MAX_PER_ROUND,
+        among: Collection[str] | None = None,
+    ) -> list[Edge]:
+        """Give stale weights another chance, oldest first, at most ``max_edges`` of them; returns those aged.
+
+        An estimate older than ``after_s`` is raised by ``percent`` and its time renewed (the seed's aging). A
+        failed edge gets back its estimate from before the failure, raised the same way, or becomes unknown if
+        it never had one. ``among`` limits aging to edges between those vertices (one transfer's graph).
+        """
+        stale = [
+            (entry.measured_at, edge)
+            for edge, entry in self._edges.items()
+            if now - entry.measured_at >= after_s and (among is None or (edge[0] in among and edge[1] in among))
+        ]
+        stale.sort()
+        factor = 1.0 + percent / 100.0
+        aged: list[Edge] = []
+        for _, edge in stale[: max(0, max_edges)]:
+            entry = self._edges[edge]
+            if entry.failed and entry.samples == 0:
+                del self._edges[edge]
+            else:
+                self._edges[edge] = EdgeEstimate(entry.throughput_bps * factor, now, entry.samples)
+            aged.append(edge)
+        return aged
+
+    def seed_from_links(
+        self,
+        src_vertex: str,
+        links: Iterable[Mapping[str, Any]],
+        url_to_vertex: Mapping[str, str],
+        now: float,
+    ) -> list[Edge]:
+        """Learn from a depot's ``GET /v1/status`` ``links``: what ``src_vertex`` measured pushing to its peers.
+
+        Each link ``{to, bytes, seconds, mbps, at}`` is one sample of edge ``src_vertex -> url_to_vertex[to]``
+        (URLs compared without a trailing slash). Links to unknown URLs, malformed links, and links no newer
+        than what the memory already holds are skipped. ``at`` is clamped to ``now`` against clock skew.
+        Returns the edges learnt.
+        """
+        vertices = {url.rstrip("/"): vertex for url, vertex in url_to_vertex.items()}
+        learnt: list[Edge] = []
+        for link in links:
+            sample = _link_sample(link)
+            if sample is None:
+                log.debug("skipping a malformed link from %s: %r", src_vertex, link)
+                continue
+            url, nbytes, seconds, at = sample
+            peer = vertices.get(url.rstrip("/"))
+            if peer is None or peer == src_vertex:
+                continue
+            at = min(at, now)
+            known = self._edges.get((src_vertex, peer))
+            if known is not None and known.measured_at >= at:
+                continue
+            self.observe(src_vertex, peer, nbytes, seconds, at)
+            learnt.append((src_vertex, peer))
+        return learnt
+
+    # -- persistence --------------------------------------------------------------------------------------
+
+    @staticmethod
+    def default_path() -> Path:
+        """``edges.json`` in the user's cache directory for lnet."""
+        return Path(platformdirs.user_cache_dir("lnet")) / "edges.json"
+
+    def save(self, path: str | os.PathLike[str]) -> None:
+        """Write the memory as JSON, atomically: a reader sees the old file or the new one, never a torn one."""
+        target = Path(path)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        document = {
+            "format": _FORMAT,
+            "version": _VERSION,
+            "edges": [
+                {
+                    "from": u,
+                    "to": v,
+                    "throughput_bps": entry.throughput_bps,
+                    "measured_at": entry.measured_at,
+                    "samples": entry.samples,
+                    "failed": entry.failed,
+                }
+                for (u, v), entry in sorted(self._edges.items())
+            ],
+        }
+        fd, temporary = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as stream:
+                json.dump(document, stream, indent=1, allow_nan=False)
+                stream.flush()
+                os.fsync(stream.fileno())
+            os.replace(temporary, target)
+        except BaseException:
+            Path(temporary).unlink(missing_ok=True)
+            raise
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str], *, smoothing_s: float = DEFAULT_SMOOTHING_S) -> EdgeMemory:
+        """Read a memory written by ``save``.
+
+        A missing file is a first run: an empty memory. A corrupt or foreign file is reported with a warning
+        and ignored (an empty memory): losing the weather is a slower start, never a failed transfer.
+        """
+        memory = cls(smoothing_s=smoothing_s)
+        try:
+            text = Path(path).read_text(encoding="utf-8")
+        except FileNotFoundError:
+            return memory
+        except (OSError, UnicodeDecodeError) as error:
+            log.warning("ignoring the edge memory %s: cannot read it (%s)", path, error)
+            return memory
+        try:
+            memory._edges = _parse(json.loads(text))
+        except (ValueError, TypeError, KeyError) as error:
+            log.warning("ignoring the edge memory %s: not an lnet edge memory (%s)", path, error)
+        return memory
+
+
+def _finite(value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise ValueError(f"not a finite number: {value!r}")
+    return float(value)
+
+
+def _parse(document: object) -> dict[Edge, EdgeEstimate]:
+    if not isinstance(document, dict) or document.get("format") != _FORMAT:
+        raise ValueError("no lnet-edge-memory format tag")
+    if document.get("version") != _VERSION:
+        raise ValueError(f"unsupported version {document.get('version')!r}")
+    edges: dict[Edge, EdgeEstimate] = {}
+    for item in document["edges"]:
+        u, v = item["from"], item["to"]
+        samples, failed = item["samples"], item["failed"]
+        if not (isinstance(u, str) and isinstance(v, str) and isinstance(failed, bool)):
+            raise ValueError(f"malformed edge {item!r}")
+        if isinstance(samples, bool) or not isinstance(samples, int) or samples < 0:
+            raise ValueError(f"malformed sample count {samples!r}")
+        throughput = _finite(item["throughput_bps"])
+        if throughput < 0:
+            raise ValueError(f"negative throughput {throughput!r}")
+        edges[(u, v)] = EdgeEstimate(throughput, _finite(item["measured_at"]), samples, failed)
+    return edges
+
+
+def _link_sample(link: object) -> tuple[str, int, float, float] | None:
+    if not isinstance(link, Mapping):
+        return None
+    try:
+        url, nbytes, seconds, at = link["to"], link["bytes"], link["seconds"], _finite(link["at"])
+        seconds = _finite(seconds)
+    except (KeyError, ValueError):
+        return None
+    if not isinstance(url, str) or isinstance(nbytes, bool) or not isinstance(nbytes, int):
+        return None
+    if nbytes <= 0 or seconds <= 0:
+        return None
+    return url, nbytes, seconds, at

@@ -1,0 +1,114 @@
+"""Max-min (widest) path over a graph of edge throughputs.
+
+Pure graph code: no I/O, no clock. An edge's weight is its ``throughput`` attribute in bytes/s; an edge without
+one (or with ``None``) is unknown and counts as infinitely fast, which is what makes a cold start explore.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections import deque
+from collections.abc import Hashable, Sequence
+from typing import Any, TypeVar
+
+import networkx as nx
+
+__all__ = ["THROUGHPUT", "NoPathError", "path_throughput", "widest_path"]
+
+V = TypeVar("V", bound=Hashable)
+
+THROUGHPUT = "throughput"
+"""The edge attribute holding a measured throughput in bytes/s."""
+
+
+class NoPathError(ValueError):
+    """There is no path from the source to the destination in the graph."""
+
+
+def _weight(attrs: dict[str, Any]) -> float:
+    value = attrs.get(THROUGHPUT)
+    return math.inf if value is None else float(value)
+
+
+def widest_path(graph: nx.DiGraph, src: V, dst: V) -> list[V]:
+    """The cycle-free path from ``src`` to ``dst`` whose smallest edge weight is largest.
+
+    Among the paths with that bottleneck the one with the fewest hops wins; among those, the one found first when
+    walking vertices and edges in the graph's insertion order, so the answer is deterministic.
+
+    Two passes, both O(E log V) at worst: a heap-based variant of Dijkstra (the seed's routine, with a heap
+    instead of its O(V^2) scan) finds the best bottleneck B; then a breadth-first search over the edges of
+    weight >= B finds the fewest hops. Doing both in one Dijkstra keyed on (bottleneck, hops) would be wrong:
+    a path with a worse bottleneck but fewer hops can become the better prefix once a narrower edge follows.
+
+    Raises ``NoPathError`` if ``dst`` cannot be reached (or either end is not in the graph).
+    """
+    if src not in graph or dst not in graph:
+        raise NoPathError(f"no path from {src!r} to {dst!r}: not both in the graph")
+    if src == dst:
+        return [src]
+    bottleneck = _best_bottleneck(graph, src, dst)
+    return _fewest_hops(graph, src, dst, bottleneck)
+
+
+def _best_bottleneck(graph: nx.DiGraph, src: Hashable, dst: Hashable) -> float:
+    adj = graph.adj
+    best: dict[Hashable, float] = {src: math.inf}
+    done: set[Hashable] = set()
+    # Max-heap via negated keys; the counter keeps ties in discovery order and never compares vertices.
+    heap: list[tuple[float, int, Hashable]] = [(-math.inf, 0, src)]
+    pushed = 1
+    while heap:
+        negative, _, u = heapq.heappop(heap)
+        if u in done:
+            continue
+        if u == dst:
+            return -negative
+        done.add(u)
+        width = -negative
+        for v, attrs in adj[u].items():
+            if v in done:
+                continue
+            w = _weight(attrs)
+            candidate = w if w < width else width
+            if candidate > best.get(v, -math.inf):
+                best[v] = candidate
+                heapq.heappush(heap, (-candidate, pushed, v))
+                pushed += 1
+    raise NoPathError(f"no path from {src!r} to {dst!r}")
+
+
+def _fewest_hops(graph: nx.DiGraph, src: V, dst: V, bottleneck: float) -> list[V]:
+    adj = graph.adj
+    previous: dict[V, V] = {src: src}
+    queue: deque[V] = deque([src])
+    while queue:
+        u = queue.popleft()
+        for v, attrs in adj[u].items():
+            if v in previous or _weight(attrs) < bottleneck:
+                continue
+            previous[v] = u
+            if v == dst:
+                path = [v]
+                while path[-1] != src:
+                    path.append(previous[path[-1]])
+                path.reverse()
+                return path
+            queue.append(v)
+    # Unreachable: the first pass proved a path of this width exists.
+    raise AssertionError("widest path lost between passes")
+
+
+def path_throughput(graph: nx.DiGraph, path: Sequence[Hashable]) -> float:
+    """The predicted throughput of ``path``: its smallest edge weight, unknown edges counting as infinite.
+
+    A single-vertex path is infinitely fast. Raises ``NoPathError`` if a hop is not an edge of the graph.
+    """
+    result = math.inf
+    for u, v in zip(path, path[1:], strict=False):
+        attrs = graph.adj.get(u, {}).get(v)
+        if attrs is None:
+            raise NoPathError(f"{u!r} -> {v!r} is not an edge of the graph")
+        result = min(result, _weight(attrs))
+    return result

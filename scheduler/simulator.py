@@ -1,0 +1,322 @@
+"""A deterministic network simulator to run the decision loop against, in simulated time.
+
+Ground truth is a capacity per ordered pair of vertices (bytes/s). A transfer on a path runs at its slowest hop;
+a hop that joins the path starts from nothing and reaches its capacity linearly over its ramp time (TCP opening
+its window). Every step, each hop reports a measurement of its own rate with seeded multiplicative noise, as a
+depot's copy timings would; a hop of capacity 0 reports a failure, a failed vertex on the path a depot failure.
+Events change the truth at given times. Same network, scheduler settings and seed: same run, bit for bit.
+
+No wall clock, no sleeps, no I/O: it is for tests and ``bench/scheduler.py``.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from ._loop import (
+    DepotFailure,
+    DropDepot,
+    Event,
+    HopFailure,
+    Keep,
+    Measurement,
+    Path,
+    PathAttempt,
+    PathScheduler,
+    Switch,
+    edges_of,
+)
+from ._memory import Edge, EdgeMemory
+from ._widest import path_throughput, widest_path
+
+__all__ = [
+    "ABILENE_BEST_PATH",
+    "ABILENE_DST",
+    "ABILENE_SRC",
+    "DegradeEdge",
+    "FailVertex",
+    "SimEvent",
+    "SimNetwork",
+    "SimResult",
+    "SimSample",
+    "abilene",
+    "mbit",
+    "random_topology",
+    "simulate_transfer",
+]
+
+
+def mbit(rate_mbit_s: float) -> float:
+    """Mbit/s in bytes/s."""
+    return rate_mbit_s * 1e6 / 8
+
+
+@dataclass(frozen=True, slots=True)
+class DegradeEdge:
+    """From ``at`` on, ``edge`` carries ``capacity_bps`` (0 makes its hop fail)."""
+
+    at: float
+    edge: Edge
+    capacity_bps: float
+
+
+@dataclass(frozen=True, slots=True)
+class FailVertex:
+    """From ``at`` on, ``vertex`` is down: unreachable, every edge through it dead."""
+
+    at: float
+    vertex: str
+
+
+SimEvent = DegradeEdge | FailVertex
+
+
+@dataclass(frozen=True)
+class SimNetwork:
+    """The truth: vertices (in the order a scheduler should list them), capacities, ramp times, noise, events."""
+
+    vertices: tuple[str, ...]
+    capacities: Mapping[Edge, float]
+    """bytes/s for every ordered pair of distinct vertices."""
+    ramp_s: Mapping[Edge, float] = field(default_factory=dict)
+    default_ramp_s: float = 1.0
+    noise: float = 0.03
+    """Relative standard deviation of a measurement."""
+    events: tuple[SimEvent, ...] = ()
+
+    def __post_init__(self) -> None:
+        missing = [(u, v) for u in self.vertices for v in self.vertices if u != v and (u, v) not in self.capacities]
+        if missing:
+            raise ValueError(f"no capacity for {missing[:3]}...")
+
+    def capacity(self, edge: Edge, now: float) -> float:
+        """The edge's capacity at ``now``, after the events up to then; 0 through a failed vertex."""
+        if self.failed(edge[0], now) or self.failed(edge[1], now):
+            return 0.0
+        capacity = self.capacities[edge]
+        for event in sorted(self.events, key=lambda e: e.at):
+            if isinstance(event, DegradeEdge) and event.at <= now and event.edge == edge:
+                capacity = event.capacity_bps
+        return capacity
+
+    def failed(self, vertex: str, now: float) -> bool:
+        return any(isinstance(e, FailVertex) and e.vertex == vertex and e.at <= now for e in self.events)
+
+    def truth(self, src: str, dst: str, now: float = 0.0) -> tuple[Path, float]:
+        """The best path at ``now`` by the true capacities, and its throughput."""
+        memory = self.accurate_memory(now)
+        graph = memory.to_graph(self.vertices)
+        path = tuple(widest_path(graph, src, dst))
+        return path, path_throughput(graph, path)
+
+    def accurate_memory(self, now: float = 0.0) -> EdgeMemory:
+        """A memory holding the true capacity of every edge at ``now``: a perfect warm start."""
+        memory = EdgeMemory()
+        for (u, v), _ in self.capacities.items():
+            capacity = self.capacity((u, v), now)
+            if capacity > 0:
+                memory.observe(u, v, round(capacity), 1.0, now)
+            else:
+                memory.fail(u, v, now)
+        return memory
+
+    def ramp(self, edge: Edge) -> float:
+        return self.ramp_s.get(edge, self.default_ramp_s)
+
+
+@dataclass(frozen=True, slots=True)
+class SimSample:
+    """During the step starting at ``t`` the transfer ran on ``path`` at ``rate_bps`` (true, noise-free)."""
+
+    t: float
+    path: Path
+    rate_bps: float
+
+
+@dataclass(frozen=True)
+class SimResult:
+    attempts: list[PathAttempt]
+    samples: list[SimSample]
+    decisions: list[tuple[float, Switch | DropDepot]]
+    delivered_bytes: float
+    finished_at: float | None
+    """When ``size_bytes`` had all arrived; None if it had not by the end."""
+
+    def first_time_at(self, rate_bps: float) -> float | None:
+        """The start of the first step that ran at ``rate_bps`` or faster, or None."""
+        return next((s.t for s in self.samples if s.rate_bps >= rate_bps), None)
+
+    @property
+    def final_path(self) -> Path:
+        return self.samples[-1].path
+
+
+def _ramp_average(elapsed: float, step: float, ramp: float) -> float:
+    """The mean of min(1, x / ramp) for x over [elapsed, elapsed + step]."""
+    if ramp <= 0 or elapsed >= ramp:
+        return 1.0
+    end = elapsed + step
+    if end <= ramp:
+        return (elapsed + end) / (2 * ramp)
+    rising = ramp - elapsed
+    return (rising * (elapsed + ramp) / (2 * ramp) + (end - ramp)) / step
+
+
+def simulate_transfer(
+    network: SimNetwork,
+    scheduler: PathScheduler,
+    *,
+    start_s: float = 0.0,
+    duration_s: float = 600.0,
+    size_bytes: float | None = None,
+    step_s: float = 0.5,
+    seed: int = 0,
+) -> SimResult:
+    """Run ``scheduler`` against ``network`` from ``start_s`` for ``duration_s`` or until ``size_bytes`` arrived.
+
+    Each step the hops of the current path report one measurement each (or a failure); then the scheduler is
+    ticked, and its decision takes effect for the next step. Hops kept across a switch stay ramped up.
+    """
+    rng = random.Random(seed)
+    t = start_s
+    path = scheduler.start(t).path
+    since = {edge: t for edge in edges_of(path)}
+    samples: list[SimSample] = []
+    decisions: list[tuple[float, Switch | DropDepot]] = []
+    delivered = 0.0
+    finished_at: float | None = None
+    end = start_s + duration_s
+    while t < end - 1e-9:
+        events: list[Event] = []
+        down = [v for v in path if network.failed(v, t)]
+        events.extend(DepotFailure(v, t + step_s) for v in down)
+        rates: list[float] = []
+        for edge in edges_of(path):
+            capacity = network.capacity(edge, t)
+            if capacity <= 0:
+                rates.append(0.0)
+                if not down:
+                    events.append(HopFailure(edge, t + step_s))
+                continue
+            rate = capacity * _ramp_average(t - since[edge], step_s, network.ramp(edge))
+            rates.append(rate)
+            measured = rate * max(0.01, 1.0 + rng.gauss(0.0, network.noise))
+            events.append(Measurement(edge, round(measured * step_s), step_s, t + step_s))
+        rate = min(rates, default=0.0)
+        samples.append(SimSample(t, path, rate))
+        delivered += rate * step_s
+        t += step_s
+        if size_bytes is not None and delivered >= size_bytes:
+            finished_at = t
+            break
+        for event in events:
+            scheduler.measure(event)
+        decision = scheduler.tick(t)
+        if not isinstance(decision, Keep):
+            decisions.append((t, decision))
+        if decision.path != path:
+            kept = set(edges_of(path))
+            since = {edge: since[edge] if edge in kept else t for edge in edges_of(decision.path)}
+            path = decision.path
+    return SimResult(scheduler.attempts, samples, decisions, delivered, finished_at)
+
+
+# -- topologies ------------------------------------------------------------------------------------------
+
+ABILENE_SRC = "ornl"
+ABILENE_DST = "sunnyvale"
+ABILENE_BEST_PATH: Path = ("ornl", "atlanta", "indianapolis", "kansas-city", "denver", "sunnyvale")
+
+# The seed's numbers, Mbit/s. Table 2 gives the best path's edges; the rest are chosen so that every path of
+# Table 1 has the throughput it reports there (the edge that is its bottleneck carries that value, the others
+# more), and so that nothing else beats the best path: every edge into Sunnyvale except Denver's, and every edge
+# out of ORNL except Atlanta's, is under 5.99.
+_ABILENE_MBIT: dict[Edge, float] = {
+    # Table 2
+    ("ornl", "atlanta"): 17.44,
+    ("atlanta", "indianapolis"): 11.76,
+    ("indianapolis", "kansas-city"): 11.52,
+    ("kansas-city", "denver"): 11.01,
+    ("denver", "sunnyvale"): 5.99,
+    # Table 1, the direct path and the two-hop paths
+    ("ornl", "sunnyvale"): 2.63,
+    ("ornl", "indianapolis"): 3.58,
+    ("indianapolis", "sunnyvale"): 4.10,
+    ("ornl", "denver"): 3.75,
+    ("atlanta", "sunnyvale"): 2.55,
+    ("ornl", "kansas-city"): 3.23,
+    ("kansas-city", "sunnyvale"): 3.90,
+    ("ornl", "washington"): 1.66,
+    ("washington", "sunnyvale"): 2.90,
+    ("ornl", "new-york"): 1.74,
+    ("new-york", "sunnyvale"): 3.10,
+    # Table 1, the longer paths
+    ("atlanta", "denver"): 4.30,
+    ("indianapolis", "denver"): 4.94,
+    ("atlanta", "kansas-city"): 4.40,
+    ("atlanta", "washington"): 5.00,
+    ("washington", "denver"): 2.72,
+    ("atlanta", "new-york"): 4.80,
+    ("new-york", "denver"): 2.44,
+}
+# Listed in the order the seed tried two-hop paths, which is how ties between unknown paths are broken.
+_ABILENE_VERTICES = (
+    "ornl",
+    "indianapolis",
+    "denver",
+    "atlanta",
+    "kansas-city",
+    "washington",
+    "new-york",
+    "sunnyvale",
+)
+_ABILENE_OTHER_MBIT = 3.0
+"""Every edge neither table constrains (backwards, or between the side depots): slow enough to matter nowhere."""
+
+
+def abilene(*, events: Iterable[SimEvent] = (), noise: float = 0.03, ramp_s: float = 2.0) -> SimNetwork:
+    """The seed's testbed: ORNL to Sunnyvale over Abilene with six depots (Tables 1 and 2)."""
+    capacities = {
+        (u, v): mbit(_ABILENE_MBIT.get((u, v), _ABILENE_OTHER_MBIT))
+        for u in _ABILENE_VERTICES
+        for v in _ABILENE_VERTICES
+        if u != v
+    }
+    return SimNetwork(_ABILENE_VERTICES, capacities, default_ramp_s=ramp_s, noise=noise, events=tuple(events))
+
+
+def random_topology(
+    n_vertices: int,
+    seed: int,
+    *,
+    window_bytes: float = 256 * 1024,
+    link_bps: float = mbit(100.0),
+    noise: float = 0.03,
+) -> SimNetwork:
+    """A full mesh of long-distance hosts: ``v0`` (the source) and ``v{n-1}`` (the destination) at opposite ends
+    of a unit square, the depots scattered at random between.
+
+    A hop's capacity is the TCP window over its round-trip time (5 ms plus 100 ms per unit of distance), capped
+    by the link rate, times a random log-normal factor for load; its ramp is ten round trips. So short hops are
+    fast, which is what makes relaying pay, and the load factor makes the best chain hard to guess.
+    """
+    if n_vertices < 2:
+        raise ValueError("a topology needs at least a source and a destination")
+    rng = random.Random(seed)
+    names = tuple(f"v{i}" for i in range(n_vertices))
+    where = {names[0]: (0.0, 0.5), names[-1]: (1.0, 0.5)}
+    for name in names[1:-1]:
+        where[name] = (rng.random(), rng.random())
+    capacities: dict[Edge, float] = {}
+    ramps: dict[Edge, float] = {}
+    for u in names:
+        for v in names:
+            if u == v:
+                continue
+            rtt = 0.005 + 0.1 * math.dist(where[u], where[v])
+            capacities[(u, v)] = min(link_bps, window_bytes / rtt) * rng.lognormvariate(0.0, 0.4)
+            ramps[(u, v)] = 10 * rtt
+    return SimNetwork(names, capacities, ramps, noise=noise)

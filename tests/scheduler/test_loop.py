@@ -1,0 +1,158 @@
+"""The decision loop, driven by hand: each rule of the theory of operation on its own."""
+
+from __future__ import annotations
+
+import pytest
+
+from lnet.scheduler import (
+    DepotFailure,
+    DropDepot,
+    EdgeMemory,
+    HopFailure,
+    Keep,
+    Measurement,
+    PathScheduler,
+    SchedulerConfig,
+    Switch,
+    edges_of,
+)
+
+VERTICES = ["s", "a", "b", "d"]
+CONFIG = SchedulerConfig(reevaluate_s=5.0, min_attempt_s=10.0, warmup_s=2.0, hysteresis=0.1)
+
+
+def known(**rates: float) -> EdgeMemory:
+    """A memory with every edge of VERTICES known: 1.0 B/s unless named like s_a=5.0."""
+    memory = EdgeMemory()
+    for u in VERTICES:
+        for v in VERTICES:
+            if u != v:
+                memory.observe(u, v, round(rates.get(f"{u}_{v}", 1.0) * 1000), 1000.0, now=0.0)
+    return memory
+
+
+def feed(scheduler: PathScheduler, path: tuple[str, ...], rate: float, start: float, end: float) -> None:
+    """One-second samples of every hop of ``path`` at ``rate`` B/s from start to end."""
+    t = start
+    while t < end:
+        for edge in edges_of(path):
+            scheduler.measure(Measurement(edge, round(rate), 1.0, t + 1.0))
+        t += 1.0
+
+
+def test_config_rejects_nonsense() -> None:
+    with pytest.raises(ValueError, match="warmup_s"):
+        SchedulerConfig(warmup_s=10.0, min_attempt_s=10.0)
+    with pytest.raises(ValueError, match="reevaluate_s"):
+        SchedulerConfig(reevaluate_s=0)
+    with pytest.raises(ValueError, match="memory_mismatch"):
+        SchedulerConfig(memory_mismatch=1.0)
+    with pytest.raises(ValueError, match="src and dst"):
+        PathScheduler(VERTICES, "s", "s", EdgeMemory())
+
+
+def test_cold_start_takes_the_direct_path_and_is_not_rushed() -> None:
+    scheduler = PathScheduler(VERTICES, "s", "d", EdgeMemory(), CONFIG)
+    first = scheduler.start(0.0)
+    assert first == Switch(("s", "d"), float("inf"), "start")
+    assert scheduler.tick(4.0) == Keep(("s", "d"))  # before reevaluate_s
+    feed(scheduler, ("s", "d"), 100.0, 0.0, 6.0)
+    assert scheduler.tick(6.0) == Keep(("s", "d"))  # re-evaluated, but before min_attempt_s
+    feed(scheduler, ("s", "d"), 100.0, 6.0, 11.0)
+    decision = scheduler.tick(11.0)
+    assert isinstance(decision, Switch)
+    assert (decision.path, decision.reason) == (("s", "a", "d"), "explore")
+    assert [a.path for a in scheduler.attempts] == [("s", "d"), ("s", "a", "d")]
+    assert scheduler.attempts[0].end == 11.0
+    assert scheduler.attempts[0].throughput_bps == 100.0
+    assert scheduler.attempts[1].end is None
+
+
+def test_samples_in_the_warmup_count_for_the_attempt_but_are_not_learnt() -> None:
+    memory = EdgeMemory()
+    scheduler = PathScheduler(VERTICES, "s", "d", memory, CONFIG)
+    scheduler.start(0.0)
+    scheduler.measure(Measurement(("s", "d"), 10, 1.0, 1.0))
+    scheduler.measure(Measurement(("s", "d"), 10, 1.0, 2.0))  # started at 1.0 < 0 + warmup_s
+    assert memory.estimate("s", "d") is None
+    scheduler.measure(Measurement(("s", "d"), 70, 1.0, 3.0))
+    assert memory.estimate("s", "d") == 70.0
+    assert scheduler.attempts[0].throughput_bps == pytest.approx(30.0)
+
+
+def test_hysteresis_keeps_a_path_against_a_slightly_better_one_but_not_a_clearly_better_one() -> None:
+    memory = known(s_d=100.0, s_a=105.0, a_d=105.0)
+    scheduler = PathScheduler(VERTICES, "s", "d", memory, CONFIG)
+    assert scheduler.start(0.0).path == ("s", "a", "d")
+    feed(scheduler, ("s", "a", "d"), 95.0, 0.0, 12.0)  # now the direct path is 5% ahead: not enough
+    assert scheduler.tick(12.0) == Keep(("s", "a", "d"))
+    feed(scheduler, ("s", "a", "d"), 80.0, 12.0, 20.0)
+    decision = scheduler.tick(20.0)
+    assert isinstance(decision, Switch)
+    assert (decision.path, decision.reason) == (("s", "d"), "better")
+
+
+def test_a_failed_hop_moves_the_transfer_at_once_and_weighs_zero() -> None:
+    memory = known(s_a=50.0, a_d=50.0, s_d=20.0)
+    scheduler = PathScheduler(VERTICES, "s", "d", memory, CONFIG)
+    assert scheduler.start(0.0).path == ("s", "a", "d")
+    scheduler.measure(HopFailure(("a", "d"), 1.0))
+    decision = scheduler.tick(1.5)  # neither reevaluate_s nor min_attempt_s has passed
+    assert isinstance(decision, Switch)
+    assert (decision.path, decision.reason) == (("s", "d"), "failure")
+    assert memory.estimate("a", "d") == 0.0
+
+
+def test_a_failed_depot_is_dropped_and_routed_around() -> None:
+    memory = known(s_a=50.0, a_d=50.0, s_b=30.0, b_d=30.0, s_d=20.0)
+    scheduler = PathScheduler(VERTICES, "s", "d", memory, CONFIG)
+    assert scheduler.start(0.0).path == ("s", "a", "d")
+    scheduler.measure(DepotFailure("a", 3.0))
+    decision = scheduler.tick(3.0)
+    assert decision == DropDepot("a", ("s", "b", "d"), 30_000 / 1000)
+    assert all(memory.estimate(*edge) == 0.0 for edge in [("s", "a"), ("a", "d"), ("b", "a"), ("a", "b")])
+    assert scheduler.tick(3.5) == Keep(("s", "b", "d"))
+
+
+def test_a_depot_failing_off_the_path_is_dropped_without_moving() -> None:
+    memory = known(s_a=50.0, a_d=50.0)
+    scheduler = PathScheduler(VERTICES, "s", "d", memory, CONFIG)
+    scheduler.start(0.0)
+    scheduler.measure(DepotFailure("b", 1.0))
+    assert scheduler.tick(1.0) == DropDepot("b", ("s", "a", "d"), 50.0)
+    assert [a.path for a in scheduler.attempts] == [("s", "a", "d")]
+
+
+def test_no_exploration_budget_settles_on_the_direct_path() -> None:
+    config = SchedulerConfig(max_explorations=0)
+    scheduler = PathScheduler(VERTICES, "s", "d", EdgeMemory(), config)
+    assert scheduler.start(0.0).path == ("s", "d")
+    feed(scheduler, ("s", "d"), 100.0, 0.0, 30.0)
+    assert scheduler.tick(30.0) == Keep(("s", "d"))
+    assert scheduler.explorations == 0
+
+
+def test_a_warm_start_proved_wrong_discredits_the_rest_of_the_memory() -> None:
+    memory = known(s_a=500.0, a_d=500.0, s_b=1.0, b_d=1.0)
+    scheduler = PathScheduler(VERTICES, "s", "d", memory, CONFIG)
+    assert scheduler.start(0.0).path == ("s", "a", "d")
+    feed(scheduler, ("s", "a", "d"), 10.0, 0.0, 12.0)  # 50x slower than remembered
+    assert scheduler.memory_discredited
+    decision = scheduler.tick(12.0)
+    # s-b and b-d were never confirmed: unknown again, so the path through b gets explored.
+    assert isinstance(decision, Switch)
+    assert (decision.path, decision.reason) == (("s", "d"), "explore")
+
+
+def test_a_measurement_needs_time() -> None:
+    with pytest.raises(ValueError, match="seconds > 0"):
+        Measurement(("s", "d"), 10, 0.0, 1.0)
+
+
+def test_tick_before_start_and_a_second_start_are_errors() -> None:
+    scheduler = PathScheduler(VERTICES, "s", "d", EdgeMemory(), CONFIG)
+    with pytest.raises(RuntimeError, match="start"):
+        scheduler.tick(0.0)
+    scheduler.start(0.0)
+    with pytest.raises(RuntimeError, match="already"):
+        scheduler.start(1.0)

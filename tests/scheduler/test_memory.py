@@ -1,0 +1,168 @@
+"""EdgeMemory: smoothing, failure, aging, the graph it hands out, persistence, seeding from depots' links."""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+from pathlib import Path
+
+import pytest
+
+from lnet.scheduler import THROUGHPUT, EdgeEstimate, EdgeMemory
+
+
+def test_first_sample_is_the_estimate_and_later_ones_move_it_by_their_duration() -> None:
+    memory = EdgeMemory(smoothing_s=2.0)
+    assert memory.estimate("a", "b") is None
+    memory.observe("a", "b", 1000, 1.0, now=10.0)
+    assert memory.estimate("a", "b") == 1000.0
+    short, long = EdgeMemory(smoothing_s=2.0), EdgeMemory(smoothing_s=2.0)
+    for memory_ in (short, long):
+        memory_.observe("a", "b", 1000, 1.0, now=10.0)
+    short.observe("a", "b", 200, 0.1, now=11.0)  # 2000 B/s for 0.1 s
+    long.observe("a", "b", 8000, 4.0, now=11.0)  # 2000 B/s for 4 s
+    assert short.estimate("a", "b") == pytest.approx(1000 + 1000 * (1 - math.exp(-0.05)))
+    assert long.estimate("a", "b") == pytest.approx(1000 + 1000 * (1 - math.exp(-2.0)))
+    entry = long.entry("a", "b")
+    assert entry is not None
+    assert (entry.samples, entry.measured_at) == (2, 11.0)
+
+
+def test_bad_measurements_are_refused() -> None:
+    with pytest.raises(ValueError, match="seconds > 0"):
+        EdgeMemory().observe("a", "b", 10, 0.0, now=0.0)
+    with pytest.raises(ValueError, match="positive"):
+        EdgeMemory(smoothing_s=0)
+
+
+def test_a_failed_edge_weighs_zero_and_a_success_clears_it() -> None:
+    memory = EdgeMemory()
+    memory.observe("a", "b", 500, 1.0, now=0.0)
+    memory.fail("a", "b", now=5.0)
+    assert memory.estimate("a", "b") == 0.0
+    assert memory.to_graph(["a", "b"]).edges["a", "b"][THROUGHPUT] == 0.0
+    memory.observe("a", "b", 300, 1.0, now=6.0)
+    assert memory.estimate("a", "b") == 300.0  # the failure's 0 is not averaged in
+
+
+def test_to_graph_is_a_full_mesh_in_the_given_order_with_unknown_edges_bare() -> None:
+    memory = EdgeMemory()
+    memory.observe("b", "c", 100, 1.0, now=0.0)
+    memory.observe("x", "y", 100, 1.0, now=0.0)  # outside the vertices asked for
+    graph = memory.to_graph(["c", "b", "a"])
+    assert list(graph.nodes) == ["c", "b", "a"]
+    assert graph.number_of_edges() == 6
+    assert graph.edges["b", "c"][THROUGHPUT] == 100.0
+    assert THROUGHPUT not in graph.edges["c", "b"]
+
+
+def test_aging_raises_the_oldest_stale_weights_a_bounded_number_at_a_time() -> None:
+    memory = EdgeMemory()
+    memory.observe("a", "b", 100, 1.0, now=0.0)
+    memory.observe("a", "c", 100, 1.0, now=10.0)
+    memory.observe("b", "c", 100, 1.0, now=20.0)
+    memory.observe("c", "d", 100, 1.0, now=95.0)  # not stale yet at 100
+    aged = memory.age_stale_weights(100.0, after_s=50.0, percent=20.0, max_edges=2)
+    assert aged == [("a", "b"), ("a", "c")]
+    assert memory.estimate("a", "b") == pytest.approx(120.0)
+    assert memory.estimate("b", "c") == 100.0
+    entry = memory.entry("a", "b")
+    assert entry is not None
+    assert entry.measured_at == 100.0
+    # Next round: only b-c is still stale; a-b was renewed.
+    assert memory.age_stale_weights(101.0, after_s=50.0, percent=20.0, max_edges=2) == [("b", "c")]
+    assert memory.age_stale_weights(102.0, after_s=50.0, among={"a", "b"}) == []
+
+
+def test_aging_a_failed_edge_restores_its_old_weight_or_makes_it_unknown() -> None:
+    memory = EdgeMemory()
+    memory.observe("a", "b", 100, 1.0, now=0.0)
+    memory.fail("a", "b", now=1.0)
+    memory.fail("a", "c", now=1.0)  # never measured
+    assert memory.age_stale_weights(5.0, after_s=1.0, percent=50.0, max_edges=5) == [("a", "b"), ("a", "c")]
+    assert memory.estimate("a", "b") == pytest.approx(150.0)
+    assert memory.estimate("a", "c") is None
+
+
+def test_save_and_load_round_trip_atomically(tmp_path: Path) -> None:
+    memory = EdgeMemory()
+    memory.observe("ornl", "atlanta", 2_180_000, 1.0, now=1000.0)
+    memory.fail("atlanta", "denver", now=1001.0)
+    target = tmp_path / "deep" / "edges.json"
+    memory.save(target)
+    target.write_text("old contents are replaced, not appended to")
+    memory.save(target)
+    assert [p.name for p in target.parent.iterdir()] == ["edges.json"]  # no temporary left behind
+    loaded = EdgeMemory.load(target)
+    assert loaded.snapshot() == memory.snapshot()
+    assert loaded.snapshot()[("atlanta", "denver")] == EdgeEstimate(0.0, 1001.0, 0, failed=True)
+
+
+def test_a_missing_file_is_an_empty_memory_without_a_warning(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.WARNING):
+        assert len(EdgeMemory.load(tmp_path / "absent.json")) == 0
+    assert caplog.records == []
+
+
+@pytest.mark.parametrize(
+    "contents",
+    [
+        "{not json",
+        json.dumps({"some": "other program's file"}),
+        json.dumps({"format": "lnet-edge-memory", "version": 99, "edges": []}),
+        json.dumps({"format": "lnet-edge-memory", "version": 1, "edges": [{"from": "a"}]}),
+        '{"format": "lnet-edge-memory", "version": 1, "edges": [{"from": "a", "to": "b", "throughput_bps": NaN,'
+        ' "measured_at": 0, "samples": 1, "failed": false}]}',
+        json.dumps({"format": "lnet-edge-memory", "version": 1, "edges": "abc"}),
+    ],
+)
+def test_a_corrupt_or_foreign_file_is_reported_and_ignored(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, contents: str
+) -> None:
+    path = tmp_path / "edges.json"
+    path.write_text(contents)
+    with caplog.at_level(logging.WARNING, logger="lnet.scheduler"):
+        memory = EdgeMemory.load(path)
+    assert len(memory) == 0
+    assert any("ignoring the edge memory" in r.getMessage() for r in caplog.records)
+
+
+def test_clear_forgets_everything() -> None:
+    memory = EdgeMemory()
+    memory.observe("a", "b", 1, 1.0, now=0.0)
+    memory.clear()
+    assert len(memory) == 0
+    assert memory.estimate("a", "b") is None
+
+
+def test_default_path_is_in_the_user_cache_directory() -> None:
+    path = EdgeMemory.default_path()
+    assert path.name == "edges.json"
+    assert "lnet" in path.parent.parts[-2:] or path.parent.name == "lnet"
+
+
+def test_seed_from_links_learns_known_peers_and_skips_the_rest() -> None:
+    memory = EdgeMemory()
+    memory.observe("atl", "den", 999, 1.0, now=500.0)  # fresher than its link below
+    links = [
+        {"to": "http://10.0.0.2:6714", "bytes": 4_000_000, "seconds": 2.0, "mbps": 16.0, "at": 100.0},
+        {"to": "http://10.0.0.3:6714/", "bytes": 1_000, "seconds": 1.0, "mbps": 0.008, "at": 400.0},
+        {"to": "http://10.0.0.9:6714", "bytes": 1_000, "seconds": 1.0, "mbps": 0.008, "at": 100.0},  # unknown
+        {"to": "http://10.0.0.2:6714", "bytes": "lots", "seconds": 1.0, "mbps": 1.0, "at": 100.0},  # malformed
+        "not even a dict",
+    ]
+    urls = {"http://10.0.0.2:6714/": "ind", "http://10.0.0.3:6714": "den"}
+    learnt = memory.seed_from_links("atl", links, urls, now=1000.0)  # type: ignore[arg-type]
+    assert learnt == [("atl", "ind")]
+    assert memory.estimate("atl", "ind") == 2_000_000.0
+    assert memory.estimate("atl", "den") == 999.0
+
+
+def test_seed_from_links_clamps_a_future_time_to_now() -> None:
+    memory = EdgeMemory()
+    links = [{"to": "http://b", "bytes": 10, "seconds": 1.0, "mbps": 0.0, "at": 5000.0}]
+    assert memory.seed_from_links("a", links, {"http://b": "b"}, now=1000.0) == [("a", "b")]
+    entry = memory.entry("a", "b")
+    assert entry is not None
+    assert entry.measured_at == 1000.0
