@@ -1,0 +1,75 @@
+"""The store alone: capacity accounting, expiry order, pins, and what a restart finds on disk."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from lnet.depot.protocol import NotFound
+from lnet.depot.store import Kind, Reliability, Store
+
+NOW = 1_800_000_000.0
+
+
+def make(tmp_path: Path, capacity: int = 1000, now: float = NOW) -> Store:
+    store = Store(capacity=capacity, max_allocation=capacity, max_duration=3600, data_dir=tmp_path / "data")
+    store.open(now)
+    return store
+
+
+def test_expiry_reaps_in_order_and_extend_moves_it(tmp_path: Path) -> None:
+    store = make(tmp_path)
+    (short, _), = store.allocate(100, 10, Reliability.SOFT, 1, NOW)
+    (long_, caps), = store.allocate(100, 20, Reliability.SOFT, 1, NOW)
+    assert store.extend(short, 30, NOW + 5) == NOW + 40
+    assert store.lookup(Kind.READ, caps.read, NOW + 19.9) is long_
+    with pytest.raises(NotFound):  # expired is gone at once, before the reaper comes by
+        store.lookup(Kind.READ, caps.read, NOW + 20)
+    assert store.reap(NOW + 20) == 1  # only the one that was not extended
+    assert store.used == 100
+    assert store.reap(NOW + 40) == 1
+    assert store.used == 0
+    assert store.next_expiry() is None
+
+
+def test_a_freed_allocation_stays_counted_while_it_streams(tmp_path: Path) -> None:
+    store = make(tmp_path)
+    (alloc, caps), = store.allocate(400, 10, Reliability.SOFT, 1, NOW)
+    with store.pinned(alloc):
+        store.free(alloc)
+        with pytest.raises(NotFound):
+            store.lookup(Kind.READ, caps.read, NOW)
+        assert store.used == 400  # its memory is still mapped: it still counts against the capacity
+        assert not alloc.closed
+    assert alloc.closed
+    assert store.used == 0
+
+
+def test_restart_drops_expired_and_corrupt_records(tmp_path: Path) -> None:
+    store = make(tmp_path)
+    (kept, kept_caps), = store.allocate(100, 600, Reliability.HARD, 1, NOW)
+    kept.buffer[0:5] = b"hello"
+    store.commit_write(kept, 5)
+    store.allocate(100, 10, Reliability.HARD, 1, NOW)
+    (broken, _), = store.allocate(100, 600, Reliability.HARD, 1, NOW)
+    store.close()
+    assert broken.path is not None
+    broken.path.with_suffix(".meta.json").write_text(json.dumps({"format": "something else"}))
+    (tmp_path / "data" / "stray.meta.json").write_text("{not json")
+
+    again = make(tmp_path, now=NOW + 100)
+    assert again.allocations == 1
+    assert again.used == 100
+    alloc = again.lookup(Kind.READ, kept_caps.read, NOW + 100)
+    assert (alloc.length, alloc.buffer[0:5]) == (5, b"hello")
+    names = sorted(p.name for p in (tmp_path / "data").iterdir())
+    assert names == [".lock", f"{kept.ident}.data", f"{kept.ident}.meta.json"]
+    again.close()
+
+
+def test_one_data_directory_serves_one_depot(tmp_path: Path) -> None:
+    make(tmp_path)
+    with pytest.raises(RuntimeError, match="in use by another depot"):
+        make(tmp_path)
