@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Literal
 
 import networkx as nx
@@ -65,6 +65,14 @@ class SchedulerConfig:
     """A remembered estimate (from before this transfer started, not aged since) that this transfer measures more
     than this fraction below, or the inverse above, discredits every remembered estimate this transfer has not
     confirmed: they count as unknown from then on."""
+    probes_per_round: int = 8
+    """0: explore as the seed does, by moving the transfer onto paths with unknown edges. More: never move the
+    transfer onto an unknown edge; instead, at each re-evaluation, ask the engine to probe up to this many
+    unknown edges (the ones on the paths that could beat the best known) with small copies beside the transfer.
+    An engine that ignores ``probes`` is noticed (no probe ever reported back within ``probe_s``) and the loop
+    falls back to the seed's way."""
+    probe_s: float = 4.0
+    """How long the engine runs one probe, reporting measurements as for a hop of the path."""
 
     def __post_init__(self) -> None:
         for name in ("reevaluate_s", "min_attempt_s", "age_after_s"):
@@ -74,6 +82,8 @@ class SchedulerConfig:
             raise ValueError("warmup_s must be at least 0 and less than min_attempt_s")
         if self.hysteresis < 0 or self.age_percent < 0 or self.age_max_per_round < 0:
             raise ValueError("hysteresis, age_percent and age_max_per_round must not be negative")
+        if self.probes_per_round < 0 or not self.probe_s > self.warmup_s:
+            raise ValueError("probes_per_round must not be negative, and probe_s must exceed warmup_s")
         if self.max_explorations is not None and self.max_explorations < 0:
             raise ValueError("max_explorations must not be negative")
         if not 0 < self.memory_mismatch < 1:
@@ -124,6 +134,8 @@ class Keep:
     """Go on with the current path."""
 
     path: Path
+    probes: tuple[Edge, ...] = ()
+    """Edges to measure beside the transfer for ``probe_s`` (only with ``probes_per_round``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,6 +145,7 @@ class Switch:
     path: Path
     predicted_bps: float
     reason: SwitchReason
+    probes: tuple[Edge, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -223,6 +236,9 @@ class PathScheduler:
         self._attempt: _Attempt | None = None
         self._history: list[PathAttempt] = []
         self._edge_since: dict[Edge, float] = {}
+        self._probe_since: dict[Edge, float] = {}
+        self._probing = self.config.probes_per_round > 0
+        self._probe_answered = False
         self._last_evaluation = -math.inf
         self._started_at = math.inf
         self._broken = False
@@ -239,6 +255,11 @@ class PathScheduler:
         """Every path attempt so far, the current one last (with ``end`` None)."""
         current = [] if self._attempt is None else [self._attempt.freeze(None)]
         return [*self._history, *current]
+
+    @property
+    def probing(self) -> bool:
+        """Whether the loop explores with probes (else by moving the transfer, as the seed does)."""
+        return self._probing
 
     @property
     def memory_discredited(self) -> bool:
@@ -265,7 +286,8 @@ class PathScheduler:
         choice = self._choose()
         assert choice is not None  # with no current path, something is always chosen
         path, predicted, reason = choice
-        return self._switch(now, path, predicted, "start", exploring=reason == "explore")
+        self._switch(now, path, predicted, "start", exploring=reason == "explore")
+        return Switch(path, predicted, "start", self._probes(now))
 
     def measure(self, event: Event) -> None:
         """Take in one event from the transfer. Cheap; decisions wait for ``tick``."""
@@ -305,8 +327,10 @@ class PathScheduler:
             among=self._among,
         )
         if now - self._attempt.start < self.config.min_attempt_s:
-            return Keep(self._attempt.path)
-        return self._reevaluate(now, failure=False)
+            return Keep(self._attempt.path, self._probes(now))
+        decision = self._reevaluate(now, failure=False)
+        probes = self._probes(now)
+        return replace(decision, probes=probes) if probes else decision
 
     # -- internals ----------------------------------------------------------------------------------------
 
@@ -315,8 +339,11 @@ class PathScheduler:
             flow = self._attempt.flows.setdefault(edge, _Flow())
             flow.bytes += nbytes
             flow.seconds += seconds
-            if at - seconds < self._edge_since[edge] + self.config.warmup_s:
-                return
+        if edge in self._probe_since:
+            self._probe_answered = True
+        since = self._edge_since.get(edge, self._probe_since.get(edge))
+        if since is not None and at - seconds < since + self.config.warmup_s:
+            return
         u, v = edge
         if edge not in self._confirmed:
             remembered = self.memory.entry(u, v)
@@ -338,6 +365,8 @@ class PathScheduler:
     def _failed(self, edge: Edge, at: float) -> None:
         self.memory.fail(*edge, at)
         self._confirmed.add(edge)
+        if edge in self._probe_since:
+            self._probe_answered = True
         if edge in self._edge_since:
             self._broken = True
 
@@ -348,7 +377,9 @@ class PathScheduler:
         current_predicted = -math.inf if current is None else path_throughput(graph, current)
         best = tuple(widest_path(graph, self.src, self.dst))
         reason: SwitchReason = "better"
-        if _has_unknown(graph, best):
+        if self._probing:
+            best = self._best_known(graph)  # probes explore; the transfer stays on measured ground
+        elif _has_unknown(graph, best):
             reason = "explore"
             if self.explorations >= self.max_explorations:
                 best, reason = self._best_known(graph), "settle"
@@ -370,7 +401,7 @@ class PathScheduler:
             # Nothing measured end to end: the direct path is the one that needs no depot.
             return (self.src, self.dst)
 
-    def _reevaluate(self, now: float, *, failure: bool) -> Decision:
+    def _reevaluate(self, now: float, *, failure: bool) -> Keep | Switch:
         assert self._attempt is not None
         self._broken = False
         self._last_evaluation = now
@@ -390,6 +421,40 @@ class PathScheduler:
         self._edge_since = {edge: kept.get(edge, now) for edge in edges_of(path)}
         self._attempt = _Attempt(path, now, reason)
         return Switch(path, predicted, reason)
+
+    def _probes(self, now: float) -> tuple[Edge, ...]:
+        """Unknown edges worth measuring now: those on the optimistic paths that could beat the best known one.
+
+        Repeatedly take the widest path, unknown edges counting as infinitely fast; if it could beat the best
+        known path by the hysteresis margin, its unknown edges are chosen and then count as 0 so that the next
+        round looks past them. Edges already being probed, or carried by the transfer, count as 0 from the start.
+        """
+        if not self._probing or self._attempt is None:
+            return ()
+        expired = [e for e, t in self._probe_since.items() if now - t >= self.config.probe_s]
+        if expired and not self._probe_answered:
+            # The engine does not probe: explore by moving the transfer, as the seed does.
+            self._probing = False
+            self._probe_since.clear()
+            return ()
+        for edge in expired:
+            del self._probe_since[edge]
+        graph = self.graph()
+        known = self._best_known(graph)
+        bar = 0.0 if _has_unknown(graph, known) else path_throughput(graph, known)
+        for edge in [*self._probe_since, *edges_of(self._attempt.path)]:
+            graph.edges[edge].setdefault(THROUGHPUT, 0.0)
+        chosen: list[Edge] = []
+        while len(chosen) < self.config.probes_per_round:
+            path = widest_path(graph, self.src, self.dst)
+            unknown = [edge for edge in edges_of(path) if THROUGHPUT not in graph.edges[edge]]
+            if not unknown or not path_throughput(graph, path) > bar * (1 + self.config.hysteresis):
+                break
+            for edge in unknown[: self.config.probes_per_round - len(chosen)]:
+                chosen.append(edge)
+                graph.edges[edge][THROUGHPUT] = 0.0
+        self._probe_since.update((edge, now) for edge in chosen)
+        return tuple(chosen)
 
 
 def _has_unknown(graph: nx.DiGraph, path: Sequence[str]) -> bool:

@@ -177,13 +177,17 @@ def simulate_transfer(
 ) -> SimResult:
     """Run ``scheduler`` against ``network`` from ``start_s`` for ``duration_s`` or until ``size_bytes`` arrived.
 
-    Each step the hops of the current path report one measurement each (or a failure); then the scheduler is
-    ticked, and its decision takes effect for the next step. Hops kept across a switch stay ramped up.
+    Each step the hops of the current path, and the edges being probed, report one measurement each (or a
+    failure); then the scheduler is ticked, and its decision takes effect for the next step. Hops kept across
+    a switch stay ramped up; a probe runs for the scheduler's ``probe_s``.
     """
     rng = random.Random(seed)
     t = start_s
-    path = scheduler.start(t).path
+    first = scheduler.start(t)
+    path = first.path
     since = {edge: t for edge in edges_of(path)}
+    probing = dict.fromkeys(first.probes, t)
+    probe_s = scheduler.config.probe_s
     samples: list[SimSample] = []
     decisions: list[tuple[float, Switch | DropDepot]] = []
     delivered = 0.0
@@ -205,6 +209,20 @@ def simulate_transfer(
             rates.append(rate)
             measured = rate * max(0.01, 1.0 + rng.gauss(0.0, network.noise))
             events.append(Measurement(edge, round(measured * step_s), step_s, t + step_s))
+        # Probes run beside the transfer, each on a connection of its own that starts cold; they are assumed
+        # to take nothing from it (they are short and mostly on other hosts' links).
+        for edge, started in list(probing.items()):
+            if t - started >= probe_s:
+                del probing[edge]
+                continue
+            capacity = network.capacity(edge, t)
+            if capacity <= 0:
+                del probing[edge]
+                events.append(HopFailure(edge, t + step_s))
+                continue
+            probe_rate = capacity * _ramp_average(t - started, step_s, network.ramp(edge))
+            measured = probe_rate * max(0.01, 1.0 + rng.gauss(0.0, network.noise))
+            events.append(Measurement(edge, round(measured * step_s), step_s, t + step_s))
         rate = min(rates, default=0.0)
         samples.append(SimSample(t, path, rate))
         delivered += rate * step_s
@@ -217,6 +235,8 @@ def simulate_transfer(
         decision = scheduler.tick(t)
         if not isinstance(decision, Keep):
             decisions.append((t, decision))
+        if not isinstance(decision, DropDepot):
+            probing.update((edge, t) for edge in decision.probes if edge not in probing)
         if decision.path != path:
             kept = set(edges_of(path))
             since = {edge: since[edge] if edge in kept else t for edge in edges_of(decision.path)}

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from lnet.scheduler import (
@@ -18,7 +20,9 @@ from lnet.scheduler import (
 )
 
 VERTICES = ["s", "a", "b", "d"]
-CONFIG = SchedulerConfig(reevaluate_s=5.0, min_attempt_s=10.0, warmup_s=2.0, hysteresis=0.1)
+# The seed's way of exploring (by moving the transfer), unless a test is about probes.
+CONFIG = SchedulerConfig(reevaluate_s=5.0, min_attempt_s=10.0, warmup_s=2.0, hysteresis=0.1, probes_per_round=0)
+PROBING = SchedulerConfig(reevaluate_s=5.0, min_attempt_s=10.0, warmup_s=2.0, probes_per_round=2, probe_s=4.0)
 
 
 def known(**rates: float) -> EdgeMemory:
@@ -47,6 +51,8 @@ def test_config_rejects_nonsense() -> None:
         SchedulerConfig(reevaluate_s=0)
     with pytest.raises(ValueError, match="memory_mismatch"):
         SchedulerConfig(memory_mismatch=1.0)
+    with pytest.raises(ValueError, match="probe_s"):
+        SchedulerConfig(probe_s=1.0, warmup_s=2.0)
     with pytest.raises(ValueError, match="src and dst"):
         PathScheduler(VERTICES, "s", "s", EdgeMemory())
 
@@ -124,7 +130,7 @@ def test_a_depot_failing_off_the_path_is_dropped_without_moving() -> None:
 
 
 def test_no_exploration_budget_settles_on_the_direct_path() -> None:
-    config = SchedulerConfig(max_explorations=0)
+    config = SchedulerConfig(max_explorations=0, probes_per_round=0)
     scheduler = PathScheduler(VERTICES, "s", "d", EdgeMemory(), config)
     assert scheduler.start(0.0).path == ("s", "d")
     feed(scheduler, ("s", "d"), 100.0, 0.0, 30.0)
@@ -156,3 +162,47 @@ def test_tick_before_start_and_a_second_start_are_errors() -> None:
     scheduler.start(0.0)
     with pytest.raises(RuntimeError, match="already"):
         scheduler.start(1.0)
+
+
+def test_probes_ask_for_the_unknown_edges_that_could_beat_the_best_known_path() -> None:
+    memory = EdgeMemory()
+    memory.observe("s", "a", 50_000, 1000.0, now=0.0)  # s-a known at 50 B/s; everything else unknown
+    scheduler = PathScheduler(VERTICES, "s", "d", memory, replace(PROBING, probe_s=8.0))
+    first = scheduler.start(0.0)
+    # The transfer stays off unknown edges (the direct path is the fallback) and probes the widest unknown.
+    assert first.path == ("s", "d")
+    assert first.probes == (("s", "b"), ("b", "d"))
+    assert scheduler.probing
+    feed(scheduler, ("s", "d"), 10.0, 0.0, 5.0)
+    for t in (3.0, 4.0):
+        scheduler.measure(Measurement(("s", "b"), 5, 1.0, t))
+        scheduler.measure(Measurement(("b", "d"), 100, 1.0, t))
+    # s-b-d is worth 5; what could still beat the direct path's 10 goes through a: a-d, then a-b (to b-d).
+    assert scheduler.tick(5.0).probes == (("a", "d"), ("a", "b"))
+    assert scheduler.tick(10.0).probes == ()  # those two are still running, and nothing else could win
+
+
+def test_a_probed_path_is_taken_once_measured_better() -> None:
+    memory = EdgeMemory()
+    memory.observe("s", "a", 50_000, 1000.0, now=0.0)
+    scheduler = PathScheduler(["s", "a", "d"], "s", "d", memory, PROBING)
+    assert scheduler.start(0.0).probes == (("a", "d"),)
+    feed(scheduler, ("s", "d"), 10.0, 0.0, 10.0)
+    for t in (1.0, 2.0, 3.0, 4.0):  # the probe's first two seconds are warm-up, not learnt
+        scheduler.measure(Measurement(("a", "d"), 40 if t < 3.0 else 80, 1.0, t))
+    assert memory.estimate("a", "d") == 80.0
+    decision = scheduler.tick(10.0)
+    assert isinstance(decision, Switch)
+    assert (decision.path, decision.reason) == (("s", "a", "d"), "better")
+    assert scheduler.explorations == 0
+
+
+def test_an_engine_that_ignores_probes_gets_the_seeds_exploration() -> None:
+    scheduler = PathScheduler(VERTICES, "s", "d", EdgeMemory(), PROBING)
+    assert scheduler.start(0.0).probes
+    feed(scheduler, ("s", "d"), 10.0, 0.0, 10.0)
+    assert scheduler.tick(5.0) == Keep(("s", "d"))  # probes not yet due
+    decision = scheduler.tick(10.0)
+    assert not scheduler.probing
+    assert isinstance(decision, Switch)
+    assert (decision.path, decision.reason) == (("s", "a", "d"), "explore")

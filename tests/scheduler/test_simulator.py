@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
+import pytest
+
 from lnet.scheduler import DropDepot, EdgeMemory, PathAttempt, PathScheduler, SchedulerConfig
 from lnet.scheduler.simulator import (
     ABILENE_BEST_PATH,
@@ -16,6 +20,10 @@ from lnet.scheduler.simulator import (
     random_topology,
     simulate_transfer,
 )
+
+SEED = SchedulerConfig(probes_per_round=0)
+"""The seed's exploration: by moving the transfer onto paths with unknown edges."""
+MODES = pytest.mark.parametrize("mode", [SEED, SchedulerConfig()], ids=["seed", "probes"])
 
 # The seed's Table 1, in order.
 TABLE_1 = [
@@ -59,11 +67,23 @@ def table(attempts: list[PathAttempt]) -> str:
 
 
 def test_cold_start_on_abilene_tries_the_seeds_paths_and_settles_on_the_best() -> None:
-    result = run(abilene())
+    result = run(abilene(), config=SEED)
     print("\ncold start, ORNL to Sunnyvale:\n" + table(result.attempts))
     assert [a.path[1:] for a in result.attempts] == TABLE_1
     assert result.final_path == ABILENE_BEST_PATH
     assert result.attempts[-1].throughput_bps > 0.9 * mbit(5.99)
+
+
+def test_cold_start_with_probes_settles_on_the_best_path_in_fewer_attempts_than_vertices() -> None:
+    network = abilene()
+    result = run(network, config=SchedulerConfig())
+    print("\ncold start with probes, ORNL to Sunnyvale:\n" + table(result.attempts))
+    settled = result.first_time_at(0.9 * mbit(5.99))
+    assert settled is not None
+    assert settled <= 60.0
+    assert len(result.attempts) <= len(network.vertices)
+    assert all(a.reason != "explore" for a in result.attempts)
+    assert result.final_path == ABILENE_BEST_PATH
 
 
 def test_the_abilene_fixture_agrees_with_the_seeds_tables() -> None:
@@ -77,15 +97,17 @@ def test_the_abilene_fixture_agrees_with_the_seeds_tables() -> None:
         assert min(network.capacity(hop, 0.0) for hop in hops) == mbit(mbit_s)
 
 
-def test_warm_start_with_accurate_memory_uses_the_best_path_at_once() -> None:
+@MODES
+def test_warm_start_with_accurate_memory_uses_the_best_path_at_once(mode: SchedulerConfig) -> None:
     network = abilene()
-    result = run(network, network.accurate_memory())
+    result = run(network, network.accurate_memory(), mode)
     assert result.attempts[0].path == ABILENE_BEST_PATH
     assert len(result.attempts) == 1
     assert result.first_time_at(0.9 * mbit(5.99)) is not None
 
 
-def test_warm_start_with_wrong_memory_recovers_at_worst_like_a_cold_start() -> None:
+@MODES
+def test_warm_start_with_wrong_memory_recovers_at_worst_like_a_cold_start(mode: SchedulerConfig) -> None:
     network = abilene()
     wrong = EdgeMemory()
     for u in network.vertices:
@@ -93,8 +115,8 @@ def test_warm_start_with_wrong_memory_recovers_at_worst_like_a_cold_start() -> N
             if u != v:  # the direct path looks great, everything else dreadful
                 fast = (u, v) == (ABILENE_SRC, ABILENE_DST)
                 wrong.observe(u, v, round(mbit(50.0 if fast else 0.5)), 1.0, now=0.0)
-    warm = run(network, wrong)
-    cold = run(network)
+    warm = run(network, wrong, mode)
+    cold = run(network, config=mode)
     print("\nwarm start with wrong memory:\n" + table(warm.attempts))
     assert warm.final_path == ABILENE_BEST_PATH
     assert len(warm.attempts) <= len(cold.attempts) + 1
@@ -105,7 +127,8 @@ def test_warm_start_with_wrong_memory_recovers_at_worst_like_a_cold_start() -> N
     assert warm_at <= cold_at + SchedulerConfig().min_attempt_s
 
 
-def test_aging_brings_a_once_mis_measured_edge_back_into_use() -> None:
+@MODES
+def test_aging_brings_a_once_mis_measured_edge_back_into_use(mode: SchedulerConfig) -> None:
     network = abilene()
     edge = ("atlanta", "indianapolis")
 
@@ -119,9 +142,9 @@ def test_aging_brings_a_once_mis_measured_edge_back_into_use() -> None:
     def uses_edge(result: SimResult) -> list[PathAttempt]:
         return [a for a in result.attempts if edge in zip(a.path, a.path[1:], strict=False)]
 
-    config = SchedulerConfig(age_after_s=120.0, age_percent=50.0, age_max_per_round=1)
+    config = replace(mode, age_after_s=120.0, age_percent=50.0, age_max_per_round=1)
     aged = run(network, memory(), config, start_s=1000.0, duration_s=600.0)
-    never = run(network, memory(), SchedulerConfig(age_percent=0.0), start_s=1000.0, duration_s=600.0)
+    never = run(network, memory(), replace(mode, age_percent=0.0), start_s=1000.0, duration_s=600.0)
     print("\nwarm start with a mis-measured edge, aging:\n" + table(aged.attempts))
     assert aged.attempts[0].path != ABILENE_BEST_PATH
     back = uses_edge(aged)
@@ -132,8 +155,9 @@ def test_aging_brings_a_once_mis_measured_edge_back_into_use() -> None:
     assert uses_edge(never) == []
 
 
-def test_a_degrading_edge_moves_the_transfer_within_two_reevaluations() -> None:
-    config = SchedulerConfig()
+@MODES
+def test_a_degrading_edge_moves_the_transfer_within_two_reevaluations(mode: SchedulerConfig) -> None:
+    config = mode
     degrade_at = 300.0
     edge = ("kansas-city", "denver")
     network = abilene(events=[DegradeEdge(degrade_at, edge, mbit(2.0))])
@@ -146,9 +170,10 @@ def test_a_degrading_edge_moves_the_transfer_within_two_reevaluations() -> None:
     assert result.final_path == after
 
 
-def test_a_failed_depot_is_dropped_and_routed_around() -> None:
+@MODES
+def test_a_failed_depot_is_dropped_and_routed_around(mode: SchedulerConfig) -> None:
     network = abilene(events=[FailVertex(300.0, "kansas-city")])
-    result = run(network)
+    result = run(network, config=mode)
     drops = [(t, d) for t, d in result.decisions if isinstance(d, DropDepot)]
     assert [d.depot for _, d in drops] == ["kansas-city"]
     assert drops[0][0] <= 301.0
@@ -158,7 +183,8 @@ def test_a_failed_depot_is_dropped_and_routed_around() -> None:
 
 
 def test_bounded_exploration_settles_on_the_best_path_it_knows() -> None:
-    result = run(abilene(), config=SchedulerConfig(max_explorations=4), duration_s=250.0)
+    config = SchedulerConfig(max_explorations=4, probes_per_round=0)
+    result = run(abilene(), config=config, duration_s=250.0)
     print("\nat most four explorations:\n" + table(result.attempts))
     # Explored: direct (2.63), via Indianapolis (3.58), Denver (3.75), Atlanta (2.55); then back to Denver.
     assert [a.reason for a in result.attempts] == ["start", "explore", "explore", "explore", "settle"]
