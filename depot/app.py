@@ -203,10 +203,10 @@ class Depot:
             if reaped:
                 self.metrics.expired.inc(reaped)
                 log.debug("reclaimed %d expired allocations", reaped)
-            upcoming = self.store.next_expiry()
-            # Wake at the next expiry, and at least every second: within a second of expiry, as promised.
-            delay = 1.0 if upcoming is None else min(1.0, max(0.0, upcoming - now))
-            await trio.sleep(delay)
+            self.store.trim_pool(now)
+            # Wake at the next expiry or pool trim, and at least every second: within a second, as promised.
+            upcoming = [t for t in (self.store.next_expiry(), self.store.next_pool_trim()) if t is not None]
+            await trio.sleep(min([1.0, *(max(0.0, t - now) for t in upcoming)]))
 
     # -- the ASGI stack -------------------------------------------------------------------------------------
 
@@ -463,6 +463,7 @@ class Depot:
                 "uptime": now - self._started_at,
                 "capacity": self.store.capacity,
                 "used": self.store.used,
+                "pooled": self.store.pooled,
                 "allocations": self.store.allocations,
                 "max_allocation": self.config.max_allocation,
                 "max_duration": self.config.max_duration,

@@ -6,6 +6,7 @@ import argparse
 import logging
 import os
 import sys
+from functools import partial
 from pathlib import Path
 
 import trio
@@ -83,6 +84,13 @@ def load_config(args: argparse.Namespace, environ: dict[str, str]) -> DepotConfi
     return DepotConfig.load(args.config, environ, overrides)
 
 
+async def _run(config: DepotConfig) -> None:
+    async with trio.open_nursery() as nursery:
+        url = await nursery.start(partial(serve, config, shutdown_trigger=wait_for_signal))
+        # Printed whatever the log level: scripts and tests read the address from here (port 0 is allowed).
+        print(f"lnet-depot {config.name}: serving on {url}", file=sys.stderr, flush=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
@@ -102,7 +110,7 @@ def main(argv: list[str] | None = None) -> int:
         stream=sys.stderr,
     )
     try:
-        trio.run(lambda: serve(config, shutdown_trigger=wait_for_signal))
+        trio.run(_run, config)
     except OSError as exc:
         print(f"lnet-depot: cannot serve on {config.listen}: {exc.strerror or exc}", file=sys.stderr)
         return EXIT_FAILED

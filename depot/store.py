@@ -12,6 +12,11 @@ Theory of the bounds:
 - Capabilities are never stored: the index and the metadata files hold their SHA-256 (``capability_key``).
 - ``length`` only moves forward when a write completes (``commit_write``), so a cut-off upload never makes
   unwritten bytes readable.
+- Freed soft buffers of 1 MiB or more wait in a small pool for half a second before they are unmapped: a relay
+  allocates and frees blocks of one size all the time, and a buffer that is reused skips the kernel's page
+  faults and zeroing (a quarter of the write path's cost, measured). Pooled bytes count against the capacity
+  like live ones, so the depot's memory still never passes it; a reused buffer may hold an earlier
+  allocation's bytes past ``length``, which no operation can reach.
 """
 
 from __future__ import annotations
@@ -47,6 +52,8 @@ log = logging.getLogger("lnet.depot.store")
 _META_SUFFIX = ".meta.json"
 _DATA_SUFFIX = ".data"
 _META_FORMAT = "lnet-depot-allocation/1"
+POOL_MIN_SIZE = 1024 * 1024
+POOL_IDLE_S = 0.5
 
 
 class Kind(StrEnum):
@@ -95,6 +102,10 @@ class Store:
     max_count: int = 1024
     data_dir: Path | None = None
     used: int = 0
+    pooled: int = 0
+    _closing: bool = False
+    _last_now: float = 0.0  # the latest ``now`` the store was told: when a buffer entered the pool
+    _pool: dict[int, list[tuple[float, mmap.mmap]]] = field(default_factory=dict)
     _by_key: dict[str, Allocation] = field(default_factory=dict)
     _live: dict[str, Allocation] = field(default_factory=dict)
     _expiry: list[tuple[float, str]] = field(default_factory=list)
@@ -126,12 +137,14 @@ class Store:
 
     def close(self) -> None:
         """Flush and unmap everything; hard allocations stay on disk, consistent, for the next start."""
+        self._closing = True
         for alloc in list(self._live.values()):
             if alloc.reliability is Reliability.HARD and not alloc.dead:
                 with contextlib.suppress(ValueError, OSError):
                     alloc.buffer.flush()
                 self._write_meta(alloc)
             self._unmap(alloc)
+        self._empty_pool()
         self._live.clear()
         self._by_key.clear()
         self._expiry.clear()
@@ -158,6 +171,8 @@ class Store:
             raise TooLarge(f"{count} x {size} bytes is more than this depot's whole capacity of {self.capacity}")
         if self.used + total > self.capacity:
             raise DepotFull(f"{self.capacity - self.used} bytes free, {total} asked for")
+        self._last_now = now
+        self._make_room(size, count, reliability)
         made: list[tuple[Allocation, Capabilities]] = []
         try:
             for _ in range(count):
@@ -173,6 +188,7 @@ class Store:
     def lookup(self, kind: Kind, token: str, now: float) -> Allocation:
         """The allocation ``token`` names for ``kind`` operations; unknown, freed, expired and wrong-kind tokens
         are all the same ``NotFound``."""
+        self._last_now = now
         key = capability_key(token)
         alloc = self._by_key.get(key)
         if alloc is None or alloc.dead or alloc.expires <= now or alloc.keys[kind] != key:
@@ -211,6 +227,7 @@ class Store:
 
     def reap(self, now: float) -> int:
         """Free every allocation that has expired by ``now``; returns how many."""
+        self._last_now = now
         reaped = 0
         while self._expiry and self._expiry[0][0] <= now:
             expires, ident = heapq.heappop(self._expiry)
@@ -261,6 +278,9 @@ class Store:
             except OSError as exc:
                 path.with_suffix(_DATA_SUFFIX).unlink(missing_ok=True)
                 raise DepotFull(f"cannot create a hard allocation: {exc.strerror}") from None
+        elif self._pool.get(size):
+            _, buffer = self._pool[size].pop()
+            self.pooled -= size
         else:
             try:
                 buffer = mmap.mmap(-1, size)
@@ -285,11 +305,56 @@ class Store:
                 alloc.path.with_suffix(suffix).unlink(missing_ok=True)
         self._unmap(alloc)
 
+    def _empty_pool(self) -> None:
+        for entries in self._pool.values():
+            for _, buffer in entries:
+                buffer.close()
+        self._pool.clear()
+        self.pooled = 0
+
+    def trim_pool(self, now: float) -> None:
+        """Unmap pooled buffers that waited ``POOL_IDLE_S`` unused, giving their memory back to the system."""
+        for size, entries in list(self._pool.items()):
+            while entries and entries[0][0] <= now - POOL_IDLE_S:
+                entries.pop(0)[1].close()
+                self.pooled -= size
+            if not entries:
+                del self._pool[size]
+
+    def next_pool_trim(self) -> float | None:
+        oldest = [entries[0][0] for entries in self._pool.values() if entries]
+        return min(oldest) + POOL_IDLE_S if oldest else None
+
+    def _make_room(self, size: int, count: int, reliability: Reliability) -> None:
+        """Unmap pooled buffers, oldest first, until ``count`` new ones of ``size`` fit beside what stays pooled.
+
+        The buffers the new allocations will reuse stay (they move from pooled to used)."""
+        reuse = min(count, len(self._pool.get(size, ()))) if reliability is Reliability.SOFT else 0
+        excess = self.used + size * count + self.pooled - reuse * size - self.capacity
+        for pooled_size in list(self._pool):
+            entries = self._pool[pooled_size]
+            keep = reuse if pooled_size == size else 0
+            while excess > 0 and len(entries) > keep:
+                entries.pop(0)[1].close()
+                self.pooled -= pooled_size
+                excess -= pooled_size
+            if not entries:
+                del self._pool[pooled_size]
+
     def _unmap(self, alloc: Allocation) -> None:
         if alloc.closed:
             return
         alloc.closed = True
         self.used -= alloc.size
+        if (
+            alloc.reliability is Reliability.SOFT
+            and alloc.size >= POOL_MIN_SIZE
+            and not self._closing
+            and self.used + self.pooled + alloc.size <= self.capacity
+        ):
+            self._pool.setdefault(alloc.size, []).append((self._last_now, alloc.buffer))
+            self.pooled += alloc.size
+            return
         try:
             alloc.buffer.close()
         except BufferError:  # a view is still exported somewhere: the GC unmaps it when that view goes

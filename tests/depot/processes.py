@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 import trio
 
-_LISTENING = re.compile(r"listening on (\S+)")
+_LISTENING = re.compile(r"serving on (\S+)")
 
 
 @dataclass

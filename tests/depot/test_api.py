@@ -124,6 +124,7 @@ async def test_expiry_reclaims_within_a_second_without_any_request(
         assert depot.store.used == 4 * MiB
         await trio.sleep(1.5)  # 30 s after allocation plus the promised second
         assert depot.store.used == 0
+        assert depot.store.pooled == 0  # and the memory is unmapped, not only unaccounted
         assert depot.store.allocations == 0
         assert "lnet_depot_expired_total 1.0" in (await _metrics(client))
 

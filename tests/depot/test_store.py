@@ -8,9 +8,10 @@ from pathlib import Path
 import pytest
 
 from lnet.depot.protocol import NotFound
-from lnet.depot.store import Kind, Reliability, Store
+from lnet.depot.store import POOL_IDLE_S, Kind, Reliability, Store
 
 NOW = 1_800_000_000.0
+MiB = 1024 * 1024
 
 
 def make(tmp_path: Path, capacity: int = 1000, now: float = NOW) -> Store:
@@ -73,3 +74,39 @@ def test_one_data_directory_serves_one_depot(tmp_path: Path) -> None:
     make(tmp_path)
     with pytest.raises(RuntimeError, match="in use by another depot"):
         make(tmp_path)
+
+
+def test_freed_buffers_are_reused_and_never_leak_their_bytes(tmp_path: Path) -> None:
+    store = make(tmp_path, capacity=8 * MiB)
+    (first, _), = store.allocate(MiB, 60, Reliability.SOFT, 1, NOW)
+    first.buffer[0:6] = b"secret"
+    store.commit_write(first, 6)
+    store.free(first)
+    assert (store.used, store.pooled) == (0, MiB)
+    (second, caps), = store.allocate(MiB, 60, Reliability.SOFT, 1, NOW)
+    assert second.buffer is first.buffer  # no page faults, no zeroing
+    assert (store.used, store.pooled, second.length) == (MiB, 0, 0)  # nothing of the old bytes is readable
+
+
+def test_pooled_and_live_memory_together_stay_within_the_capacity(tmp_path: Path) -> None:
+    store = make(tmp_path, capacity=4 * MiB)
+    made = store.allocate(MiB, 60, Reliability.SOFT, 4, NOW)
+    for alloc, _ in made:
+        store.free(alloc)
+    assert store.pooled == 4 * MiB
+    store.allocate(2 * MiB, 60, Reliability.SOFT, 1, NOW)  # another size: pooled buffers make room
+    assert store.used + store.pooled <= 4 * MiB
+    store.allocate(MiB, 60, Reliability.SOFT, 2, NOW)  # reuses the two still pooled
+    assert (store.used, store.pooled) == (4 * MiB, 0)
+
+
+def test_idle_pooled_buffers_go_back_to_the_system(tmp_path: Path) -> None:
+    store = make(tmp_path, capacity=4 * MiB)
+    (alloc, _), = store.allocate(MiB, 60, Reliability.SOFT, 1, NOW)
+    store.free(alloc)
+    assert store.next_pool_trim() == NOW + POOL_IDLE_S
+    store.trim_pool(NOW + POOL_IDLE_S / 2)
+    assert store.pooled == MiB
+    store.trim_pool(NOW + POOL_IDLE_S)
+    assert store.pooled == 0
+    assert alloc.buffer.closed
