@@ -240,7 +240,6 @@ class PathScheduler:
         self._probing = self.config.probes_per_round > 0
         self._probe_answered = False
         self._last_evaluation = -math.inf
-        self._started_at = math.inf
         self._broken = False
         self._pending_drops: list[str] = []
 
@@ -266,9 +265,9 @@ class PathScheduler:
         """Whether this transfer found the remembered estimates wrong and stopped trusting them."""
         return self._memory_discredited
 
-    def graph(self) -> nx.DiGraph:
+    def graph(self, *, with_aging: bool = True) -> nx.DiGraph:
         """What this transfer believes: the memory's mesh, less remembered estimates it has discredited."""
-        graph = self.memory.to_graph(self.vertices)
+        graph = self.memory.to_graph(self.vertices, with_aging=with_aging)
         if self._memory_discredited:
             for u, v, attrs in graph.edges(data=True):
                 if (u, v) not in self._confirmed:
@@ -282,7 +281,6 @@ class PathScheduler:
         if self._attempt is not None:
             raise RuntimeError("the scheduler has already started")
         self._last_evaluation = now
-        self._started_at = now
         choice = self._choose()
         assert choice is not None  # with no current path, something is always chosen
         path, predicted, reason = choice
@@ -347,13 +345,7 @@ class PathScheduler:
         u, v = edge
         if edge not in self._confirmed:
             remembered = self.memory.entry(u, v)
-            if (
-                remembered is not None
-                and not remembered.failed
-                and remembered.samples > 0
-                # Aging renews the time: an aged weight is a deliberate second chance, not a claim to check.
-                and remembered.measured_at <= self._started_at
-            ):
+            if remembered is not None and not remembered.failed and remembered.samples > 0:
                 rate = nbytes / seconds
                 low = remembered.throughput_bps * (1 - self.config.memory_mismatch)
                 if not low <= rate <= remembered.throughput_bps / (1 - self.config.memory_mismatch):
@@ -372,7 +364,8 @@ class PathScheduler:
 
     def _choose(self) -> tuple[Path, float, SwitchReason] | None:
         """The path the loop wants now, its prediction and why; None to keep the current one."""
-        graph = self.graph()
+        # With probes, the transfer moves on measured weights only; aging's second chances are probed first.
+        graph = self.graph(with_aging=not self._probing)
         current = self._attempt.path if self._attempt is not None else None
         current_predicted = -math.inf if current is None else path_throughput(graph, current)
         best = tuple(widest_path(graph, self.src, self.dst))
@@ -423,11 +416,12 @@ class PathScheduler:
         return Switch(path, predicted, reason)
 
     def _probes(self, now: float) -> tuple[Edge, ...]:
-        """Unknown edges worth measuring now: those on the optimistic paths that could beat the best known one.
+        """Edges worth measuring now: unknown or aged ones on the optimistic paths that could beat the best known.
 
-        Repeatedly take the widest path, unknown edges counting as infinitely fast; if it could beat the best
-        known path by the hysteresis margin, its unknown edges are chosen and then count as 0 so that the next
-        round looks past them. Edges already being probed, or carried by the transfer, count as 0 from the start.
+        Repeatedly take the widest path, unknown edges counting as infinitely fast and aged ones at their raised
+        weight; if it could beat the best measured path by the hysteresis margin, its unknown and aged edges are
+        chosen and then count as 0 so that the next round looks past them. Edges already being probed count as 0
+        from the start, and so do unknown edges the transfer itself is measuring.
         """
         if not self._probing or self._attempt is None:
             return ()
@@ -439,22 +433,31 @@ class PathScheduler:
             return ()
         for edge in expired:
             del self._probe_since[edge]
+        measured = self.graph(with_aging=False)
+        known = self._best_known(measured)
+        bar = 0.0 if _has_unknown(measured, known) else path_throughput(measured, known)
         graph = self.graph()
-        known = self._best_known(graph)
-        bar = 0.0 if _has_unknown(graph, known) else path_throughput(graph, known)
-        for edge in [*self._probe_since, *edges_of(self._attempt.path)]:
+        for edge in self._probe_since:
+            if self._unverified(edge):
+                graph.edges[edge][THROUGHPUT] = 0.0
+        for edge in edges_of(self._attempt.path):
             graph.edges[edge].setdefault(THROUGHPUT, 0.0)
         chosen: list[Edge] = []
         while len(chosen) < self.config.probes_per_round:
             path = widest_path(graph, self.src, self.dst)
-            unknown = [edge for edge in edges_of(path) if THROUGHPUT not in graph.edges[edge]]
-            if not unknown or not path_throughput(graph, path) > bar * (1 + self.config.hysteresis):
+            wanted = [edge for edge in edges_of(path) if edge not in self._probe_since and self._unverified(edge)]
+            wanted = [edge for edge in wanted if edge not in chosen]
+            if not wanted or not path_throughput(graph, path) > bar * (1 + self.config.hysteresis):
                 break
-            for edge in unknown[: self.config.probes_per_round - len(chosen)]:
+            for edge in wanted[: self.config.probes_per_round - len(chosen)]:
                 chosen.append(edge)
                 graph.edges[edge][THROUGHPUT] = 0.0
         self._probe_since.update((edge, now) for edge in chosen)
         return tuple(chosen)
+
+    def _unverified(self, edge: Edge) -> bool:
+        entry = self.memory.entry(*edge)
+        return entry is None or entry.aged or (self._memory_discredited and edge not in self._confirmed)
 
 
 def _has_unknown(graph: nx.DiGraph, path: Sequence[str]) -> bool:

@@ -50,20 +50,29 @@ _VERSION = 1
 class EdgeEstimate:
     """One edge's record.
 
-    ``throughput_bps`` is the smoothed estimate (bytes/s). While ``failed`` it is the estimate from before the
-    failure, kept so that aging can hand the edge back its old weight; the edge's weight is 0 meanwhile.
-    ``samples`` counts the measurements behind the estimate (0 for an edge that failed before it was ever
-    measured). ``measured_at`` is the Unix time of the last measurement, failure or aging.
+    ``throughput_bps`` is the smoothed measured estimate (bytes/s). ``boost`` is what aging has multiplied it by
+    since (1.0 when fresh); keeping the two apart lets a caller tell a measured weight from a second chance.
+    While ``failed`` the weight is 0 and ``throughput_bps`` is the estimate from before the failure, kept so
+    that aging can hand it back. ``samples`` counts the measurements behind the estimate (0 for an edge that
+    failed before it was ever measured). ``measured_at`` is the Unix time of the last measurement, failure or
+    aging.
     """
 
     throughput_bps: float
     measured_at: float
     samples: int
     failed: bool = False
+    boost: float = 1.0
 
     @property
     def weight(self) -> float:
-        return 0.0 if self.failed else self.throughput_bps
+        """What the edge counts for in path choice: 0 while failed, else the estimate raised by aging."""
+        return 0.0 if self.failed else self.throughput_bps * self.boost
+
+    @property
+    def aged(self) -> bool:
+        """Whether the weight is a second chance given by aging rather than a measurement."""
+        return self.boost != 1.0 and not self.failed
 
 
 class EdgeMemory:
@@ -96,11 +105,11 @@ class EdgeMemory:
         """A copy of every record, for comparisons and reports."""
         return dict(self._edges)
 
-    def to_graph(self, vertices: Iterable[str]) -> nx.DiGraph:
+    def to_graph(self, vertices: Iterable[str], *, with_aging: bool = True) -> nx.DiGraph:
         """A full mesh over ``vertices`` (in their order, which breaks ties in ``widest_path``).
 
-        Known edges carry ``throughput`` (0.0 while failed); unknown edges carry nothing and so count as
-        infinitely fast.
+        Known edges carry ``throughput`` (0.0 while failed): their weight, or without ``with_aging`` their
+        measured estimate. Unknown edges carry nothing and so count as infinitely fast.
         """
         order = list(dict.fromkeys(vertices))
         graph = nx.DiGraph()
@@ -113,7 +122,8 @@ class EdgeMemory:
                 if entry is None:
                     graph.add_edge(u, v)
                 else:
-                    graph.add_edge(u, v, **{THROUGHPUT: entry.weight})
+                    weight = entry.weight if with_aging or entry.failed else entry.throughput_bps
+                    graph.add_edge(u, v, **{THROUGHPUT: weight})
         return graph
 
     # -- learning -----------------------------------------------------------------------------------------
@@ -122,7 +132,7 @@ class EdgeMemory:
         """Fold in a measurement: ``nbytes`` crossed ``u -> v`` in ``seconds``.
 
         The estimate is an exponential average weighted by how long the sample ran, so that one long copy
-        counts as much as many short ones covering the same time. A success clears a failure.
+        counts as much as many short ones covering the same time. A success clears a failure and any aging.
         """
         if nbytes < 0 or not seconds > 0 or not math.isfinite(seconds):
             raise ValueError(f"a measurement needs nbytes >= 0 and seconds > 0, not {nbytes!r}, {seconds!r}")
@@ -164,7 +174,8 @@ class EdgeMemory:
 
         An estimate older than ``after_s`` is raised by ``percent`` and its time renewed (the seed's aging). A
         failed edge gets back its estimate from before the failure, raised the same way, or becomes unknown if
-        it never had one. ``among`` limits aging to edges between those vertices (one transfer's graph).
+        it never had one. The raise is kept apart from the measured estimate (``EdgeEstimate.boost``) until the
+        next measurement replaces both. ``among`` limits aging to edges between those vertices (one transfer's graph).
         """
         stale = [
             (entry.measured_at, edge)
@@ -179,7 +190,7 @@ class EdgeMemory:
             if entry.failed and entry.samples == 0:
                 del self._edges[edge]
             else:
-                self._edges[edge] = EdgeEstimate(entry.throughput_bps * factor, now, entry.samples)
+                self._edges[edge] = EdgeEstimate(entry.throughput_bps, now, entry.samples, boost=entry.boost * factor)
             aged.append(edge)
         return aged
 
@@ -238,6 +249,7 @@ class EdgeMemory:
                     "measured_at": entry.measured_at,
                     "samples": entry.samples,
                     "failed": entry.failed,
+                    "boost": entry.boost,
                 }
                 for (u, v), entry in sorted(self._edges.items())
             ],
@@ -297,7 +309,10 @@ def _parse(document: object) -> dict[Edge, EdgeEstimate]:
         throughput = _finite(item["throughput_bps"])
         if throughput < 0:
             raise ValueError(f"negative throughput {throughput!r}")
-        edges[(u, v)] = EdgeEstimate(throughput, _finite(item["measured_at"]), samples, failed)
+        boost = _finite(item.get("boost", 1.0))
+        if boost <= 0:
+            raise ValueError(f"non-positive boost {boost!r}")
+        edges[(u, v)] = EdgeEstimate(throughput, _finite(item["measured_at"]), samples, failed, boost)
     return edges
 
 

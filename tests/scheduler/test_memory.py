@@ -75,6 +75,24 @@ def test_aging_raises_the_oldest_stale_weights_a_bounded_number_at_a_time() -> N
     assert memory.age_stale_weights(102.0, after_s=50.0, among={"a", "b"}) == []
 
 
+def test_aging_is_kept_apart_from_the_measured_estimate_until_the_next_measurement() -> None:
+    memory = EdgeMemory()
+    memory.observe("a", "b", 100, 1.0, now=0.0)
+    memory.age_stale_weights(10.0, after_s=5.0, percent=50.0)
+    memory.age_stale_weights(20.0, after_s=5.0, percent=50.0)
+    entry = memory.entry("a", "b")
+    assert entry is not None
+    assert entry.aged
+    assert (entry.throughput_bps, entry.boost, entry.weight) == (100.0, 2.25, 225.0)
+    assert memory.to_graph(["a", "b"]).edges["a", "b"][THROUGHPUT] == 225.0
+    assert memory.to_graph(["a", "b"], with_aging=False).edges["a", "b"][THROUGHPUT] == 100.0
+    memory.observe("a", "b", 200, 1.0, now=21.0)  # smoothed from the measured 100, not the aged 225
+    entry = memory.entry("a", "b")
+    assert entry is not None
+    assert not entry.aged
+    assert entry.weight == pytest.approx(100 + 100 * (1 - math.exp(-0.5)))
+
+
 def test_aging_a_failed_edge_restores_its_old_weight_or_makes_it_unknown() -> None:
     memory = EdgeMemory()
     memory.observe("a", "b", 100, 1.0, now=0.0)
@@ -89,6 +107,8 @@ def test_save_and_load_round_trip_atomically(tmp_path: Path) -> None:
     memory = EdgeMemory()
     memory.observe("ornl", "atlanta", 2_180_000, 1.0, now=1000.0)
     memory.fail("atlanta", "denver", now=1001.0)
+    memory.observe("denver", "sunnyvale", 700_000, 1.0, now=0.0)
+    memory.age_stale_weights(1002.0, after_s=1.0, percent=20.0, max_edges=1)  # ages denver-sunnyvale
     target = tmp_path / "deep" / "edges.json"
     memory.save(target)
     target.write_text("old contents are replaced, not appended to")
