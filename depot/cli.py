@@ -111,13 +111,22 @@ def main(argv: list[str] | None = None) -> int:
     )
     try:
         trio.run(_run, config)
-    except OSError as exc:
-        print(f"lnet-depot: cannot serve on {config.listen}: {exc.strerror or exc}", file=sys.stderr)
-        return EXIT_FAILED
-    except RuntimeError as exc:
-        print(f"lnet-depot: {exc}", file=sys.stderr)
+    except Exception as exc:  # what a nursery raises comes wrapped in exception groups
+        cause = _innermost(exc)
+        if isinstance(cause, OSError):
+            print(f"lnet-depot: cannot serve on {config.listen}: {cause.strerror or cause}", file=sys.stderr)
+        elif isinstance(cause, RuntimeError):
+            print(f"lnet-depot: {cause}", file=sys.stderr)
+        else:
+            raise
         return EXIT_FAILED
     return EXIT_OK
+
+
+def _innermost(exc: BaseException) -> BaseException:
+    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
+        exc = exc.exceptions[0]
+    return exc
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import math
 import signal
+import socket
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -72,12 +73,25 @@ async def serve(
 ) -> None:
     """Serve a depot until ``shutdown_trigger`` returns (or forever); ``task_status`` gets its base URL."""
     hc = _hypercorn_config(config)
+    _check_bindable(*config.host_port)
     async with Depot(config) as depot, trio.open_nursery() as nursery:
         binds = await nursery.start(_serve_hypercorn, depot, hc, shutdown_trigger)
         url = depot_url(config, binds[0])
         log.info("depot %s listening on %s (capacity %d bytes)", config.name, url, config.capacity)
         task_status.started(url)
     log.info("depot %s stopped; hard allocations are on disk in %s", config.name, config.data_dir)
+
+
+def _check_bindable(host: str, port: int) -> None:
+    """Fail early, with the address in the message, when the address cannot be bound (hypercorn would leak the
+    socket it tried)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError as exc:
+            raise OSError(exc.errno, f"cannot bind {host}:{port}: {exc.strerror}") from None
 
 
 async def _serve_hypercorn(
