@@ -368,14 +368,15 @@ class PathScheduler:
         graph = self.graph(with_aging=not self._probing)
         current = self._attempt.path if self._attempt is not None else None
         current_predicted = -math.inf if current is None else path_throughput(graph, current)
-        best = tuple(widest_path(graph, self.src, self.dst))
         reason: SwitchReason = "better"
         if self._probing:
             best = self._best_known(graph)  # probes explore; the transfer stays on measured ground
-        elif _has_unknown(graph, best):
-            reason = "explore"
-            if self.explorations >= self.max_explorations:
-                best, reason = self._best_known(graph), "settle"
+        else:
+            best = tuple(widest_path(graph, self.src, self.dst))
+            if _has_unknown(graph, best):
+                reason = "explore"
+                if self.explorations >= self.max_explorations:
+                    best, reason = self._best_known(graph), "settle"
         if best == current:
             return None
         predicted = path_throughput(graph, best)
@@ -410,8 +411,8 @@ class PathScheduler:
         old = self._attempt
         if old is not None:
             self._history.append(old.freeze(now))
-        kept = {edge: since for edge, since in self._edge_since.items() if edge in set(edges_of(path))}
-        self._edge_since = {edge: kept.get(edge, now) for edge in edges_of(path)}
+        # A hop the new path keeps is already warm.
+        self._edge_since = {edge: self._edge_since.get(edge, now) for edge in edges_of(path)}
         self._attempt = _Attempt(path, now, reason)
         return Switch(path, predicted, reason)
 

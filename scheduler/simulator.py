@@ -193,36 +193,30 @@ def simulate_transfer(
     delivered = 0.0
     finished_at: float | None = None
     end = start_s + duration_s
+
+    def run_hop(edge: Edge, started: float, events: list[Event], *, report_failure: bool) -> float | None:
+        """The hop's true rate during this step (None if it is dead); its sample or failure goes to ``events``."""
+        capacity = network.capacity(edge, t)
+        if capacity <= 0:
+            if report_failure:
+                events.append(HopFailure(edge, t + step_s))
+            return None
+        rate = capacity * _ramp_average(t - started, step_s, network.ramp(edge))
+        measured = rate * max(0.01, 1.0 + rng.gauss(0.0, network.noise))
+        events.append(Measurement(edge, round(measured * step_s), step_s, t + step_s))
+        return rate
+
     while t < end - 1e-9:
         events: list[Event] = []
         down = [v for v in path if network.failed(v, t)]
         events.extend(DepotFailure(v, t + step_s) for v in down)
-        rates: list[float] = []
-        for edge in edges_of(path):
-            capacity = network.capacity(edge, t)
-            if capacity <= 0:
-                rates.append(0.0)
-                if not down:
-                    events.append(HopFailure(edge, t + step_s))
-                continue
-            rate = capacity * _ramp_average(t - since[edge], step_s, network.ramp(edge))
-            rates.append(rate)
-            measured = rate * max(0.01, 1.0 + rng.gauss(0.0, network.noise))
-            events.append(Measurement(edge, round(measured * step_s), step_s, t + step_s))
+        # A dead hop through a dead depot is reported as the depot's failure, not the hop's.
+        rates = [run_hop(edge, since[edge], events, report_failure=not down) or 0.0 for edge in edges_of(path)]
         # Probes run beside the transfer, each on a connection of its own that starts cold; they are assumed
         # to take nothing from it (they are short and mostly on other hosts' links).
         for edge, started in list(probing.items()):
-            if t - started >= probe_s:
+            if t - started >= probe_s or run_hop(edge, started, events, report_failure=True) is None:
                 del probing[edge]
-                continue
-            capacity = network.capacity(edge, t)
-            if capacity <= 0:
-                del probing[edge]
-                events.append(HopFailure(edge, t + step_s))
-                continue
-            probe_rate = capacity * _ramp_average(t - started, step_s, network.ramp(edge))
-            measured = probe_rate * max(0.01, 1.0 + rng.gauss(0.0, network.noise))
-            events.append(Measurement(edge, round(measured * step_s), step_s, t + step_s))
         rate = min(rates, default=0.0)
         samples.append(SimSample(t, path, rate))
         delivered += rate * step_s
@@ -238,8 +232,7 @@ def simulate_transfer(
         if not isinstance(decision, DropDepot):
             probing.update((edge, t) for edge in decision.probes if edge not in probing)
         if decision.path != path:
-            kept = set(edges_of(path))
-            since = {edge: since[edge] if edge in kept else t for edge in edges_of(decision.path)}
+            since = {edge: since.get(edge, t) for edge in edges_of(decision.path)}
             path = decision.path
     return SimResult(scheduler.attempts, samples, decisions, delivered, finished_at)
 
