@@ -55,3 +55,9 @@ def test_bad_environment_names_the_variable() -> None:
 def test_missing_file_is_a_config_error(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="cannot read"):
         DepotConfig.load(tmp_path / "absent.toml")
+
+
+def test_the_shipped_example_configuration_loads() -> None:
+    example = Path(__file__).resolve().parents[2] / "deploy" / "depot.example.toml"
+    config = DepotConfig.load(example)
+    assert (config.name, config.capacity, config.max_allocation) == ("atl", 8 * 2**30, 64 * 2**20)
