@@ -173,6 +173,7 @@ async def depot_runs(total: int, block: bytes, repeat: int) -> dict[str, float]:
                     await two.free(alloc.manage)
             best["rss_full"] = rss_full
             best["capacity"] = float(capacity)
+            await trio.sleep(1.5)  # freed buffers wait half a second in the depot's pool before they are unmapped
             best["rss_after_free"] = psutil.Process(a.process.pid).memory_info().rss
     return best
 

@@ -18,6 +18,7 @@ from typing import Any, Literal
 
 import httpx
 
+from lnet.depot import h11_receive
 from lnet.depot.protocol import (
     MSGPACK,
     BadRequest,
@@ -57,6 +58,7 @@ __all__ = [
 ]
 
 guard_http_logs()
+h11_receive.install()  # httpx reads through h11 too: the same saving on every read
 
 DEFAULT_TIMEOUT = 30.0
 Reliability = Literal["soft", "hard"]

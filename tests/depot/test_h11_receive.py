@@ -1,0 +1,68 @@
+"""The copy-saving h11 receive buffer returns exactly what h11's own does, on random input."""
+
+from __future__ import annotations
+
+from h11._receivebuffer import ReceiveBuffer
+from hypothesis import given
+from hypothesis import strategies as st
+
+from lnet.depot import h11_receive
+from lnet.depot.h11_receive import _original_extract, _original_maybe_extract_at_most
+
+operations = st.lists(
+    st.one_of(
+        st.tuples(st.just("add"), st.binary(max_size=64).map(lambda b: b.replace(b"x", b"\r\n"))),
+        st.tuples(st.just("at_most"), st.integers(min_value=0, max_value=80)),
+        st.tuples(st.just("line"), st.none()),
+        st.tuples(st.just("lines"), st.none()),
+    ),
+    max_size=40,
+)
+
+
+def run(ops: list[tuple[str, object]], *, fast: bool) -> list[object]:
+    buffer = ReceiveBuffer()
+    extract = h11_receive._extract if fast else _original_extract
+    at_most = h11_receive._maybe_extract_at_most if fast else _original_maybe_extract_at_most
+    seen: list[object] = []
+    saved = ReceiveBuffer._extract
+    ReceiveBuffer._extract = extract  # type: ignore[method-assign]
+    try:
+        for name, arg in ops:
+            if name == "add":
+                assert isinstance(arg, bytes)
+                buffer += arg
+            elif name == "at_most":
+                assert isinstance(arg, int)
+                out = at_most(buffer, arg)
+                seen.append(None if out is None else bytes(out))
+            elif name == "line":
+                line = buffer.maybe_extract_next_line()
+                seen.append(None if line is None else bytes(line))
+            else:
+                lines = buffer.maybe_extract_lines()
+                seen.append(None if lines is None else [bytes(x) for x in lines])
+            seen.append(bytes(buffer))
+    finally:
+        ReceiveBuffer._extract = saved  # type: ignore[method-assign]
+    return seen
+
+
+@given(operations)
+def test_same_results_as_h11(ops: list[tuple[str, object]]) -> None:
+    assert run(ops, fast=True) == run(ops, fast=False)
+
+
+def test_it_is_installed_for_this_h11() -> None:
+    import lnet.depot.app  # noqa: F401  (installing is part of importing the depot)
+
+    assert h11_receive.installed()
+
+
+def test_a_whole_extract_hands_out_the_buffer_without_copying() -> None:
+    buffer = ReceiveBuffer()
+    buffer += b"a" * 1000
+    inner = buffer._data
+    out = h11_receive._maybe_extract_at_most(buffer, 5000)
+    assert out is inner
+    assert len(buffer) == 0
