@@ -4,8 +4,8 @@
 emulator; `compose` writes a docker-compose testbed (tc netem) from the same file. See docs/testbed.md.
 """
 
-from .netns import TestbedError
+from .netns import TestbedError, TestbedStateError
 from .testbed import Testbed
 from .topology import Host, Link, Topology, TopologyError
 
-__all__ = ["Host", "Link", "Testbed", "TestbedError", "Topology", "TopologyError"]
+__all__ = ["Host", "Link", "Testbed", "TestbedError", "TestbedStateError", "Topology", "TopologyError"]

@@ -26,6 +26,7 @@ __all__ = [
     "NETNS_DIR",
     "STATE_ROOT",
     "TestbedError",
+    "TestbedStateError",
     "check_privileges",
     "emulator_alive",
     "kill_namespace_processes",
@@ -51,6 +52,10 @@ class TestbedError(RuntimeError):
     """The testbed cannot be brought up, reached or torn down; the message says why."""
 
     __test__ = False  # not a pytest test class, despite the name
+
+
+class TestbedStateError(TestbedError):
+    """The named testbed is already up (when bringing it up) or is not up (when using it)."""
 
 
 def namespace_name(testbed: str, host: str) -> str:
@@ -128,23 +133,34 @@ def open_tun(namespace: str) -> int:
     return fd
 
 
-# Linux counts socket buffers in kernel memory (skb "truesize"), not payload: with tcp_rmem max = B the receiver
-# advertises about 0.62 B over these TUN devices (checked with `ss -tmi`: rb 419430 advertised 260736, at MTU 1500
-# and 9000 alike). The topology's window is the payload a connection may have in flight, so the receive buffer
-# gets RMEM_FACTOR times it; the send buffer (which also holds data not yet sent) gets more, so that the receiver's
-# window is the one cap. tests/testbed/test_accuracy.py checks window/RTT.
-RMEM_FACTOR = 1.6
-WMEM_FACTOR = 4.0
+# Linux counts socket buffers in kernel memory (skb "truesize"), not payload, so the window a connection gets is
+# not the buffer size. Measured over these TUN devices with a fixed receive buffer B (autotuning off):
+# window ~ 0.632 * B - 1950 bytes at MTU 1500 and ~ 0.70 * B at MTU 9000 (12 KiB to 4 MiB; the ratio is the
+# payload per byte of buffer, larger for jumbo frames; bench/testbed_window.py measures it).
+# The topology's window is the payload a connection may have in flight, enforced where Linux enforces it
+# cleanly, at the receiver: the receive buffer is sized by that fit and fixed (tcp_moderate_rcvbuf = 0, so no
+# slow ramp). The send buffer gets twice the window: Linux's send-side limit is not a clean in-flight cap (a
+# 12 KiB send buffer still lets 64 KB fly, 256 KiB lets 190 KB), so it is kept from binding first.
+WINDOW_PER_RCVBUF_BYTE = {1500: 0.632, 9000: 0.695}  # interpolated linearly on the MTU between the two
+RCVBUF_OVERHEAD_BYTES = 3085
+WMEM_FACTOR = 2.0
 
 
-def tcp_sysctls(host: Host) -> dict[str, str]:
-    rmax = int(host.window_bytes * RMEM_FACTOR)
-    wmax = int(host.window_bytes * WMEM_FACTOR)
+def receive_buffer_bytes(window_bytes: int, mtu: int) -> int:
+    (lo_mtu, lo), (hi_mtu, hi) = sorted(WINDOW_PER_RCVBUF_BYTE.items())
+    frac = min(1.0, max(0.0, (mtu - lo_mtu) / (hi_mtu - lo_mtu)))
+    return int(window_bytes / (lo + frac * (hi - lo)) + RCVBUF_OVERHEAD_BYTES)
+
+
+def tcp_sysctls(host: Host, mtu: int) -> dict[str, str]:
+    rcvbuf = receive_buffer_bytes(host.window_bytes, mtu)
+    wmax = max(int(host.window_bytes * WMEM_FACTOR), 65536)
     return {
-        "net/ipv4/tcp_rmem": f"4096 {min(131072, rmax)} {rmax}",
+        "net/ipv4/tcp_rmem": f"4096 {rcvbuf} {rcvbuf}",
         "net/ipv4/tcp_wmem": f"4096 {min(16384, wmax)} {wmax}",
+        "net/ipv4/tcp_moderate_rcvbuf": "0",
         "net/ipv4/tcp_congestion_control": host.congestion,
-        # the window cap is the point of the setting: no per-route metrics carried over between connections
+        # each connection starts afresh, as the seed's did: no metrics carried over from an earlier one
         "net/ipv4/tcp_no_metrics_save": "1",
         "net/ipv6/conf/all/disable_ipv6": "1",
         "net/ipv6/conf/default/disable_ipv6": "1",
@@ -178,7 +194,7 @@ def setup_host(testbed: str, topology: Topology, host: Host) -> int:
     fd = open_tun(ns)
     try:
         with inside(ns):
-            for key, value in tcp_sysctls(host).items():
+            for key, value in tcp_sysctls(host, topology.mtu).items():
                 Path("/proc/sys", key).write_text(value)
         batch = "\n".join(
             [

@@ -25,6 +25,7 @@ import trio
 from .netns import (
     STATE_ROOT,
     TestbedError,
+    TestbedStateError,
     check_privileges,
     emulator_alive,
     namespace_name,
@@ -67,7 +68,7 @@ def prepare(name: str, topology: Topology, state_root: Path) -> Path:
     check_privileges()
     pid = emulator_pid(name, state_root)
     if pid is not None:
-        raise TestbedError(
+        raise TestbedStateError(
             f"a testbed named {name!r} is already up (emulator pid {pid}); "
             f"take it down first: lnet-testbed down --name {name}"
         )
@@ -147,7 +148,7 @@ def stop(name: str, state_root: Path = STATE_ROOT, timeout_s: float = STOP_TIMEO
 def control_request(name: str, request: dict[str, Any], state_root: Path = STATE_ROOT) -> dict[str, Any]:
     """One request to a running emulator's control socket (blocking; for the CLI)."""
     if emulator_pid(name, state_root) is None:
-        raise TestbedError(f"no testbed named {name!r} is up")
+        raise TestbedStateError(f"no testbed named {name!r} is up")
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
         sock.settimeout(CONTROL_TIMEOUT_S)
         sock.connect(str(state_root / name / "control.sock"))
