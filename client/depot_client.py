@@ -282,6 +282,18 @@ class DepotClient:
         answer = await self._control("POST", f"/v1/copy/{read}", body)
         return CopyResult(int(answer["bytes"]), float(answer["seconds"]))
 
+    async def digest(
+        self, read: str, algorithm: str = "sha256", *, offset: int | None = None, length: int | None = None
+    ) -> str:
+        """The hex digest of the allocation's written bytes (or a part of them), computed at the depot."""
+        params = {"algorithm": algorithm}
+        if offset is not None:
+            params["offset"] = str(offset)
+        if length is not None:
+            params["length"] = str(length)
+        answer = await self._control("GET", f"/v1/digest/{read}", params=params)
+        return str(answer["hex"])
+
     # -- plumbing -------------------------------------------------------------------------------------------
 
     async def _put(self, write: str, content: Any, length: int, offset: int | None) -> int:
@@ -296,14 +308,20 @@ class DepotClient:
         return int(response.headers.get("x-lnet-length", "0"))
 
     async def _control(
-        self, method: str, path: str, body: dict[str, Any] | None = None, *, headers: dict[str, str] | None = None
+        self,
+        method: str,
+        path: str,
+        body: dict[str, Any] | None = None,
+        *,
+        headers: dict[str, str] | None = None,
+        params: dict[str, str] | None = None,
     ) -> Any:
         content = None
         all_headers = dict(headers or {})
         if body is not None:
             content, media_type = encode_body(body, MSGPACK)
             all_headers["Content-Type"] = media_type
-        request = self._http.build_request(method, path, content=content, headers=all_headers)
+        request = self._http.build_request(method, path, content=content, headers=all_headers, params=params)
         response = await self._send(request)
         if response.status_code >= 300:
             raise self._error(response)

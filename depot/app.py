@@ -9,6 +9,7 @@ chunks between awaits, and every network wait of a copy is bounded by ``copy_tim
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import hmac
 import logging
 import math
@@ -132,6 +133,8 @@ def operation_of(method: str, path: str) -> str:
         return {"GET": "probe", "POST": "extend", "DELETE": "free"}.get(method, "other")
     if path.startswith("/v1/copy/"):
         return "copy"
+    if path.startswith("/v1/digest/"):
+        return "digest"
     return {"/v1/allocations": "allocate", "/v1/status": "status", "/metrics": "metrics", "/healthz": "health"}.get(
         path, "other"
     )
@@ -271,6 +274,7 @@ class Depot:
             Route("/v1/data/{cap}", self.write, methods=["PUT"]),
             Route("/v1/data/{cap}", self.read, methods=["GET", "HEAD"]),
             Route("/v1/copy/{cap}", self.copy, methods=["POST"]),
+            Route("/v1/digest/{cap}", self.digest, methods=["GET"]),
             Route("/v1/manage/{cap}", self.probe, methods=["GET"]),
             Route("/v1/manage/{cap}", self.extend, methods=["POST"]),
             Route("/v1/manage/{cap}", self.free, methods=["DELETE"]),
@@ -432,6 +436,25 @@ class Depot:
         self.links.record(peer, length, seconds, self.clock())
         return _respond(request, {"bytes": length, "seconds": seconds})
 
+    async def digest(self, request: Request) -> Response:
+        """The hash of written bytes, computed here: a client checks a block that reached a far depot without
+        pulling it back over the long path (an lnet extension, docs/protocol.md)."""
+        alloc = self._lookup(request, Kind.READ)
+        algorithm = request.query_params.get("algorithm", "sha256")
+        if algorithm not in DIGESTS:
+            raise BadRequest(f"algorithm must be one of {', '.join(sorted(DIGESTS))}")
+        offset = _query_int(request, "offset", 0)
+        length = _query_int(request, "length", max(alloc.length - offset, 0))
+        if offset + length > alloc.length:
+            raise RangeNotSatisfiable(f"bytes {offset}..{offset + length} are past the {alloc.length} written")
+        with self.store.pinned(alloc):
+            view = alloc.view(offset, offset + length)
+            try:  # hashlib lets go of the GIL for big buffers: the event loop goes on meanwhile
+                hexdigest = await trio.to_thread.run_sync(_hexdigest, algorithm, view)
+            finally:
+                view.release()
+        return _respond(request, {"algorithm": algorithm, "hex": hexdigest, "offset": offset, "length": length})
+
     async def probe(self, request: Request) -> Response:
         alloc = self._lookup(request, Kind.MANAGE)
         return _respond(
@@ -589,12 +612,23 @@ def _number(body: dict[str, Any], key: str, *, required: bool = False) -> float:
 
 
 def _query_offset(request: Request, default: int) -> int:
-    raw = request.query_params.get("offset")
+    return _query_int(request, "offset", default)
+
+
+def _query_int(request: Request, name: str, default: int) -> int:
+    raw = request.query_params.get(name)
     if raw is None:
         return default
-    if not raw.isdigit() or len(raw) > 19:
-        raise BadRequest("offset must be a whole number of bytes, not negative")
+    if not raw.isdigit() or len(raw) > 18:
+        raise BadRequest(f"{name} must be a whole number of bytes, not negative")
     return int(raw)
+
+
+DIGESTS = frozenset({"sha256", "blake2b"})
+
+
+def _hexdigest(algorithm: str, view: memoryview) -> str:
+    return hashlib.new(algorithm, view).hexdigest()
 
 
 def _parse_range(spec: str, length: int) -> tuple[int, int]:

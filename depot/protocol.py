@@ -214,7 +214,7 @@ def redact(token: str) -> str:
     return token[:6] + "…"
 
 
-_CAPABILITY_IN_URL = re.compile(r"(/v1/(?:data|copy|manage)/)([A-Za-z0-9_-]+)")
+_CAPABILITY_IN_URL = re.compile(r"(/v1/(?:data|copy|manage|digest)/)([A-Za-z0-9_-]+)")
 
 
 def redact_capabilities(text: str) -> str:

@@ -409,3 +409,22 @@ async def test_access_log_never_holds_a_whole_capability(
 
 async def _metrics(client: DepotClient) -> str:
     return (await client._http.get("/metrics")).text
+
+
+async def test_digest_is_computed_at_the_depot(open_depot: MakeDepot) -> None:
+    import hashlib
+
+    async with open_depot() as (_, client):
+        alloc = await client.allocate_one(4 * MiB, 60)
+        payload = bytes(range(256)) * (3 * MiB // 256)
+        await client.write(alloc.write, payload)
+        assert await client.digest(alloc.read) == hashlib.sha256(payload).hexdigest()
+        assert await client.digest(alloc.read, "blake2b") == hashlib.blake2b(payload).hexdigest()
+        part = await client.digest(alloc.read, offset=10, length=100)
+        assert part == hashlib.sha256(payload[10:110]).hexdigest()
+        with pytest.raises(BadRequest, match="algorithm"):
+            await client.digest(alloc.read, "md5")
+        with pytest.raises(RangeNotSatisfiable):
+            await client.digest(alloc.read, offset=len(payload), length=1)
+        with pytest.raises(NotFound):
+            await client.digest(alloc.write)
