@@ -1,0 +1,36 @@
+"""The exit statuses of lnet's client programs (``lnet-send``, ``lnet-get``, ``lnet``), one meaning each.
+
+A script can tell "try again later" (``UNREACHABLE``) from "the data is wrong" (``INTEGRITY``) from "you typed it
+wrong" (``USAGE``) without reading messages. ``EXIT_CODES_HELP`` is the table every CLI puts in its ``--help``.
+"""
+
+from __future__ import annotations
+
+from enum import IntEnum
+
+__all__ = ["EXIT_CODES_HELP", "ExitCode"]
+
+
+class ExitCode(IntEnum):
+    OK = 0
+    """Everything asked for was done and verified."""
+    FAILED = 1
+    """Something else went wrong (a block that expired or was freed, a full disk, ...); the message says what."""
+    USAGE = 2
+    """Bad arguments, or an input file (manifest, report, depots file) that is unreadable or invalid."""
+    UNREACHABLE = 3
+    """A depot that was needed could not be reached, or stalled past the timeout."""
+    INTEGRITY = 4
+    """Bytes did not match their hash: a block, or the whole file."""
+    INTERRUPTED = 130
+    """Stopped by Ctrl-C (128 + SIGINT, as shells report it); what was done so far is kept for a resume."""
+
+
+EXIT_CODES_HELP = """\
+exit status:
+  0    done: everything is complete and verified
+  1    failed for another reason (the message says why)
+  2    usage: bad arguments, or an unreadable or invalid input file
+  3    unreachable: a depot could not be reached or stalled past --timeout
+  4    integrity: a block or the whole file does not match its hash
+  130  interrupted (Ctrl-C); run the same command again to resume"""
