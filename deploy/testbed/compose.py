@@ -21,7 +21,7 @@ from pathlib import Path
 from .netns import receive_buffer_bytes
 from .topology import Host, Link, Topology, TopologyError
 
-__all__ = ["LINK_PREFIX", "HostPlan", "compose_yaml", "dockerfile", "host_plan", "write_compose"]
+__all__ = ["LINK_PREFIX", "HostPlan", "compose_yaml", "dockerfile", "dockerignore", "host_plan", "write_compose"]
 
 LINK_PREFIX = "10.78"
 MAX_LINKS = 250
@@ -119,6 +119,11 @@ def _q(s: str) -> str:
     return json.dumps(s)
 
 
+def _q_shell(s: str) -> str:
+    """Like _q, for text compose must pass through as is: it interpolates `$X`, and `$$` is a literal `$`."""
+    return json.dumps(s.replace("$", "$$"))
+
+
 def compose_yaml(topology: Topology, context: str, dockerfile_path: str, command: list[str] | None = None) -> str:
     """docker-compose.yml for the topology. `context` is the build context relative to the compose file (the
     repository root), `dockerfile_path` the Dockerfile relative to the context."""
@@ -146,16 +151,18 @@ def compose_yaml(topology: Topology, context: str, dockerfile_path: str, command
         out.append("    networks:")
         for net, addr in plan.link_addresses.items():
             out += [f"      {net}:", f"        ipv4_address: {_q(addr)}"]
-        out += ["    entrypoint:", '      - "sh"', '      - "-c"', f"      - {_q('; '.join(plan.commands))}",
+        out += ["    entrypoint:", '      - "sh"', '      - "-c"', f"      - {_q_shell('; '.join(plan.commands))}",
                 '      - "lnet-testbed-start"']
         out.append("    command:")
-        out += [f"      - {_q(word)}" for word in command]
+        out += [f"      - {_q_shell(word)}" for word in command]
     out.append("networks:")
     for i, link in enumerate(topology.links):
         out += [
             f"  {link_network(i)}:",
             f"    # {link.a} <-> {link.b}",
             "    driver: \"bridge\"",
+            "    driver_opts:",
+            f"      com.docker.network.driver.mtu: {_q(str(topology.mtu))}",
             "    ipam:",
             "      config:",
             f"        - subnet: {_q(link_subnet(i))}",
@@ -180,6 +187,12 @@ def dockerfile() -> str:
     )
 
 
+def dockerignore() -> str:
+    """Dockerfile.dockerignore (BuildKit reads it next to the Dockerfile): keep the build context small."""
+    return "\n".join([".git", ".venv", "**/__pycache__", "**/.mypy_cache", ".ruff_cache", ".pytest_cache",
+                      ".hypothesis", "bench/results", ""])
+
+
 def repository_root() -> Path | None:
     """The repository this package is installed from (editable installs), if it is one."""
     root = Path(__file__).resolve().parents[2]
@@ -188,13 +201,14 @@ def repository_root() -> Path | None:
 
 def write_compose(topology: Topology, out_dir: str | os.PathLike[str], context: str | os.PathLike[str] | None = None,
                   command: list[str] | None = None) -> list[Path]:
-    """Write docker-compose.yml and Dockerfile into `out_dir`; returns the files written."""
+    """Write docker-compose.yml, Dockerfile and Dockerfile.dockerignore into `out_dir`; returns the files."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     ctx = Path(context) if context is not None else (repository_root() or out)
     rel_ctx = os.path.relpath(ctx.resolve(), out.resolve())
     rel_dockerfile = os.path.relpath((out / "Dockerfile").resolve(), ctx.resolve())
-    files = [out / "docker-compose.yml", out / "Dockerfile"]
+    files = [out / "docker-compose.yml", out / "Dockerfile", out / "Dockerfile.dockerignore"]
     files[0].write_text(compose_yaml(topology, rel_ctx, rel_dockerfile, command))
     files[1].write_text(dockerfile())
+    files[2].write_text(dockerignore())
     return files

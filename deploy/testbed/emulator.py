@@ -190,7 +190,7 @@ class Emulator:
             try:
                 self.set_link(request)
             except TopologyError as exc:
-                return {"ok": False, "error": str(exc)}
+                return {"ok": False, "error": str(exc), "kind": "topology"}
             return {"ok": True}
         return {"ok": False, "error": f"unknown op {op!r}"}
 

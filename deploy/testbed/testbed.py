@@ -32,7 +32,7 @@ from .netns import (
     namespaces_of,
     remove_testbed,
 )
-from .topology import Topology
+from .topology import Topology, TopologyError
 
 __all__ = ["Testbed", "TestbedError", "running_testbeds", "start_detached", "stop", "control_request"]
 
@@ -168,6 +168,8 @@ def _reply(data: bytes) -> dict[str, Any]:
     except ValueError as exc:
         raise TestbedError(f"the emulator gave no answer ({exc})") from exc
     if not reply.get("ok"):
+        if reply.get("kind") == "topology":
+            raise TopologyError(str(reply.get("error")))
         raise TestbedError(str(reply.get("error")))
     return reply
 

@@ -1,0 +1,139 @@
+"""The emulated links against their configuration, measured with plain TCP and UDP (not lnet) on small
+topologies: round-trip time within 5%, a cubic stream within 10% of the link rate, within 15% of window/RTT when
+the window binds, loss within statistical tolerance; live changes take effect. Root only."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+import trio
+
+from lnet.testbed import Testbed, Topology, TopologyError
+from lnet.testbed.measure import one_way_loss, rtt, tcp_throughput
+
+pytestmark = [pytest.mark.root, pytest.mark.usefixtures("requires_root")]
+
+
+def two_hosts(*, delay_ms: float, rate_mbit: float | None = None, loss: float = 0.0, window: str = "16MiB",
+              mtu: int = 9000, congestion: str = "cubic") -> Topology:
+    rate = f"rate_mbit = {rate_mbit}\n" if rate_mbit else ""
+    return Topology.parse(f"""
+mtu = {mtu}
+[defaults]
+window = "{window}"
+congestion = "{congestion}"
+[hosts.a]
+[hosts.b]
+[[links]]
+a = "a"
+b = "b"
+delay_ms = {delay_ms}
+loss = {loss}
+{rate}""")
+
+
+async def test_rtt_within_5_percent_direct_and_through_a_forwarding_host(bed_name: str, state_root: Path) -> None:
+    topo = Topology.parse("""
+[hosts.a]
+[hosts.b]
+[hosts.c]
+[[links]]
+a = "a"
+b = "b"
+delay_ms = 30
+[[links]]
+a = "b"
+b = "c"
+delay_ms = 20
+""")
+    async with Testbed(topo, name=bed_name, state_root=state_root) as tb:
+        direct = await rtt(tb, "a", "b", count=40)
+        routed = await rtt(tb, "a", "c", count=40, port=5204)
+    assert direct.received == 40
+    assert routed.received == 40
+    assert direct.median_ms == pytest.approx(60.0, rel=0.05)
+    assert routed.median_ms == pytest.approx(100.0, rel=0.05)
+
+
+async def test_cubic_stream_reaches_link_rate_when_window_does_not_bind(bed_name: str, state_root: Path) -> None:
+    # 16 MiB window >> 40 Mbit/s x 20 ms = 100 kB: the link rate is the only limit
+    async with Testbed(two_hosts(delay_ms=10, rate_mbit=40), name=bed_name, state_root=state_root) as tb:
+        mbit = await tcp_throughput(tb, "a", "b", seconds=6, skip_s=2)
+    assert mbit == pytest.approx(40.0, rel=0.10)
+
+
+@pytest.mark.parametrize(
+    ("mtu", "window", "window_bytes", "delay_ms"),
+    [(9000, "256KiB", 256 * 1024, 20.0), (1500, "64KiB", 64 * 1024, 25.0)],
+)
+async def test_stream_runs_at_window_over_rtt_when_window_binds(
+    bed_name: str, state_root: Path, mtu: int, window: str, window_bytes: int, delay_ms: float
+) -> None:
+    # a 1 Gbit/s link, far above window/RTT: only the window binds. (A link with no rate at all delivers a
+    # window's worth of packets in one burst, and Linux then advertises less window while they queue.)
+    topo = two_hosts(delay_ms=delay_ms, window=window, mtu=mtu, rate_mbit=1000)
+    async with Testbed(topo, name=bed_name, state_root=state_root) as tb:
+        mbit = await tcp_throughput(tb, "a", "b", seconds=6, skip_s=2)
+    cap = window_bytes * 8 / (2 * delay_ms / 1000) / 1e6
+    assert mbit == pytest.approx(cap, rel=0.15)
+
+
+async def test_measured_loss_matches_configured(bed_name: str, state_root: Path) -> None:
+    p, n = 0.05, 3000
+    async with Testbed(two_hosts(delay_ms=5, loss=p), name=bed_name, state_root=state_root, seed=3) as tb:
+        result = await one_way_loss(tb, "a", "b", count=n, interval_s=0.001)
+        status = await tb.status()
+    tolerance = 4 * math.sqrt(p * (1 - p) / n)  # four binomial standard deviations
+    assert abs(result.loss - p) < tolerance, result
+    # the emulator's own count agrees with what arrived (the end markers are extra packets)
+    drops = status["links"][0]["a->b"]["random_drops"]
+    assert abs(drops - (n - result.received)) <= 20
+
+
+async def test_live_changes_to_rate_delay_and_loss(bed_name: str, state_root: Path) -> None:
+    async with Testbed(two_hosts(delay_ms=30, rate_mbit=40), name=bed_name, state_root=state_root) as tb:
+        await tb.set_link("a", "b", delay_ms=5.0, rate_mbit=10.0)
+        assert tb.topology.link("a", "b").rate_mbit == 10.0
+        quick = await rtt(tb, "a", "b", count=30)
+        mbit = await tcp_throughput(tb, "b", "a", seconds=5, skip_s=1.5)
+        await tb.set_link("b", "a", loss=0.5)
+        lossy = await one_way_loss(tb, "a", "b", count=400, interval_s=0.002)
+        with pytest.raises(TopologyError, match="loss is a fraction"):
+            await tb.set_link("a", "b", loss=2.0)
+        with pytest.raises(TopologyError, match="unknown host"):
+            await tb.set_link("a", "nowhere", loss=0.1)
+        status = await tb.status()
+    assert quick.median_ms == pytest.approx(10.0, rel=0.05)
+    assert mbit == pytest.approx(10.0, rel=0.10)
+    assert 0.4 < lossy.loss < 0.6
+    assert status["links"][0]["loss"] == 0.5  # the rejected change left the link as it was
+
+
+async def test_rate_change_mid_transfer_slows_the_stream(bed_name: str, state_root: Path) -> None:
+    """Benchmarks degrade a link during a transfer: the stream must follow within its run."""
+    async with Testbed(two_hosts(delay_ms=10, rate_mbit=40), name=bed_name, state_root=state_root) as tb:
+        async with trio.open_nursery() as nursery:
+            result: list[float] = []
+
+            async def measure() -> None:
+                result.append(await tcp_throughput(tb, "a", "b", seconds=8, skip_s=4))
+
+            nursery.start_soon(measure)
+            await trio.sleep(3.0)
+            await tb.set_link("a", "b", rate_mbit=10.0)
+    # the measured window (4 s to 8 s) is entirely after the change at about 3.3 s
+    assert result[0] == pytest.approx(10.0, rel=0.12)
+
+
+@pytest.mark.parametrize("congestion", ["cubic", "bbr"])
+async def test_host_tcp_settings_are_applied(bed_name: str, state_root: Path, congestion: str) -> None:
+    topo = two_hosts(delay_ms=1, window="1MiB", congestion=congestion)
+    async with Testbed(topo, name=bed_name, state_root=state_root) as tb:
+        cc = await tb.run("a", ["sysctl", "-n", "net.ipv4.tcp_congestion_control"])
+        rmem = await tb.run("b", ["sysctl", "-n", "net.ipv4.tcp_rmem"])
+        addr = await tb.run("a", ["ip", "-4", "-o", "addr", "show", "dev", "lnet0"])
+    assert cc.stdout.decode().strip() == congestion
+    assert int(rmem.stdout.split()[2]) > 1024 * 1024  # the receive buffer is sized for a 1 MiB window
+    assert "10.77.0.1/24" in addr.stdout.decode()
