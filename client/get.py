@@ -1,0 +1,589 @@
+"""``lnet-get MANIFEST -o OUT``: fetch a file that lnet delivered, check every byte, and put it in place atomically.
+
+Every block streams from its depot straight into its offset of ``OUT.lnet-part`` (preallocated to the file's size;
+no block is ever held whole in memory), hashed as it arrives. A block whose hash matches is recorded in
+``OUT.lnet-part.state``; when all are in, the whole file's hash is checked and the part file is renamed to ``OUT``.
+A block with several sources is read from the first that works, in the manifest's order (a depot that failed
+before is tried last). A second run over the same ``OUT`` resumes: it re-hashes the blocks the state lists from
+the part file and fetches only the rest.
+
+What this module must not do: leave ``OUT`` holding anything but the verified file, list an unverified block in
+the state, or wait on the network without the ``--timeout`` bound (every wait goes through ``DepotClient``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import errno
+import fcntl
+import json
+import os
+import sys
+import time
+from collections.abc import Callable, Collection, Iterable, Sequence
+from dataclasses import dataclass, field
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import httpx
+import trio
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    DownloadColumn,
+    Progress,
+    TextColumn,
+    TimeRemainingColumn,
+    TransferSpeedColumn,
+)
+
+from lnet.client.depot_client import Busy, DepotClient, DepotError, DepotUnreachable, NotFound
+from lnet.client.exits import EXIT_CODES_HELP, ExitCode
+from lnet.client.manifest import (
+    BlockEntry,
+    BlockSource,
+    Manifest,
+    ManifestError,
+    block_hasher,
+    hash_bytes,
+    write_private_file,
+)
+from lnet.client.manifest import load as load_manifest
+from lnet.depot.units import format_size, parse_duration
+
+__all__ = [
+    "DEFAULT_PARALLEL",
+    "DEFAULT_TIMEOUT_S",
+    "BlockUnavailable",
+    "GetError",
+    "GetResult",
+    "IntegrityError",
+    "OutputError",
+    "decode_state",
+    "encode_state",
+    "get_file",
+    "main",
+    "part_path",
+    "source_order",
+    "state_path",
+]
+
+DEFAULT_PARALLEL = 8
+DEFAULT_TIMEOUT_S = 30.0
+MAX_PARALLEL = 256
+STATE_FORMAT = "lnet-get-state/1"
+# The state is rewritten at most this often while blocks complete (and always at the end, however the run ends):
+# a crash loses at most this much bookkeeping, never correctness, since a resume re-hashes what the state lists.
+STATE_SAVE_INTERVAL_S = 0.5
+BUSY_RETRIES = 3
+HASH_CHUNK = 4 * 1024 * 1024
+
+
+class GetError(Exception):
+    """Why a download did not complete; ``exit_code`` is what ``lnet-get`` exits with."""
+
+    exit_code = ExitCode.FAILED
+
+
+class OutputError(GetError):
+    """``OUT`` cannot be written where it was asked for (a directory, a missing parent, another lnet-get)."""
+
+    exit_code = ExitCode.USAGE
+
+
+class IntegrityError(GetError):
+    """The whole file's bytes do not match the manifest's hash."""
+
+    exit_code = ExitCode.INTEGRITY
+
+
+@dataclass(frozen=True)
+class SourceFailure:
+    depot: str
+    kind: str  # "unreachable", "integrity", "missing" or "refused"
+    detail: str
+
+
+class BlockUnavailable(GetError):
+    """Every source of a block failed. The exit code follows the failures: integrity when some source sent
+    wrong bytes, unreachable when no source could be reached, failed otherwise (e.g. every copy expired)."""
+
+    def __init__(self, block: BlockEntry, failures: Sequence[SourceFailure]) -> None:
+        reasons = "; ".join(f"{f.depot}: {f.kind} ({f.detail})" for f in failures)
+        super().__init__(f"block {block.index} (bytes {block.offset}-{block.end - 1}): every source failed: {reasons}")
+        self.block = block
+        self.failures = tuple(failures)
+        kinds = {f.kind for f in failures}
+        if "integrity" in kinds:
+            self.exit_code = ExitCode.INTEGRITY
+        elif kinds == {"unreachable"}:
+            self.exit_code = ExitCode.UNREACHABLE
+        else:
+            self.exit_code = ExitCode.FAILED
+
+
+@dataclass(frozen=True)
+class GetResult:
+    path: Path
+    size: int
+    seconds: float
+    blocks: int
+    resumed_blocks: int
+    fetched_bytes: int
+    fallbacks: int  # times a source failed and the next one was tried
+    # fetched_bytes counts what arrived from depots in this run, including bytes that then failed their hash
+
+    @property
+    def mbps(self) -> float:
+        """Megabits per second over the bytes this run fetched."""
+        return self.fetched_bytes * 8 / self.seconds / 1e6 if self.seconds > 0 else 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "ok": True,
+            "path": str(self.path),
+            "bytes": self.size,
+            "fetched_bytes": self.fetched_bytes,
+            "seconds": round(self.seconds, 6),
+            "mbps": round(self.mbps, 3),
+            "blocks": self.blocks,
+            "resumed_blocks": self.resumed_blocks,
+            "fallbacks": self.fallbacks,
+        }
+
+
+def part_path(out: Path) -> Path:
+    return out.with_name(out.name + ".lnet-part")
+
+
+def state_path(out: Path) -> Path:
+    return out.with_name(out.name + ".lnet-part.state")
+
+
+# -- pure parts: source order and the resume state ------------------------------------------------------------
+
+
+def source_order(block: BlockEntry, *, now: float, failing: Collection[str]) -> list[BlockSource]:
+    """The order to try ``block``'s sources in: the manifest's, except that sources whose depot failed before,
+    and then sources past their expiry, go last (still tried: clocks disagree, depots extend)."""
+    return sorted(block.sources, key=lambda s: (s.depot in failing, s.expires <= now))
+
+
+def encode_state(manifest: Manifest, verified: Iterable[int]) -> dict[str, Any]:
+    """The state file's document: which blocks of the part file are verified, as runs ``[first, last + 1)``."""
+    runs: list[list[int]] = []
+    for index in sorted(set(verified)):
+        if runs and runs[-1][1] == index:
+            runs[-1][1] = index + 1
+        else:
+            runs.append([index, index + 1])
+    return {"format": STATE_FORMAT, "file_hash": manifest.file_hash, "size": manifest.size, "verified": runs}
+
+
+def decode_state(document: Any, manifest: Manifest) -> set[int]:
+    """The block indices a state document claims are verified, if it belongs to ``manifest``; else nothing.
+
+    A state that does not parse, or that was written for another file, is ignored rather than refused: the worst
+    it costs is fetching again."""
+    if not isinstance(document, dict) or document.get("format") != STATE_FORMAT:
+        return set()
+    if document.get("file_hash") != manifest.file_hash or document.get("size") != manifest.size:
+        return set()
+    runs = document.get("verified")
+    if not isinstance(runs, list):
+        return set()
+    count = len(manifest.blocks)
+    verified: set[int] = set()
+    for run in runs:
+        if not (isinstance(run, list) and len(run) == 2 and all(type(i) is int for i in run)):
+            return set()
+        first, stop = run
+        if not 0 <= first < stop <= count:
+            return set()
+        verified.update(range(first, stop))
+    return verified
+
+
+class ResumeState:
+    """The state file beside the part file, rewritten atomically (at most every ``STATE_SAVE_INTERVAL_S``)."""
+
+    def __init__(self, path: Path, manifest: Manifest, verified: set[int]) -> None:
+        self.path = path
+        self.manifest = manifest
+        self.verified = set(verified)
+        self._dirty = True
+        self._saved_at = float("-inf")
+
+    @staticmethod
+    def read(path: Path, manifest: Manifest) -> set[int]:
+        try:
+            document = json.loads(path.read_bytes())
+        except (OSError, ValueError, RecursionError):
+            return set()
+        return decode_state(document, manifest)
+
+    def add(self, index: int, now: float) -> None:
+        self.verified.add(index)
+        self._dirty = True
+        if now - self._saved_at >= STATE_SAVE_INTERVAL_S:
+            self.save(now)
+
+    def forget(self) -> None:
+        self.verified.clear()
+        self._dirty = True
+
+    def save(self, now: float) -> None:
+        if self._dirty:
+            write_private_file(self.path, json.dumps(encode_state(self.manifest, self.verified)).encode())
+            self._dirty = False
+            self._saved_at = now
+
+    def remove(self) -> None:
+        self.path.unlink(missing_ok=True)
+        self._dirty = False
+
+
+# -- the download ---------------------------------------------------------------------------------------------
+
+
+@dataclass
+class _Run:
+    """What the block fetchers share."""
+
+    manifest: Manifest
+    fd: int
+    clients: dict[str, DepotClient]
+    state: ResumeState
+    on_progress: Callable[[int], None]
+    failing: set[str] = field(default_factory=set)
+    fetched_bytes: int = 0
+    fallbacks: int = 0
+    failure: BlockUnavailable | None = None
+
+
+async def get_file(
+    manifest: Manifest,
+    out: Path,
+    *,
+    parallel: int = DEFAULT_PARALLEL,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+    transport: httpx.AsyncBaseTransport | None = None,
+    on_progress: Callable[[int], None] | None = None,
+) -> GetResult:
+    """Fetch ``manifest``'s file into ``out``, verified, resuming from ``out``'s part file if there is one.
+
+    ``on_progress`` is called with each count of new bytes in place (the resumed ones first, in one call).
+    ``transport`` reaches the depots (tests pass in-process ones); every network wait is bounded by
+    ``timeout_s``. Raises a ``GetError`` whose ``exit_code`` says what went wrong; the part and state files stay
+    behind for a resume in every case but an unusable ``out``."""
+    if parallel < 1:
+        raise ValueError("parallel must be at least 1")
+    started = trio.current_time()
+    out = Path(out)
+    part = part_path(out)
+    if out.is_dir():
+        raise OutputError(f"{out} is a directory")
+    if not out.parent.is_dir():
+        raise OutputError(f"{out.parent} is not a directory")
+    try:
+        fd = os.open(part, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
+    except OSError as exc:
+        raise OutputError(f"cannot write {part}: {exc.strerror}") from None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise OutputError(f"another lnet-get is writing {part}") from None
+        state = ResumeState(state_path(out), manifest, set())
+        try:
+            state.verified = await _recheck(fd, manifest, ResumeState.read(state.path, manifest))
+            _preallocate(fd, manifest.size)
+            resumed = len(state.verified)
+            progress = on_progress or (lambda nbytes: None)
+            progress(sum(manifest.blocks[i].length for i in state.verified))
+            todo = [block for block in manifest.blocks if block.index not in state.verified]
+            run = _Run(manifest, fd, {}, state, progress)
+            try:
+                await _fetch_all(run, todo, parallel, timeout_s, transport)
+            finally:
+                with trio.CancelScope(shield=True):
+                    for client in run.clients.values():
+                        await client.aclose()
+            if run.failure is not None:
+                raise run.failure
+            if await _file_hash(fd, manifest) != manifest.file_hash:
+                # Every block matched its own hash, so the manifest contradicts itself: none is known good.
+                state.forget()
+                raise IntegrityError(
+                    f"the whole file's {manifest.hash_algorithm} does not match the manifest's; "
+                    f"the bytes are kept in {part} for inspection"
+                )
+            os.fsync(fd)
+            os.replace(part, out)
+            state.remove()
+        finally:
+            state.save(trio.current_time())
+    except OSError as exc:
+        raise GetError(f"{out}: {exc.strerror or exc}") from None
+    finally:
+        os.close(fd)
+    return GetResult(
+        out, manifest.size, trio.current_time() - started, len(manifest.blocks), resumed, run.fetched_bytes,
+        run.fallbacks,
+    )
+
+
+async def _fetch_all(
+    run: _Run, todo: list[BlockEntry], parallel: int, timeout_s: float, transport: httpx.AsyncBaseTransport | None
+) -> None:
+    for block in todo:
+        for source in block.sources:
+            if source.depot not in run.clients:
+                run.clients[source.depot] = DepotClient(
+                    source.depot, timeout=timeout_s, transport=transport, max_connections=parallel
+                )
+    send, receive = trio.open_memory_channel[BlockEntry](0)
+    async with trio.open_nursery() as nursery:
+        for _ in range(min(parallel, len(todo))):
+            nursery.start_soon(_fetcher, run, receive.clone(), nursery.cancel_scope)
+        receive.close()
+        async with send:
+            for block in todo:
+                await send.send(block)
+
+
+async def _fetcher(run: _Run, blocks: trio.MemoryReceiveChannel[BlockEntry], scope: trio.CancelScope) -> None:
+    async with blocks:
+        async for block in blocks:
+            try:
+                await _fetch_block(run, block)
+            except BlockUnavailable as exc:
+                # The first block that cannot be had ends the run; what is verified stays for a resume.
+                if run.failure is None:
+                    run.failure = exc
+                scope.cancel()
+                return
+            run.state.add(block.index, trio.current_time())
+
+
+async def _fetch_block(run: _Run, block: BlockEntry) -> None:
+    failures: list[SourceFailure] = []
+    # Wall-clock time, as the manifest's expiries are Unix times; it only orders the sources.
+    for source in source_order(block, now=time.time(), failing=run.failing):
+        if failures:
+            run.fallbacks += 1
+        failure = await _fetch_from(run, block, source)
+        if failure is None:
+            run.failing.discard(source.depot)
+            return
+        failures.append(failure)
+        if failure.kind == "unreachable":
+            run.failing.add(source.depot)
+    raise BlockUnavailable(block, failures)
+
+
+async def _fetch_from(run: _Run, block: BlockEntry, source: BlockSource) -> SourceFailure | None:
+    """Stream ``block`` from ``source`` into the part file, hashing as it comes; ``None`` when it is verified."""
+    for attempt in range(BUSY_RETRIES + 1):
+        landed = _Landed()
+        try:
+            digest = await _stream_block(run, block, source, landed)
+        except DepotUnreachable as exc:
+            failure = SourceFailure(source.depot, "unreachable", str(exc))
+        except NotFound:
+            failure = SourceFailure(source.depot, "missing", "no such allocation (expired or freed?)")
+        except Busy as exc:
+            failure = SourceFailure(source.depot, "refused", f"busy: {exc.message}")
+            if attempt < BUSY_RETRIES:
+                run.on_progress(-landed.nbytes)
+                await trio.sleep(min(exc.retry_after or 1.0, 5.0))
+                continue
+        except DepotError as exc:
+            failure = SourceFailure(source.depot, "refused", f"{exc.code}: {exc.message}")
+        else:
+            if landed.nbytes != block.length:
+                failure = SourceFailure(source.depot, "missing", f"holds {landed.nbytes} of {block.length} bytes")
+            elif digest != block.hash:
+                failure = SourceFailure(source.depot, "integrity", f"{run.manifest.hash_algorithm} does not match")
+            else:
+                return None
+        run.on_progress(-landed.nbytes)  # these bytes will come again from another source, or not at all
+        return failure
+    raise AssertionError("the loop returns on its last attempt")
+
+
+@dataclass
+class _Landed:
+    nbytes: int = 0
+
+
+async def _stream_block(run: _Run, block: BlockEntry, source: BlockSource, landed: _Landed) -> str:
+    """Write what ``source`` holds of ``block`` at the block's offset; returns the hash of what was written."""
+    hasher = block_hasher(run.manifest.hash_algorithm)
+    async with run.clients[source.depot].stream(source.read, 0, block.length) as chunks:
+        async for chunk in chunks:
+            if landed.nbytes + len(chunk) > block.length:
+                raise DepotError(f"{source.depot} sent more bytes than asked for")
+            hasher.update(chunk)
+            _write_at(run.fd, chunk, block.offset + landed.nbytes)
+            landed.nbytes += len(chunk)
+            run.fetched_bytes += len(chunk)
+            run.on_progress(len(chunk))
+    return hasher.hexdigest()
+
+
+def _write_at(fd: int, data: bytes, offset: int) -> None:
+    view = memoryview(data)
+    while view:
+        written = os.pwrite(fd, view, offset)
+        view = view[written:]
+        offset += written
+
+
+def _preallocate(fd: int, size: int) -> None:
+    """Give the part file its full size now, so a full disk shows at the start and not after hours."""
+    os.ftruncate(fd, size)
+    if size > 0 and hasattr(os, "posix_fallocate"):
+        try:
+            os.posix_fallocate(fd, 0, size)
+        except OSError as exc:
+            if exc.errno not in (errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS):
+                raise
+
+
+async def _recheck(fd: int, manifest: Manifest, claimed: set[int]) -> set[int]:
+    """The blocks the state claims whose bytes in the part file still match their hash."""
+    size = os.fstat(fd).st_size
+    verified = set()
+    for index in sorted(claimed):
+        block = manifest.blocks[index]
+        if block.end > size:
+            continue
+        data = await trio.to_thread.run_sync(os.pread, fd, block.length, block.offset)
+        if hash_bytes(manifest.hash_algorithm, data) == block.hash:
+            verified.add(index)
+    return verified
+
+
+async def _file_hash(fd: int, manifest: Manifest) -> str:
+    hasher = block_hasher(manifest.hash_algorithm)
+
+    def hash_chunk(offset: int) -> None:
+        hasher.update(os.pread(fd, min(HASH_CHUNK, manifest.size - offset), offset))
+
+    for offset in range(0, manifest.size, HASH_CHUNK):  # chunk by chunk, so that Ctrl-C is heard in between
+        await trio.to_thread.run_sync(hash_chunk, offset)
+    return hasher.hexdigest()
+
+
+# -- the command ----------------------------------------------------------------------------------------------
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="lnet-get",
+        description="Fetch a file lnet delivered: every block from its depot, each hash and the whole file's "
+        "checked, written to OUT.lnet-part and renamed into place. Run it again to resume.",
+        epilog=EXIT_CODES_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("manifest", type=Path, metavar="MANIFEST", help="the manifest lnet-send wrote")
+    p.add_argument("-o", "--output", type=Path, required=True, metavar="OUT", help="where to put the file")
+    p.add_argument(
+        "--parallel", type=_parallel, default=DEFAULT_PARALLEL, metavar="N",
+        help=f"blocks fetched at once (default {DEFAULT_PARALLEL})",
+    )
+    p.add_argument(
+        "--timeout", type=_timeout, default=DEFAULT_TIMEOUT_S, metavar="TIME",
+        help=f"bound on every network wait, e.g. 30s (default {DEFAULT_TIMEOUT_S:g}s)",
+    )
+    p.add_argument("--json", action="store_true", help="print one JSON object with the outcome at the end")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar (it shows only on a terminal)")
+    return p
+
+
+def _parallel(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if not 1 <= value <= MAX_PARALLEL:
+        raise argparse.ArgumentTypeError(f"must be between 1 and {MAX_PARALLEL}")
+    return value
+
+
+def _timeout(text: str) -> float:
+    try:
+        value = parse_duration(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError("must be more than 0")
+    return value
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = _parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # --help, or a usage error argparse has already explained
+        return exc.code if isinstance(exc.code, int) else ExitCode.USAGE
+    err = Console(stderr=True, highlight=False)
+
+    def fail(code: ExitCode, message: str) -> int:
+        err.print(f"lnet-get: {message}", markup=False)
+        if args.json:
+            print(json.dumps({"ok": False, "exit": int(code), "error": message, "path": str(args.output)}))
+        return code
+
+    try:
+        manifest = load_manifest(args.manifest)
+    except ManifestError as exc:
+        return fail(ExitCode.USAGE, f"invalid manifest: {exc}")
+    show_progress = not args.no_progress and err.is_terminal
+    progress = Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        DownloadColumn(),
+        TransferSpeedColumn(),
+        TimeRemainingColumn(),
+        console=err,
+        disable=not show_progress,
+    )
+    task = progress.add_task(manifest.name, total=manifest.size)
+    try:
+        with progress:
+            fetch = partial(
+                get_file, manifest, args.output, parallel=args.parallel, timeout_s=args.timeout,
+                on_progress=lambda nbytes: progress.advance(task, nbytes),
+            )
+            result = trio.run(fetch)
+    except GetError as exc:
+        return fail(exc.exit_code, str(exc))
+    except BaseException as exc:
+        if not _is_interrupt(exc):
+            raise
+        return fail(
+            ExitCode.INTERRUPTED,
+            f"interrupted; the verified blocks are kept in {part_path(args.output)}: run the same command to resume",
+        )
+    if args.json:
+        print(json.dumps(result.to_dict()))
+    else:
+        resumed = f", {result.resumed_blocks} resumed" if result.resumed_blocks else ""
+        print(
+            f"{result.path}: {format_size(result.size)} verified, {result.blocks} blocks{resumed}, "
+            f"{format_size(result.fetched_bytes)} fetched in {result.seconds:.2f} s ({result.mbps:.1f} Mbit/s)"
+        )
+    return ExitCode.OK
+
+
+def _is_interrupt(exc: BaseException) -> bool:
+    if isinstance(exc, KeyboardInterrupt):
+        return True
+    return isinstance(exc, BaseExceptionGroup) and exc.subgroup(KeyboardInterrupt) is not None
+
+
+if __name__ == "__main__":
+    sys.exit(main())
