@@ -1,0 +1,118 @@
+"""``lnet``: the umbrella command, one subcommand per job (``lnet report``; ``lnet demo`` joins it).
+
+Each subcommand is a ``Subcommand`` in ``SUBCOMMANDS``: a name, a line of help, a function that adds its
+arguments to its parser, and a function that runs it and returns an ``ExitCode``. Adding one is adding an entry;
+``main`` knows none of them by name.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from rich.console import Console
+
+from lnet.client import report
+from lnet.client.exits import EXIT_CODES_HELP, ExitCode
+from lnet.depot.units import format_size
+
+__all__ = ["SUBCOMMANDS", "Subcommand", "main"]
+
+
+@dataclass(frozen=True)
+class Subcommand:
+    name: str
+    help: str
+    add_arguments: Callable[[argparse.ArgumentParser], None]
+    run: Callable[[argparse.Namespace], int]
+    description: str = ""
+    epilog: str = EXIT_CODES_HELP
+
+
+# -- lnet report ----------------------------------------------------------------------------------------------
+
+
+def _report_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("reports", nargs="+", type=Path, metavar="FILE", help="a report lnet-send --report wrote")
+    p.add_argument(
+        "--plot", type=Path, metavar="OUT.png",
+        help=f"draw throughput over time (every FILE, one line each) into OUT.png; needs {report.PLOT_INSTALL_HINT}",
+    )
+
+
+def _report(args: argparse.Namespace) -> int:
+    out = Console(highlight=False)
+    err = Console(stderr=True, highlight=False)
+    try:
+        reports = [report.load(path) for path in args.reports]
+    except report.ReportError as exc:
+        err.print(f"lnet report: invalid report: {exc}", markup=False, soft_wrap=True)
+        return ExitCode.USAGE
+    for loaded in reports:
+        out.print(
+            f"{loaded.file}: {format_size(loaded.size)} in {loaded.seconds:.1f} s "
+            f"({loaded.mbps:.2f} Mbit/s), {len(loaded.path_attempts)} path attempts",
+            markup=False,
+            soft_wrap=True,
+        )
+        out.print(report.attempts_table(loaded))
+        if loaded.edges:
+            out.print(report.edges_table(loaded))
+    if args.plot is not None:
+        try:
+            report.plot(reports, args.plot, labels=[path.stem for path in args.reports] if len(reports) > 1 else None)
+        except report.PlotUnavailable as exc:
+            err.print(f"lnet report: {exc}", markup=False, soft_wrap=True)
+            return ExitCode.USAGE
+        except OSError as exc:
+            err.print(f"lnet report: cannot write {args.plot}: {exc.strerror or exc}", markup=False, soft_wrap=True)
+            return ExitCode.FAILED
+        out.print(f"plot saved to {args.plot}", markup=False, soft_wrap=True)
+    return ExitCode.OK
+
+
+SUBCOMMANDS: list[Subcommand] = [
+    Subcommand(
+        "report",
+        "show a transfer report: the path attempts, the edges, and a throughput plot",
+        _report_arguments,
+        _report,
+        description="Show what lnet-send --report saved: the path attempts (path, duration, Mbit/s), the measured "
+        "edges, and with --plot the throughput over time as a PNG.",
+    ),
+    # lnet demo: the lead's entry goes here.
+]
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="lnet",
+        description="lnet: long-distance bulk transfers through a chain of depots.",
+        epilog=EXIT_CODES_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for sub in SUBCOMMANDS:
+        p = commands.add_parser(
+            sub.name, help=sub.help, description=sub.description or sub.help, epilog=sub.epilog,
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
+        sub.add_arguments(p)
+        p.set_defaults(run=sub.run)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        args = _parser().parse_args(argv)
+    except SystemExit as exc:  # --help, or a usage error argparse has already explained
+        return exc.code if isinstance(exc.code, int) else ExitCode.USAGE
+    run: Callable[[argparse.Namespace], int] = args.run
+    return run(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,360 @@
+"""The transfer report: what ``lnet-send --report FILE`` saves, and how ``lnet report`` shows it.
+
+A report is a JSON document, ``"format": "lnet-report/1"``: the file sent, its size and the time it took; the path
+attempts (each period the transfer used one path, with the bytes it moved, its rate and why it ended: the seed's
+Table 1); a throughput timeline (the seed's Figure 1); and the measured edges (its Table 2). ``docs/client.md``
+describes every field. ``load`` validates everything and raises ``ReportError`` naming the problem.
+
+The renderers build a rich ``Table`` (``attempts_table``, ``edges_table``) and a PNG (``plot``, with matplotlib,
+an optional extra imported only when a plot is asked for, on the Agg backend without touching pyplot's global
+state). Nothing here does network I/O or reads the clock.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rich.table import Table
+
+from lnet.client.manifest import write_private_file
+from lnet.depot.units import format_size
+
+__all__ = [
+    "FORMAT",
+    "EdgeRate",
+    "PathAttempt",
+    "PlotUnavailable",
+    "Report",
+    "ReportError",
+    "TimelinePoint",
+    "attempts_table",
+    "edges_table",
+    "format_path",
+    "load",
+    "plot",
+]
+
+FORMAT = "lnet-report/1"
+MAX_REPORT_BYTES = 256 * 1024 * 1024
+MAX_SIZE = 2**53
+PLOT_INSTALL_HINT = "pip install 'lnet[plot]'"
+
+
+class ReportError(ValueError):
+    """The report is unreadable or invalid; the message names the file (when there is one) and the problem."""
+
+
+class PlotUnavailable(RuntimeError):
+    """matplotlib, an optional extra, is not installed."""
+
+
+@dataclass(frozen=True)
+class PathAttempt:
+    """A period ``[start, end)`` (seconds since the transfer began) during which new blocks took ``path``."""
+
+    path: tuple[str, ...]
+    start: float
+    end: float
+    nbytes: int
+    mbps: float
+    reason: str  # why the attempt ended: "better path", "depot died", "done", ...
+
+    @property
+    def seconds(self) -> float:
+        return self.end - self.start
+
+
+@dataclass(frozen=True)
+class TimelinePoint:
+    """At ``t`` seconds, ``nbytes`` had arrived in all, at ``mbps`` lately, on ``path``."""
+
+    t: float
+    nbytes: int
+    mbps: float
+    path: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class EdgeRate:
+    """What the transfer measured of one edge: its throughput over ``samples`` completed hops."""
+
+    source: str
+    target: str
+    mbps: float
+    samples: int
+
+
+@dataclass(frozen=True)
+class Report:
+    file: str
+    size: int
+    seconds: float
+    path_attempts: tuple[PathAttempt, ...]
+    timeline: tuple[TimelinePoint, ...]
+    edges: tuple[EdgeRate, ...]
+
+    @property
+    def mbps(self) -> float:
+        """The whole transfer's average rate."""
+        return self.size * 8 / self.seconds / 1e6 if self.seconds > 0 else 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "format": FORMAT,
+            "file": self.file,
+            "size": self.size,
+            "seconds": self.seconds,
+            "path_attempts": [
+                {"path": list(a.path), "start": a.start, "end": a.end, "bytes": a.nbytes, "mbps": a.mbps,
+                 "reason": a.reason}
+                for a in self.path_attempts
+            ],
+            "timeline": [
+                {"t": p.t, "bytes": p.nbytes, "mbps": p.mbps, "path": list(p.path)} for p in self.timeline
+            ],
+            "edges": [{"from": e.source, "to": e.target, "mbps": e.mbps, "samples": e.samples} for e in self.edges],
+        }
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=1, allow_nan=False) + "\n"
+
+    def save(self, path: str | os.PathLike[str]) -> None:
+        """Write the report atomically; refuses (``ReportError``) one that ``load`` would refuse."""
+        text = self.to_json()
+        parse(json.loads(text))
+        write_private_file(Path(path), text.encode())
+
+
+def load(path: str | os.PathLike[str]) -> Report:
+    """Read and validate the report at ``path``; ``ReportError`` names the file and the problem."""
+    path = Path(path)
+    try:
+        with path.open("rb") as f:
+            data = f.read(MAX_REPORT_BYTES + 1)
+    except OSError as exc:
+        raise ReportError(f"{path}: cannot read the report: {exc.strerror or exc}") from None
+    if len(data) > MAX_REPORT_BYTES:
+        raise ReportError(f"{path}: larger than {MAX_REPORT_BYTES} bytes: not a report")
+    try:
+        document = json.loads(data, parse_constant=_refuse_constant)
+    except (ValueError, RecursionError) as exc:
+        raise ReportError(f"{path}: not JSON: {exc}") from None
+    try:
+        return parse(document)
+    except ReportError as exc:
+        raise ReportError(f"{path}: {exc}") from None
+
+
+def parse(document: Any) -> Report:
+    """Validate a decoded report document and build the ``Report``."""
+    top = _object(document, "the report", ("format", "file", "size", "seconds", "path_attempts", "timeline", "edges"))
+    if top["format"] != FORMAT:
+        raise ReportError(f"format is {_show(top['format'])}, expected {FORMAT!r}")
+    attempts: list[PathAttempt] = []
+    for i, raw in enumerate(_list(top["path_attempts"], "path_attempts")):
+        where = f"path_attempts[{i}]"
+        fields = _object(raw, where, ("path", "start", "end", "bytes", "mbps", "reason"))
+        start, end = _seconds(fields["start"], f"{where}.start"), _seconds(fields["end"], f"{where}.end")
+        if end < start:
+            raise ReportError(f"{where} ends at {end} before it starts at {start}")
+        reason = fields["reason"]
+        if not isinstance(reason, str):
+            raise ReportError(f"{where}.reason must be a string")
+        attempts.append(
+            PathAttempt(
+                _path(fields["path"], f"{where}.path", at_least=1), start, end,
+                _count(fields["bytes"], f"{where}.bytes"), _rate(fields["mbps"], f"{where}.mbps"), reason,
+            )
+        )
+    timeline: list[TimelinePoint] = []
+    for i, raw in enumerate(_list(top["timeline"], "timeline")):
+        where = f"timeline[{i}]"
+        fields = _object(raw, where, ("t", "bytes", "mbps", "path"))
+        point = TimelinePoint(
+            _seconds(fields["t"], f"{where}.t"), _count(fields["bytes"], f"{where}.bytes"),
+            _rate(fields["mbps"], f"{where}.mbps"), _path(fields["path"], f"{where}.path", at_least=0),
+        )
+        if timeline and (point.t < timeline[-1].t or point.nbytes < timeline[-1].nbytes):
+            raise ReportError(f"{where} goes back in time or in bytes (the timeline is cumulative)")
+        timeline.append(point)
+    edges: list[EdgeRate] = []
+    for i, raw in enumerate(_list(top["edges"], "edges")):
+        where = f"edges[{i}]"
+        fields = _object(raw, where, ("from", "to", "mbps", "samples"))
+        edges.append(
+            EdgeRate(
+                _name(fields["from"], f"{where}.from"), _name(fields["to"], f"{where}.to"),
+                _rate(fields["mbps"], f"{where}.mbps"), _count(fields["samples"], f"{where}.samples"),
+            )
+        )
+    return Report(
+        _name(top["file"], "file"), _count(top["size"], "size"), _seconds(top["seconds"], "seconds"),
+        tuple(attempts), tuple(timeline), tuple(edges),
+    )
+
+
+# -- rendering ------------------------------------------------------------------------------------------------
+
+
+def format_path(path: Sequence[str]) -> str:
+    """``("ornl", "atl", "sunnyvale")`` -> ``"ornl -> atl -> sunnyvale"``, as the seed's Table 1 writes paths."""
+    return " -> ".join(path)
+
+
+def attempts_table(report: Report) -> Table:
+    """The path attempts, in order, like the seed's Table 1: path, duration, achieved Mbit/s."""
+    table = Table(title=f"Path attempts: {report.file}", title_justify="left")
+    table.add_column("#", justify="right", style="dim")
+    table.add_column("Path")
+    table.add_column("Duration (s)", justify="right")
+    table.add_column("Mbit/s", justify="right")
+    table.add_column("Data", justify="right")
+    table.add_column("Ended", style="dim")
+    for number, attempt in enumerate(report.path_attempts, 1):
+        table.add_row(
+            str(number), format_path(attempt.path), f"{attempt.seconds:.2f}", f"{attempt.mbps:.2f}",
+            format_size(attempt.nbytes), attempt.reason,
+        )
+    return table
+
+
+def edges_table(report: Report) -> Table:
+    """The edges the transfer measured, fastest first, like the seed's Table 2."""
+    table = Table(title="Edge throughputs", title_justify="left")
+    table.add_column("Edge")
+    table.add_column("Mbit/s", justify="right")
+    table.add_column("Samples", justify="right")
+    for edge in sorted(report.edges, key=lambda e: -e.mbps):
+        table.add_row(format_path((edge.source, edge.target)), f"{edge.mbps:.2f}", str(edge.samples))
+    return table
+
+
+def plot(
+    reports: Report | Sequence[Report],
+    out_png: str | os.PathLike[str],
+    *,
+    labels: Sequence[str] | None = None,
+    title: str | None = None,
+) -> None:
+    """Throughput over time, one line per report (e.g. direct, cold start, warm start), like the seed's Figure 1.
+
+    Each path switch is a dotted vertical line in its report's colour; with a single report each is labelled with
+    the new path. Raises ``PlotUnavailable`` without matplotlib, ``OSError`` when ``out_png`` cannot be written."""
+    try:
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+        from matplotlib.figure import Figure
+    except ImportError:
+        raise PlotUnavailable(f"plotting needs matplotlib: {PLOT_INSTALL_HINT}") from None
+    many = [reports] if isinstance(reports, Report) else list(reports)
+    if not many:
+        raise ValueError("nothing to plot")
+    names = list(labels) if labels is not None else [r.file for r in many]
+    if len(names) != len(many):
+        raise ValueError(f"{len(many)} reports but {len(names)} labels")
+    figure = Figure(figsize=(9, 4.8), dpi=100)
+    FigureCanvasAgg(figure)
+    axes = figure.add_subplot()
+    for report, name in zip(many, names, strict=True):
+        times = [p.t for p in report.timeline]
+        rates = [p.mbps for p in report.timeline]
+        (line,) = axes.plot(times, rates, label=name, linewidth=1.5)
+        for attempt in report.path_attempts[1:]:
+            axes.axvline(attempt.start, color=line.get_color(), linestyle=":", linewidth=1)
+            if len(many) == 1:
+                axes.annotate(
+                    format_path(attempt.path), xy=(attempt.start, 1), xycoords=("data", "axes fraction"),
+                    rotation=90, fontsize=7, va="top", ha="right", color=line.get_color(),
+                    bbox={"boxstyle": "square,pad=0.1", "facecolor": "white", "edgecolor": "none", "alpha": 0.8},
+                )
+    axes.set_xlabel("Elapsed time (s)")
+    axes.set_ylabel("Throughput (Mbit/s)")
+    axes.set_xlim(left=0)
+    axes.set_ylim(bottom=0)
+    axes.grid(True, alpha=0.3)
+    if len(many) > 1 or labels is not None:
+        axes.legend(loc="lower right")
+    axes.set_title(title or _default_title(many))
+    figure.tight_layout()
+    figure.savefig(os.fspath(out_png), format="png")
+
+
+def _default_title(reports: list[Report]) -> str:
+    first = reports[0]
+    ends = next((a.path for a in first.path_attempts if len(a.path) >= 2), ())
+    where = f" from {ends[0]} to {ends[-1]}" if ends else ""
+    plural = "s" if len(reports) > 1 else ""
+    return f"{format_size(first.size)} transfer{plural} of {first.file}{where}"
+
+
+# -- validation -----------------------------------------------------------------------------------------------
+
+
+def _object(value: Any, where: str, fields: tuple[str, ...]) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise ReportError(f"{where} must be an object, not {_kind(value)}")
+    missing = [key for key in fields if key not in value]
+    if missing:
+        raise ReportError(f"{where} lacks {', '.join(missing)}")
+    unknown = [str(key) for key in value if key not in fields]
+    if unknown:
+        raise ReportError(f"{where} has unknown fields: {', '.join(sorted(unknown))[:200]}")
+    return value
+
+
+def _list(value: Any, where: str) -> list[Any]:
+    if not isinstance(value, list):
+        raise ReportError(f"{where} must be a list, not {_kind(value)}")
+    return value
+
+
+def _name(value: Any, where: str) -> str:
+    if not isinstance(value, str) or not value or len(value) > 2048:
+        raise ReportError(f"{where} must be a non-empty string of at most 2048 characters")
+    return value
+
+
+def _path(value: Any, where: str, *, at_least: int) -> tuple[str, ...]:
+    if not isinstance(value, list) or not at_least <= len(value) <= 256:
+        raise ReportError(f"{where} must be a list of {at_least} to 256 vertex names")
+    return tuple(_name(vertex, f"{where}[{i}]") for i, vertex in enumerate(value))
+
+
+def _count(value: Any, where: str) -> int:
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise ReportError(f"{where} must be a whole number, not {_kind(value)}")
+    if not 0 <= value <= MAX_SIZE:
+        raise ReportError(f"{where} is {_show(value)}, outside [0, {MAX_SIZE}]")
+    return value
+
+
+def _number(value: Any, where: str) -> float:
+    if not isinstance(value, int | float) or isinstance(value, bool):
+        raise ReportError(f"{where} must be a number, not {_kind(value)}")
+    if not (math.isfinite(value) and 0 <= value <= 1e15):
+        raise ReportError(f"{where} is {_show(value)}, not a finite number >= 0")
+    return float(value)
+
+
+_seconds = _number
+_rate = _number
+
+
+def _kind(value: Any) -> str:
+    return "null" if value is None else type(value).__name__
+
+
+def _show(value: Any) -> str:
+    if isinstance(value, int) and value.bit_length() > 100:
+        return f"a {value.bit_length()}-bit number"
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")

@@ -1,0 +1,201 @@
+"""The transfer report: round trip, validation, the attempts table, the plot, and ``lnet report``."""
+
+from __future__ import annotations
+
+import builtins
+import copy
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from rich.console import Console
+
+from lnet.client import cli
+from lnet.client.exits import ExitCode
+from lnet.client.report import (
+    EdgeRate,
+    PathAttempt,
+    PlotUnavailable,
+    Report,
+    ReportError,
+    TimelinePoint,
+    attempts_table,
+    edges_table,
+    load,
+    plot,
+)
+
+COLD_START = Report(  # the first, third and last rows of the seed's Table 1, with made-up times
+    file="abilene.bin",
+    size=256 * 1024 * 1024,
+    seconds=300.0,
+    path_attempts=(
+        PathAttempt(("ORNL", "Sunnyvale"), 0.0, 20.0, 6_575_000, 2.63, "exploring"),
+        PathAttempt(("ORNL", "Denver", "Sunnyvale"), 20.0, 45.5, 11_953_125, 3.75, "exploring"),
+        PathAttempt(
+            ("ORNL", "Atlanta", "Indianapolis", "Kansas City", "Denver", "Sunnyvale"), 45.5, 300.0, 190_527_331,
+            5.99, "done",
+        ),
+    ),
+    timeline=(
+        TimelinePoint(0.0, 0, 0.0, ("ORNL", "Sunnyvale")),
+        TimelinePoint(10.0, 3_287_500, 2.63, ("ORNL", "Sunnyvale")),
+        TimelinePoint(30.0, 11_000_000, 3.7, ("ORNL", "Denver", "Sunnyvale")),
+        TimelinePoint(300.0, 268_435_456, 5.99, ("ORNL", "Atlanta", "Indianapolis", "Kansas City", "Denver")),
+    ),
+    edges=(
+        EdgeRate("ORNL", "Atlanta", 17.44, 40),
+        EdgeRate("Denver", "Sunnyvale", 5.99, 38),
+    ),
+)
+
+
+def render(table: Any) -> str:
+    console = Console(record=True, width=200, color_system=None)
+    console.print(table)
+    return console.export_text()
+
+
+def test_a_saved_report_loads_back_equal(tmp_path: Path) -> None:
+    COLD_START.save(tmp_path / "r.json")
+    assert load(tmp_path / "r.json") == COLD_START
+    document = json.loads((tmp_path / "r.json").read_text())
+    assert document["format"] == "lnet-report/1"
+    assert document["path_attempts"][0] == {
+        "path": ["ORNL", "Sunnyvale"], "start": 0.0, "end": 20.0, "bytes": 6_575_000, "mbps": 2.63,
+        "reason": "exploring",
+    }
+    assert document["edges"][0] == {"from": "ORNL", "to": "Atlanta", "mbps": 17.44, "samples": 40}
+    assert document["timeline"][1] == {"t": 10.0, "bytes": 3_287_500, "mbps": 2.63, "path": ["ORNL", "Sunnyvale"]}
+
+
+def good() -> dict[str, Any]:
+    return COLD_START.to_dict()
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (lambda d: d.update(format="lnet-report/0"), "format is 'lnet-report/0'"),
+        (lambda d: d.pop("edges"), "lacks edges"),
+        (lambda d: d.update(extra=1), "unknown fields: extra"),
+        (lambda d: d.update(size=-1), "size is -1"),
+        (lambda d: d.update(size=2**200), "size is a 201-bit number"),
+        (lambda d: d.update(seconds="long"), "seconds must be a number, not str"),
+        (lambda d: d["path_attempts"][1].update(end=1.0), r"path_attempts\[1\] ends at 1.0 before it starts at 20.0"),
+        (lambda d: d["path_attempts"][0].update(path=[]), r"path_attempts\[0\]\.path must be a list of 1 to 256"),
+        (lambda d: d["path_attempts"][0].update(path=["ORNL", 3]), r"path_attempts\[0\]\.path\[1\]"),
+        (lambda d: d["path_attempts"][0].update(mbps=True), r"path_attempts\[0\]\.mbps must be a number"),
+        (lambda d: d["path_attempts"][0].update(reason=None), r"path_attempts\[0\]\.reason must be a string"),
+        (lambda d: d["timeline"][2].update(t=5.0), r"timeline\[2\] goes back in time"),
+        (lambda d: d["timeline"][2].update(bytes=1), r"timeline\[2\] goes back in time or in bytes"),
+        (lambda d: d["edges"][0].update(samples=1.5), r"edges\[0\]\.samples must be a whole number"),
+        (lambda d: d.update(timeline={}), "timeline must be a list, not dict"),
+    ],
+)
+def test_load_refuses(tmp_path: Path, change: Any, message: str) -> None:
+    document = copy.deepcopy(good())
+    change(document)
+    (tmp_path / "r.json").write_text(json.dumps(document))
+    with pytest.raises(ReportError, match=message):
+        load(tmp_path / "r.json")
+
+
+@pytest.mark.parametrize("content", [b"", b"{", b"[]", b'{"seconds": Infinity}', b"\xff"])
+def test_load_refuses_what_is_not_a_report(tmp_path: Path, content: bytes) -> None:
+    (tmp_path / "r.json").write_bytes(content)
+    with pytest.raises(ReportError, match="not JSON|must be an object"):
+        load(tmp_path / "r.json")
+
+
+def test_the_attempts_table_reads_like_the_seeds_table_1() -> None:
+    lines = render(attempts_table(COLD_START)).splitlines()
+    rows = [line for line in lines if "ORNL ->" in line]
+    assert len(rows) == 3
+    assert "ORNL -> Sunnyvale" in rows[0]
+    assert rows[0].split("│")[3:5] == ["        20.00 ", "   2.63 "]
+    assert "ORNL -> Atlanta -> Indianapolis -> Kansas City -> Denver -> Sunnyvale" in rows[2]
+    assert "254.50" in rows[2]
+    assert "5.99" in rows[2]
+    assert "done" in rows[2]
+
+
+def test_the_edges_table_lists_the_fastest_first() -> None:
+    text = render(edges_table(COLD_START))
+    assert text.index("ORNL -> Atlanta") < text.index("Denver -> Sunnyvale")
+    assert "17.44" in text
+
+
+def test_lnet_report_prints_the_tables(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    COLD_START.save(tmp_path / "r.json")
+    assert cli.main(["report", str(tmp_path / "r.json")]) == ExitCode.OK
+    out = capsys.readouterr().out
+    assert "abilene.bin: 256.0 MiB in 300.0 s (7.16 Mbit/s), 3 path attempts" in out
+    assert "Path attempts" in out
+    assert "Edge throughputs" in out
+
+
+def test_lnet_report_refuses_an_invalid_report(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "r.json").write_text("{}")
+    assert cli.main(["report", str(tmp_path / "r.json")]) == ExitCode.USAGE
+    assert "invalid report" in capsys.readouterr().err
+    assert cli.main(["report"]) == ExitCode.USAGE
+    assert cli.main([]) == ExitCode.USAGE
+
+
+def test_lnet_help_lists_report_and_the_exit_codes(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["--help"]) == ExitCode.OK
+    out = capsys.readouterr().out
+    assert "report" in out
+    assert "3    unreachable" in out
+
+
+def test_without_matplotlib_plotting_says_what_to_install(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    real_import = builtins.__import__
+
+    def no_matplotlib(name: str, *args: Any, **kwargs: Any) -> Any:
+        if name.split(".")[0] == "matplotlib":
+            raise ImportError(f"No module named {name!r}")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_matplotlib)
+    with pytest.raises(PlotUnavailable, match=r"pip install 'lnet\[plot\]'"):
+        plot(COLD_START, tmp_path / "p.png")
+    COLD_START.save(tmp_path / "r.json")
+    assert cli.main(["report", str(tmp_path / "r.json"), "--plot", str(tmp_path / "p.png")]) == ExitCode.USAGE
+    assert "pip install 'lnet[plot]'" in capsys.readouterr().err
+    assert not (tmp_path / "p.png").exists()
+
+
+def test_the_plot_draws_throughput_and_path_switches(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    pytest.importorskip("matplotlib", reason="matplotlib is the optional extra lnet[plot]; CI installs only .[dev]")
+    from matplotlib.image import imread
+
+    COLD_START.save(tmp_path / "cold.json")
+    warm = Report(
+        "abilene.bin", COLD_START.size, 180.0, COLD_START.path_attempts[2:],
+        (TimelinePoint(0.0, 0, 0.0, ()), TimelinePoint(180.0, COLD_START.size, 11.9, ())), (),
+    )
+    warm.save(tmp_path / "warm.json")
+    out = tmp_path / "figure1.png"
+    assert cli.main(["report", str(tmp_path / "cold.json"), str(tmp_path / "warm.json"), "--plot", str(out)]) == 0
+    assert f"plot saved to {out}" in capsys.readouterr().out
+    image = imread(out)
+    assert image.shape[:2] == (480, 900)
+    assert len({tuple(pixel) for pixel in image.reshape(-1, image.shape[2])[::97]}) > 5  # not a blank canvas
+
+    plain = tmp_path / "one.png"
+    plot(COLD_START, plain)
+    with_switches = imread(plain)
+    no_switches = Report(**{**COLD_START.__dict__, "path_attempts": COLD_START.path_attempts[:1]})
+    plot(no_switches, tmp_path / "none.png")
+    assert (imread(tmp_path / "none.png") != with_switches).any()  # the switch markers are drawn
+
+
+def test_plot_refuses_mismatched_labels(tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib", reason="matplotlib is the optional extra lnet[plot]; CI installs only .[dev]")
+    with pytest.raises(ValueError, match="2 reports but 1 labels"):
+        plot([COLD_START, COLD_START], tmp_path / "p.png", labels=["one"])
