@@ -14,7 +14,6 @@ import hmac
 import logging
 import math
 import re
-import time
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
 from dataclasses import dataclass
@@ -31,6 +30,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from . import __version__, h11_receive
+from .clock import TrioWallClock
 from .config import DepotConfig
 from .metrics import DepotMetrics
 from .protocol import (
@@ -73,19 +73,6 @@ STREAM_CHUNK = 1024 * 1024
 MAX_CONTROL_BODY = 64 * 1024
 _WRITE_URL = re.compile(r"^/v1/data/([A-Za-z0-9_-]+)$")
 _RANGE = re.compile(r"^bytes=(\d*)-(\d*)$")
-
-
-class TrioWallClock:
-    """Unix time that advances with ``trio.current_time()``, so that a ``MockClock`` drives expiry in tests."""
-
-    def __init__(self) -> None:
-        self._offset: float | None = None
-
-    def __call__(self) -> float:
-        now = trio.current_time()
-        if self._offset is None:
-            self._offset = time.time() - now
-        return self._offset + now
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,118 @@
+"""The depots file: what lnet-send and lnet-get know of the overlay (DESIGN.md, "The depots file").
+
+    here = "ornl"                      # the client's own vertex name
+    [depots.atl]
+    url = "http://198.51.100.7:6714"
+    token = "..."                      # optional operator token for allocating there
+    location = "Atlanta, GA"           # optional, for people
+
+Found at ``--depots FILE``, else ``$LNET_DEPOTS``, else ``depots.toml`` in the user's config directory.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import platformdirs
+
+__all__ = ["DepotEntry", "Overlay", "OverlayError", "default_depots_path"]
+
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+
+
+class OverlayError(ValueError):
+    """The depots file cannot be used; the message says where and why."""
+
+
+@dataclass(frozen=True)
+class DepotEntry:
+    name: str
+    url: str
+    token: str | None = None
+    location: str | None = None
+
+    def __repr__(self) -> str:
+        token = "…" if self.token else None
+        return f"DepotEntry({self.name!r}, {self.url!r}, token={token!r})"
+
+
+@dataclass(frozen=True)
+class Overlay:
+    here: str
+    depots: Mapping[str, DepotEntry]
+    source: Path | None = None
+
+    def url_to_vertex(self) -> dict[str, str]:
+        return {entry.url: name for name, entry in self.depots.items()}
+
+    def vertices(self) -> list[str]:
+        return [self.here, *self.depots]
+
+    @classmethod
+    def parse(cls, text: str, source: Path | None = None) -> Overlay:
+        where = str(source) if source else "depots file"
+        try:
+            table = tomllib.loads(text)
+        except tomllib.TOMLDecodeError as exc:
+            raise OverlayError(f"{where}: not TOML: {exc}") from None
+        return cls.from_table(table, where, source)
+
+    @classmethod
+    def from_table(cls, table: Mapping[str, Any], where: str, source: Path | None = None) -> Overlay:
+        unknown = sorted(set(table) - {"here", "depots"})
+        if unknown:
+            raise OverlayError(f"{where}: unknown key(s) {', '.join(unknown)}; expected 'here' and [depots.NAME]")
+        here = table.get("here")
+        if not isinstance(here, str) or not _NAME.match(here):
+            raise OverlayError(f"{where}: 'here' must name this client's vertex (letters, digits, '.', '_', '-')")
+        raw = table.get("depots")
+        if not isinstance(raw, dict) or not raw:
+            raise OverlayError(f"{where}: no depots: add at least one [depots.NAME] with a url")
+        depots: dict[str, DepotEntry] = {}
+        for name, spec in raw.items():
+            if not _NAME.match(name):
+                raise OverlayError(f"{where}: bad depot name {name!r}")
+            if name == here:
+                raise OverlayError(f"{where}: depot {name!r} has the client's own name ('here')")
+            if not isinstance(spec, dict):
+                raise OverlayError(f"{where}: [depots.{name}] must be a table")
+            extra = sorted(set(spec) - {"url", "token", "location"})
+            if extra:
+                raise OverlayError(f"{where}: [depots.{name}]: unknown key(s) {', '.join(extra)}")
+            url = spec.get("url")
+            if not isinstance(url, str):
+                raise OverlayError(f"{where}: [depots.{name}] needs url = \"http(s)://HOST:PORT\"")
+            parts = urlsplit(url)
+            if parts.scheme not in ("http", "https") or not parts.hostname or parts.path not in ("", "/"):
+                raise OverlayError(f"{where}: [depots.{name}] url must be http(s)://HOST[:PORT], not {url!r}")
+            token, location = spec.get("token"), spec.get("location")
+            if token is not None and not isinstance(token, str):
+                raise OverlayError(f"{where}: [depots.{name}] token must be a string")
+            if location is not None and not isinstance(location, str):
+                raise OverlayError(f"{where}: [depots.{name}] location must be a string")
+            depots[name] = DepotEntry(name, url.rstrip("/"), token, location)
+        return cls(here, depots, source)
+
+    @classmethod
+    def load(cls, path: Path | None = None, environ: Mapping[str, str] | None = None) -> Overlay:
+        """From ``path``, else ``$LNET_DEPOTS``, else the user's config directory."""
+        env = os.environ if environ is None else environ
+        chosen = path or (Path(env["LNET_DEPOTS"]) if env.get("LNET_DEPOTS") else default_depots_path())
+        try:
+            text = chosen.read_text()
+        except OSError as exc:
+            raise OverlayError(
+                f"cannot read the depots file {chosen}: {exc.strerror} (give --depots FILE or set LNET_DEPOTS)"
+            ) from None
+        return cls.parse(text, chosen)
+
+
+def default_depots_path() -> Path:
+    return platformdirs.user_config_path("lnet") / "depots.toml"

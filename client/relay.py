@@ -1,0 +1,648 @@
+"""The relay: a file moved as blocks through a chain of depots, every hop busy at once like a pipeline.
+
+How a block travels. The client writes it into the first depot of its route; every depot then copies it on
+to the next (``POST /v1/copy``, the push done by the depot itself); at the destination the depot computes the
+block's hash (``GET /v1/digest``) and the client compares it with the hash it took from the file. A block is
+held by two depots at once while it moves: the upstream copy is freed only when the block has reached the
+depot after next (or, at the end, the destination has verified it), so that a block lost with a depot is
+re-sent from the nearest one that still holds it, never from the source unless the source is that nearest one.
+
+Every hop has a window: how many blocks may cross it at once. It follows the hop's bandwidth-delay product, as
+seed 002 sizes its pipelines: ``pp = ceil(3 * BDP / block) - 1``, bounded, with the bandwidth the hop's
+measured throughput and the delay the shortest time one copy took as the client saw it (the control round
+trip to the depot, the depot's round trip to the next one, and the block's own time on the wire). A window at
+least that large keeps the hop busy through every round trip, so the client's control messages never cap the
+pipeline, however far the depots are.
+
+Measurement. An edge's throughput is the bytes that crossed it over the time it was busy (at least one copy
+in flight), flushed to the scheduler at every tick: per-copy rates would undercount an edge crossed by several
+copies at once, and wall-clock rates would blame a hop for waiting on a slower one upstream.
+
+The scheduler (``lnet.scheduler.PathScheduler``) is fed those measurements and the failures, and decides; the
+relay carries the decisions out: new blocks take the new path, blocks under way finish on the one they
+started on, probes of unknown edges run beside the transfer, a dropped depot is avoided. This module owns the
+I/O; the decisions are the scheduler's.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import os
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import trio
+
+from lnet.depot.clock import TrioWallClock
+from lnet.depot.protocol import DepotError, DepotFull, NotFound
+from lnet.scheduler import (
+    DepotFailure,
+    DropDepot,
+    EdgeMemory,
+    HopFailure,
+    Measurement,
+    NoPathError,
+    PathScheduler,
+    Switch,
+    widest_path,
+)
+
+from .depot_client import Allocation, DepotClient, DepotUnreachable
+
+__all__ = [
+    "BlockDelivered",
+    "BlockRecord",
+    "EdgeMeter",
+    "IntegrityError",
+    "PathChanged",
+    "Relay",
+    "RelayConfig",
+    "RelayEvent",
+    "RelayResult",
+    "TransferFailed",
+    "inflight_for",
+]
+
+Edge = tuple[str, str]
+Offload = Callable[..., Awaitable[Any]]
+MiB = 1024 * 1024
+
+
+class TransferFailed(Exception):
+    """The transfer cannot complete: a block ran out of routes or retries, or the destination is gone."""
+
+
+class IntegrityError(TransferFailed):
+    """A block reached the destination with the wrong bytes, again and again."""
+
+
+@dataclass(frozen=True)
+class RelayConfig:
+    block_size: int = 4 * MiB
+    duration_s: float = 24 * 3600.0
+    """Lifetime of the blocks at the destination (the manifest's expiry)."""
+    hold_s: float = 3600.0
+    """Lifetime of a block's allocation at an intermediate depot (freed as soon as the block is further on)."""
+    min_inflight: int = 2
+    max_inflight: int = 16
+    initial_inflight: int = 4
+    timeout_s: float = 30.0
+    tick_s: float = 0.5
+    retries: int = 8
+    hash_algorithm: str = "sha256"
+    probe_bytes: int = 1 * MiB
+    probe_parallel: int = 2
+    probe_s: float = 4.0
+    backoff_s: float = 0.5
+
+    def __post_init__(self) -> None:
+        if self.block_size < 1:
+            raise ValueError("block_size must be at least one byte")
+        if not 1 <= self.min_inflight <= self.initial_inflight <= self.max_inflight:
+            raise ValueError("need 1 <= min_inflight <= initial_inflight <= max_inflight")
+        if self.hash_algorithm not in ("sha256", "blake2b"):
+            raise ValueError("hash_algorithm must be sha256 or blake2b")
+        for name in ("duration_s", "hold_s", "timeout_s", "tick_s", "probe_s"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"{name} must be more than 0")
+
+
+def inflight_for(rate_bps: float, delay_s: float, block: int, low: int, high: int) -> int:
+    """Seed 002's pipelining depth for a hop: ``ceil(3 * BDP / block) - 1`` within ``[low, high]``."""
+    if rate_bps <= 0 or delay_s <= 0:
+        return low
+    depth = math.ceil(3 * rate_bps * delay_s / block) - 1
+    return max(low, min(high, depth))
+
+
+class EdgeMeter:
+    """Bytes that crossed an edge over the time it was busy; pure, fed ``now`` by the caller."""
+
+    def __init__(self) -> None:
+        self.in_flight = 0
+        self._mark = 0.0
+        self._busy = 0.0
+        self._bytes = 0
+        self.shortest_cycle_s = math.inf
+        self.rate_bps = 0.0
+        self.total_bytes = 0
+        self.samples = 0
+
+    def started(self, now: float) -> None:
+        if self.in_flight == 0:
+            self._mark = now
+        self.in_flight += 1
+
+    def finished(self, nbytes: int, started: float, now: float, *, ok: bool = True) -> None:
+        self.in_flight -= 1
+        if ok:
+            self._busy += now - self._mark
+            self._bytes += nbytes
+            self.total_bytes += nbytes
+            self.shortest_cycle_s = min(self.shortest_cycle_s, now - started)
+        # A failed copy moved nothing that can be measured: the time since the mark is not counted.
+        self._mark = now
+
+    def flush(self) -> tuple[int, float] | None:
+        """The bytes and busy seconds since the last flush (None when nothing completed)."""
+        if self._bytes == 0 or self._busy <= 0:
+            return None
+        sample = (self._bytes, self._busy)
+        rate = self._bytes / self._busy
+        self.rate_bps = rate if self.samples == 0 else 0.7 * self.rate_bps + 0.3 * rate
+        self.samples += 1
+        self._bytes, self._busy = 0, 0.0
+        return sample
+
+
+# -- events out, for progress and reports ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class BlockDelivered:
+    index: int
+    nbytes: int
+    at: float
+
+
+@dataclass(frozen=True)
+class PathChanged:
+    path: tuple[str, ...]
+    reason: str
+    at: float
+
+
+@dataclass(frozen=True)
+class Note:
+    text: str
+    at: float
+
+
+RelayEvent = BlockDelivered | PathChanged | Note
+
+
+@dataclass(frozen=True)
+class BlockRecord:
+    index: int
+    offset: int
+    length: int
+    hash: str
+    allocation: Allocation
+
+
+@dataclass(frozen=True)
+class TimelinePoint:
+    t: float
+    bytes: int
+    rate_bps: float
+    path: tuple[str, ...]
+
+
+@dataclass
+class RelayResult:
+    blocks: list[BlockRecord]
+    file_hash: str
+    seconds: float
+    timeline: list[TimelinePoint]
+    edges: dict[Edge, tuple[float, int, int]]
+    """Per edge: the smoothed busy-time throughput (bytes/s), the bytes that crossed it, the samples taken."""
+    paths: list[tuple[tuple[str, ...], float, float, int]]
+    """Path attempts as the relay saw them: path, start, end (seconds from the start), bytes delivered."""
+    resends: int = 0
+
+
+# -- the engine ---------------------------------------------------------------------------------------------
+
+
+@dataclass(eq=False)
+class _Block:
+    index: int
+    offset: int
+    length: int
+    hash: str = ""
+    holders: list[tuple[str, Allocation | None]] = field(default_factory=list)
+    attempts: int = 0
+
+
+class _Pool:
+    """Allocations at one depot, asked for in batches: one control round trip buys several blocks' buffers."""
+
+    def __init__(self, client: DepotClient, size: int, duration_s: float, batch: int) -> None:
+        self.client, self.size, self.duration_s, self.batch = client, size, duration_s, batch
+        self._ready: list[Allocation] = []
+        self._lock = trio.Lock()
+
+    async def take(self) -> Allocation:
+        async with self._lock:
+            while not self._ready:
+                try:
+                    self._ready = await self.client.allocate(self.size, self.duration_s, count=self.batch)
+                except DepotFull as full:
+                    await trio.sleep(full.retry_after or 1.0)
+            return self._ready.pop()
+
+    async def drain(self) -> None:
+        ready, self._ready = self._ready, []
+        for alloc in ready:
+            try:
+                await self.client.free(alloc.manage)
+            except (DepotError, DepotUnreachable):
+                pass  # it expires on its own
+
+
+class Relay:
+    """One transfer of one file to ``dest`` over the depots in ``clients`` (keyed by vertex name)."""
+
+    def __init__(
+        self,
+        source: Path,
+        here: str,
+        dest: str,
+        clients: Mapping[str, DepotClient],
+        *,
+        scheduler: PathScheduler | None = None,
+        pinned: Sequence[str] | None = None,
+        memory: EdgeMemory | None = None,
+        config: RelayConfig | None = None,
+        on_event: Callable[[RelayEvent], None] | None = None,
+        clock: Callable[[], float] | None = None,
+        offload: Offload | None = None,
+    ) -> None:
+        if (scheduler is None) == (pinned is None):
+            raise ValueError("give either a scheduler or a pinned path")
+        if pinned is not None and (pinned[0] != here or pinned[-1] != dest or len(set(pinned)) != len(pinned)):
+            raise ValueError("a pinned path runs from here to the destination without repeating a vertex")
+        self.source, self.here, self.dest = source, here, dest
+        self.clients = dict(clients)
+        self.scheduler = scheduler
+        self.memory = memory if memory is not None else (scheduler.memory if scheduler else EdgeMemory())
+        self.config = config or RelayConfig()
+        self.on_event = on_event or (lambda event: None)
+        self.clock = clock or TrioWallClock()
+        # File reads and hashing run in worker threads so that the event loop keeps every hop moving meanwhile.
+        self._offload: Offload = offload or trio.to_thread.run_sync
+        self.size = source.stat().st_size
+        self.path: tuple[str, ...] = tuple(pinned) if pinned is not None else ()
+        self.dead: set[str] = set()
+        self.meters: dict[Edge, EdgeMeter] = {}
+        self.windows: dict[Edge, trio.CapacityLimiter] = {}
+        self._pools: dict[str, _Pool] = {}
+        self._probing: set[Edge] = set()
+        self._records: dict[int, BlockRecord] = {}
+        self._delivered = 0
+        self._resends = 0
+        self._started = 0.0
+        self._timeline: list[TimelinePoint] = []
+        self._paths: list[tuple[tuple[str, ...], float, float, int]] = []
+        self._file_hash = ""
+        self._done = trio.Event()
+        self._file_hashed = trio.Event()
+        self._probes_asked: tuple[Edge, ...] = ()
+
+    # -- the whole transfer ---------------------------------------------------------------------------------
+
+    async def run(self) -> RelayResult:
+        self._started = trio.current_time()
+        now = self.clock()
+        if self.scheduler is not None:
+            first = self.scheduler.start(now)
+            self._take_path(first.path, "start")
+            self._probes_asked = tuple(first.probes)
+        else:
+            self._take_path(self.path, "pinned")
+        blocks = [
+            _Block(i, offset, min(self.config.block_size, self.size - offset))
+            for i, offset in enumerate(range(0, self.size, self.config.block_size))
+        ]
+        admission = trio.CapacityLimiter(self.config.max_inflight * 4)
+        fd = os.open(self.source, os.O_RDONLY)
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._steer, nursery)
+                nursery.start_soon(self._hash_whole_file)
+                async with trio.open_nursery() as carriers:
+                    for block in blocks:
+                        await admission.acquire_on_behalf_of(block)
+                        carriers.start_soon(self._carry, block, fd, admission)
+                self._done.set()
+                await self._file_hashed.wait()
+                nursery.cancel_scope.cancel()
+        finally:
+            os.close(fd)
+            with trio.CancelScope(shield=True):
+                for pool in self._pools.values():
+                    await pool.drain()
+        elapsed = trio.current_time() - self._started
+        self._close_path_attempt()
+        self._sample_timeline()
+        edges = {edge: (meter.rate_bps, meter.total_bytes, meter.samples) for edge, meter in self.meters.items()}
+        return RelayResult(
+            blocks=[self._records[i] for i in range(len(blocks))],
+            file_hash=self._file_hash,
+            seconds=elapsed,
+            timeline=self._timeline,
+            edges=edges,
+            paths=self._paths,
+            resends=self._resends,
+        )
+
+    # -- one block --------------------------------------------------------------------------------------------
+
+    async def _carry(self, block: _Block, fd: int, admission: trio.CapacityLimiter) -> None:
+        try:
+            block.holders = [(self.here, None)]
+            route = list(self.path)
+            while True:
+                try:
+                    await self._walk(block, route, fd)
+                    return
+                except _HopFailed as failure:
+                    block.attempts += 1
+                    self._resends += 1
+                    if block.attempts > self.config.retries:
+                        raise TransferFailed(
+                            f"block {block.index}: gave up after {self.config.retries} retries ({failure})"
+                        ) from None
+                    self._note(f"block {block.index}: {failure}; re-sending from {self._nearest(block)}")
+                    await trio.sleep(self.config.backoff_s * block.attempts)
+                    route = self._route_from(self._nearest(block))
+        finally:
+            admission.release_on_behalf_of(block)
+
+    async def _walk(self, block: _Block, route: list[str], fd: int) -> None:
+        """Move ``block`` from its nearest live holder (``route[0]``) to the destination along ``route``."""
+        while block.holders and block.holders[-1][0] != route[0]:
+            block.holders.pop()  # holders past the point we restart from are dead or unusable
+        for u, v in zip(route, route[1:], strict=False):
+            if v in self.dead or u in self.dead:
+                raise _HopFailed(f"{u} -> {v} goes through a failed depot")
+            target = await self._allocate(v)
+            await self._hop(block, u, v, target, fd)
+            block.holders.append((v, target))
+            if len(block.holders) >= 3:
+                await self._release(block.holders[-3])
+                block.holders[-3] = (block.holders[-3][0], None)
+        await self._verify_at_destination(block)
+
+    async def _hop(self, block: _Block, u: str, v: str, target: Allocation, fd: int) -> None:
+        edge = (u, v)
+        window = self._window(edge)
+        meter = self._meter(edge)
+        async with window:
+            started = trio.current_time()
+            meter.started(started)
+            ok = False
+            try:
+                if u == self.here:
+                    data, digest = await self._offload(
+                        _read_and_hash, fd, block.offset, block.length, self.config.hash_algorithm
+                    )
+                    if block.hash and digest != block.hash:
+                        raise TransferFailed(f"{self.source} changed while being sent (block {block.index})")
+                    block.hash = digest
+                    await self.clients[v].write(target.write, data)
+                else:
+                    holder = block.holders[-1][1]
+                    assert holder is not None
+                    await self.clients[u].copy(holder.read, target.write_url, length=block.length)
+                ok = True
+            except (DepotError, DepotUnreachable) as exc:
+                await self._blame(edge, exc)
+                with trio.CancelScope(shield=True):
+                    await self._release((v, target))
+                raise _HopFailed(f"{u} -> {v}: {exc}") from None
+            finally:
+                meter.finished(block.length, started, trio.current_time(), ok=ok)
+
+    async def _verify_at_destination(self, block: _Block) -> None:
+        node, alloc = block.holders[-1]
+        assert node == self.dest
+        assert alloc is not None
+        try:
+            digest = await self.clients[self.dest].digest(alloc.read, self.config.hash_algorithm, length=block.length)
+        except (DepotError, DepotUnreachable) as exc:
+            await self._blame((self.dest, self.dest), exc)
+            raise _HopFailed(f"checking block {block.index} at {self.dest}: {exc}") from None
+        if digest != block.hash:
+            block.holders.pop()
+            await self._release((node, alloc))
+            if block.attempts >= self.config.retries:
+                raise IntegrityError(f"block {block.index} keeps arriving damaged at {self.dest}")
+            raise _HopFailed(f"block {block.index} arrived damaged at {self.dest} (hash mismatch)")
+        for holder in block.holders[:-1]:
+            await self._release(holder)
+        self._records[block.index] = BlockRecord(block.index, block.offset, block.length, block.hash, alloc)
+        self._delivered += block.length
+        self.on_event(BlockDelivered(block.index, block.length, self.clock()))
+
+    async def _hash_whole_file(self) -> None:
+        """The whole-file hash, in one pass of its own beside the transfer (blocks are read out of order)."""
+        self._file_hash = await self._offload(_hash_file, self.source, self.config.hash_algorithm)
+        self._file_hashed.set()
+
+    # -- failures -----------------------------------------------------------------------------------------------
+
+    async def _blame(self, edge: Edge, exc: BaseException) -> None:
+        """Tell the scheduler what failed: the depot, when it no longer answers, else the hop."""
+        u, v = edge
+        now = self.clock()
+        suspects = [node for node in (v, u) if node != self.here]
+        for node in dict.fromkeys(suspects):
+            if node in self.dead:
+                return
+            if not await self.clients[node].healthy():
+                self.dead.add(node)
+                self._pools.pop(node, None)
+                self._note(f"depot {node} does not answer: avoiding it")
+                self._tell(DepotFailure(node, now))
+                return
+        if u != v and not isinstance(exc, NotFound):
+            self._tell(HopFailure(edge, now))
+
+    def _nearest(self, block: _Block) -> str:
+        """The holder nearest the destination that still has the block (the source, at worst)."""
+        while len(block.holders) > 1 and (block.holders[-1][0] in self.dead or block.holders[-1][1] is None):
+            block.holders.pop()
+        return block.holders[-1][0]
+
+    def _route_from(self, holder: str) -> list[str]:
+        if holder in self.path:
+            return list(self.path[self.path.index(holder) :])
+        if self.scheduler is not None:
+            graph = self.scheduler.graph()
+            graph.remove_nodes_from([d for d in self.dead if d != self.dest])
+            try:
+                return list(widest_path(graph, holder, self.dest))
+            except NoPathError:
+                pass
+        return [holder, self.dest]
+
+    # -- steering: measurements in, decisions out ------------------------------------------------------------------
+
+    async def _steer(self, nursery: trio.Nursery) -> None:
+        while True:
+            self._start_probes(nursery)
+            await trio.sleep(self.config.tick_s)
+            now = self.clock()
+            for edge, meter in self.meters.items():
+                sample = meter.flush()
+                if sample is not None:
+                    self._tell(Measurement(edge, sample[0], sample[1], now))
+            self._sample_timeline()
+            self._resize_windows()
+            if self.scheduler is None:
+                continue
+            decision = self.scheduler.tick(now)
+            if isinstance(decision, Switch) and tuple(decision.path) != self.path:
+                self._take_path(decision.path, decision.reason)
+            elif isinstance(decision, DropDepot):
+                self.dead.add(decision.depot)
+                if tuple(decision.path) != self.path:
+                    self._take_path(decision.path, "failure")
+            self._probes_asked = () if isinstance(decision, DropDepot) else tuple(decision.probes)
+
+    def _start_probes(self, nursery: trio.Nursery) -> None:
+        for edge in self._probes_asked:
+            if edge not in self._probing and not set(edge) & self.dead:
+                self._probing.add(edge)
+                nursery.start_soon(self._probe, edge)
+        self._probes_asked = ()
+
+    def _tell(self, event: Measurement | HopFailure | DepotFailure) -> None:
+        if self.scheduler is not None:
+            self.scheduler.measure(event)
+        elif isinstance(event, Measurement):
+            self.memory.observe(*event.edge, event.bytes, event.seconds, event.at)
+        elif isinstance(event, HopFailure):
+            self.memory.fail(*event.edge, event.at)
+
+    def _take_path(self, path: Sequence[str], reason: str) -> None:
+        self._close_path_attempt()
+        self.path = tuple(path)
+        self._paths.append((self.path, trio.current_time() - self._started, -1.0, self._delivered))
+        self.on_event(PathChanged(self.path, reason, self.clock()))
+
+    def _close_path_attempt(self) -> None:
+        if self._paths and self._paths[-1][2] < 0:
+            path, start, _, delivered_before = self._paths[-1]
+            self._paths[-1] = (path, start, trio.current_time() - self._started, self._delivered - delivered_before)
+
+    def _sample_timeline(self) -> None:
+        t = trio.current_time() - self._started
+        previous = self._timeline[-1] if self._timeline else TimelinePoint(0.0, 0, 0.0, self.path)
+        dt = t - previous.t
+        rate = (self._delivered - previous.bytes) / dt if dt > 0 else previous.rate_bps
+        self._timeline.append(TimelinePoint(t, self._delivered, rate, self.path))
+
+    def _resize_windows(self) -> None:
+        c = self.config
+        for edge, window in self.windows.items():
+            meter = self.meters[edge]
+            if meter.samples == 0:
+                continue
+            depth = inflight_for(meter.rate_bps, meter.shortest_cycle_s, c.block_size, c.min_inflight, c.max_inflight)
+            if depth != window.total_tokens:
+                window.total_tokens = depth
+
+    # -- probes: unknown edges measured beside the transfer ---------------------------------------------------------
+
+    async def _probe(self, edge: Edge) -> None:
+        u, v = edge
+        size = min(self.config.probe_bytes, self.config.block_size)
+        made: list[tuple[str, Allocation]] = []
+        try:
+            with trio.move_on_after(self.config.probe_s + 2 * self.config.timeout_s):
+                source: Allocation | None = None
+                if u != self.here:
+                    source = await self.clients[u].allocate_one(size, 600)
+                    made.append((u, source))
+                    await self.clients[u].write(source.write, os.urandom(size))
+                targets = await self.clients[v].allocate(size, 600, count=self.config.probe_parallel)
+                made += [(v, t) for t in targets]
+                meter = self._meter(edge)
+                probe_s = self.scheduler.config.probe_s if self.scheduler is not None else self.config.probe_s
+                deadline = trio.current_time() + probe_s
+                payload = os.urandom(size) if source is None else b""
+
+                async def stream(target: Allocation) -> None:
+                    while trio.current_time() < deadline:
+                        started = trio.current_time()
+                        meter.started(started)
+                        ok = False
+                        try:
+                            if source is None:
+                                await self.clients[v].write(target.write, payload, offset=0)
+                            else:
+                                await self.clients[u].copy(source.read, target.write_url, dest_offset=0)
+                            ok = True
+                        finally:
+                            meter.finished(size, started, trio.current_time(), ok=ok)
+
+                async with trio.open_nursery() as streams:
+                    for target in targets:
+                        streams.start_soon(stream, target)
+        except (DepotError, DepotUnreachable) as exc:
+            await self._blame(edge, exc)
+        finally:
+            self._probing.discard(edge)
+            with trio.CancelScope(shield=True):
+                for node, alloc in made:
+                    await self._release((node, alloc))
+
+    # -- plumbing ---------------------------------------------------------------------------------------------
+
+    def _window(self, edge: Edge) -> trio.CapacityLimiter:
+        if edge not in self.windows:
+            self.windows[edge] = trio.CapacityLimiter(self.config.initial_inflight)
+        return self.windows[edge]
+
+    def _meter(self, edge: Edge) -> EdgeMeter:
+        return self.meters.setdefault(edge, EdgeMeter())
+
+    async def _allocate(self, node: str) -> Allocation:
+        if node in self.dead:
+            raise _HopFailed(f"{node} has failed")
+        pool = self._pools.get(node)
+        if pool is None:
+            duration = self.config.duration_s if node == self.dest else self.config.hold_s
+            batch = min(self.config.max_inflight, 8)
+            pool = self._pools[node] = _Pool(self.clients[node], self.config.block_size, duration, batch)
+        try:
+            return await pool.take()
+        except (DepotError, DepotUnreachable) as exc:
+            await self._blame((node, node), exc)
+            raise _HopFailed(f"allocating at {node}: {exc}") from None
+
+    async def _release(self, holder: tuple[str, Allocation | None]) -> None:
+        node, alloc = holder
+        if alloc is None or node in self.dead:
+            return
+        try:
+            await self.clients[node].free(alloc.manage)
+        except (DepotError, DepotUnreachable):
+            pass  # already gone, or it expires on its own
+
+    def _note(self, text: str) -> None:
+        self.on_event(Note(text, self.clock()))
+
+
+def _read_and_hash(fd: int, offset: int, length: int, algorithm: str) -> tuple[bytes, str]:
+    data = os.pread(fd, length, offset)
+    if len(data) != length:
+        raise TransferFailed(f"short read at {offset}: the file shrank while being sent")
+    return data, hashlib.new(algorithm, data).hexdigest()
+
+
+def _hash_file(path: Path, algorithm: str) -> str:
+    hasher = hashlib.new(algorithm)
+    with path.open("rb") as source:
+        while chunk := source.read(8 * MiB):
+            hasher.update(chunk)
+    return hasher.hexdigest()
+
+
+class _HopFailed(Exception):
+    """One hop of one block failed; the block is re-routed from its nearest holder."""

@@ -1,0 +1,385 @@
+"""``lnet-send FILE --to DEPOT``: move a file to a far depot through a chain of depots, and write its manifest.
+
+The I/O shell around ``Relay`` (the pipeline) and ``PathScheduler`` (the choice of chain): reads the depots file
+and the edge memory, checks that the depots answer, runs the transfer with a live progress bar, then writes
+the manifest (0600: it holds read capabilities), the optional report, and the edge memory for the next warm
+start.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import trio
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    DownloadColumn,
+    Progress,
+    TextColumn,
+    TimeRemainingColumn,
+    TransferSpeedColumn,
+)
+
+from lnet.depot.clock import TrioWallClock
+from lnet.depot.units import format_size, parse_duration, parse_size
+from lnet.scheduler import EdgeMemory, PathScheduler, SchedulerConfig
+
+from .depot_client import DepotClient
+from .exits import EXIT_CODES_HELP, ExitCode
+from .manifest import BlockEntry, BlockSource, Manifest
+from .overlay import Overlay, OverlayError
+from .relay import BlockDelivered, IntegrityError, Note, PathChanged, Relay, RelayConfig, RelayEvent, RelayResult
+from .relay import TransferFailed as RelayFailed
+
+__all__ = ["main", "send"]
+
+_EPILOG = f"""\
+The depots file (TOML) names the depots and which vertex this client is:
+  here = "ornl"
+  [depots.atl]
+  url = "http://198.51.100.7:6714"
+  token = "..."            # optional operator token for allocating there
+It is read from --depots, else $LNET_DEPOTS, else depots.toml in your config directory.
+
+examples:
+  lnet-send data.h5 --to sunnyvale                        # the scheduler picks and re-picks the chain
+  lnet-send data.h5 --to sunnyvale --path atl,ind,kc,den  # pinned: this chain, no adaptation
+  lnet-send data.h5 --to sunnyvale --cold --report run.json && lnet report run.json --plot run.png
+  lnet-get data.h5.manifest.json -o data.h5               # at the far end: fetch and verify
+
+{EXIT_CODES_HELP}
+"""
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="lnet-send",
+        description="Send FILE to the depot DEST through a chain of depots, pipelined block by block.",
+        epilog=_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("file", type=Path, metavar="FILE")
+    p.add_argument("--to", required=True, metavar="DEPOT", help="the destination depot's name in the depots file")
+    p.add_argument("--depots", type=Path, metavar="FILE", help="the depots file (TOML)")
+    p.add_argument("--path", metavar="A,B,...", help="pin the chain of depots (no adaptation); DEST may be omitted")
+    start = p.add_mutually_exclusive_group()
+    start.add_argument("--cold", action="store_true", help="ignore what earlier transfers learnt about the edges")
+    start.add_argument("--warm", action="store_true", help="start from the edge memory (the default)")
+    p.add_argument("--memory", type=Path, metavar="FILE", help="the edge memory (default: the user cache dir)")
+    p.add_argument("--block-size", default="4MiB", metavar="SIZE", help="bytes per block (4MiB)")
+    p.add_argument("--duration", default="1d", metavar="TIME", help="how long the destination keeps the file (1d)")
+    p.add_argument("--max-inflight", type=int, default=16, metavar="N", help="most blocks on one hop at once (16)")
+    p.add_argument("--timeout", default="30s", metavar="TIME", help="bound on every network wait (30s)")
+    p.add_argument("--manifest", type=Path, metavar="FILE", help="where to write the manifest (FILE.manifest.json)")
+    p.add_argument("--report", type=Path, metavar="FILE", help="write the transfer report (path attempts, timeline)")
+    p.add_argument("--json", action="store_true", help="print one JSON object at the end instead of a summary")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    return p
+
+
+class SendError(Exception):
+    def __init__(self, code: ExitCode, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+async def send(
+    file: Path,
+    overlay: Overlay,
+    dest: str,
+    *,
+    pinned: Sequence[str] | None,
+    memory: EdgeMemory,
+    warm: bool,
+    relay_config: RelayConfig,
+    scheduler_config: SchedulerConfig | None = None,
+    timeout_s: float = 30.0,
+    on_event: Any = None,
+) -> tuple[RelayResult, PathScheduler | None, list[str]]:
+    """Run one transfer; returns the relay's result, the scheduler (None when pinned) and the depots skipped."""
+    clock = TrioWallClock()
+    clients = {
+        name: DepotClient(entry.url, token=entry.token, timeout=timeout_s) for name, entry in overlay.depots.items()
+    }
+    try:
+        alive: dict[str, bool] = {}
+        statuses: dict[str, dict[str, Any]] = {}
+
+        async def check(name: str) -> None:
+            try:
+                statuses[name] = await clients[name].status()
+                alive[name] = True
+            except Exception:  # noqa: BLE001 - any failure here means: do not use this depot
+                alive[name] = False
+
+        async with trio.open_nursery() as nursery:
+            for name in clients:
+                nursery.start_soon(check, name)
+        if not alive[dest]:
+            url = overlay.depots[dest].url
+            raise SendError(ExitCode.UNREACHABLE, f"the destination {dest} ({url}) does not answer")
+        skipped = sorted(name for name, ok in alive.items() if not ok)
+        if pinned is not None:
+            down = [name for name in pinned[1:] if not alive[name]]
+            if down:
+                raise SendError(ExitCode.UNREACHABLE, f"depot(s) on the pinned path do not answer: {', '.join(down)}")
+        if warm:
+            now = clock()
+            url_to_vertex = overlay.url_to_vertex()
+            for name, status in statuses.items():
+                links = status.get("links")
+                if isinstance(links, list):
+                    memory.seed_from_links(name, links, url_to_vertex, now)
+        scheduler = None
+        if pinned is None:
+            vertices = [overlay.here, *(name for name in clients if alive[name])]
+            scheduler = PathScheduler(vertices, overlay.here, dest, memory, scheduler_config)
+        relay = Relay(
+            file,
+            overlay.here,
+            dest,
+            {name: client for name, client in clients.items() if alive[name]},
+            scheduler=scheduler,
+            pinned=pinned,
+            memory=memory,
+            config=relay_config,
+            on_event=on_event,
+            clock=clock,
+        )
+        return await relay.run(), scheduler, skipped
+    finally:
+        with trio.CancelScope(shield=True):
+            for client in clients.values():
+                await client.aclose()
+
+
+def build_manifest(
+    file: Path, dest_url: str, result: RelayResult, config: RelayConfig, path: Sequence[str]
+) -> Manifest:
+    blocks = tuple(
+        BlockEntry(
+            index=record.index,
+            offset=record.offset,
+            length=record.length,
+            hash=record.hash,
+            sources=(BlockSource(dest_url, record.allocation.read, record.allocation.expires),),
+        )
+        for record in result.blocks
+    )
+    return Manifest(
+        name=file.name,
+        size=sum(block.length for block in blocks),
+        block_size=config.block_size,
+        hash_algorithm=config.hash_algorithm,
+        file_hash=result.file_hash,
+        created=time.time(),
+        path=tuple(path),
+        blocks=blocks,
+    )
+
+
+def summary(result: RelayResult, scheduler: PathScheduler | None, size: int) -> dict[str, Any]:
+    attempts: list[dict[str, Any]]
+    if scheduler is not None:
+        started = scheduler.attempts[0].start if scheduler.attempts else 0.0
+        attempts = [
+            {
+                "path": list(a.path),
+                "start": a.start - started,
+                "end": (a.end if a.end is not None else started + result.seconds) - started,
+                "mbps": a.throughput_bps * 8 / 1e6,
+                "reason": a.reason,
+            }
+            for a in scheduler.attempts
+        ]
+    else:
+        attempts = []
+    relay_paths = [
+        {"path": list(path), "start": start, "end": end, "bytes": nbytes,
+         "mbps": nbytes * 8 / 1e6 / (end - start) if end > start else 0.0}
+        for path, start, end, nbytes in result.paths
+    ]
+    for entry, seen in zip(relay_paths, attempts or relay_paths, strict=False):
+        entry["reason"] = seen.get("reason", "pinned")
+    return {
+        "bytes": size,
+        "seconds": result.seconds,
+        "mbps": size * 8 / 1e6 / result.seconds if result.seconds > 0 else 0.0,
+        "blocks": len(result.blocks),
+        "resends": result.resends,
+        "path_attempts": relay_paths,
+        "scheduler_attempts": attempts,
+        "edges": [
+            {"from": u, "to": v, "mbps": rate * 8 / 1e6, "bytes": nbytes, "samples": samples}
+            for (u, v), (rate, nbytes, samples) in sorted(result.edges.items())
+        ],
+        "timeline": [
+            {"t": p.t, "bytes": p.bytes, "mbps": p.rate_bps * 8 / 1e6, "path": list(p.path)} for p in result.timeline
+        ],
+    }
+
+
+def save_report(path: Path, name: str, size: int, summary: dict[str, Any]) -> None:
+    """The report ``lnet report`` reads (docs/client.md): path attempts, the timeline, per-edge throughputs."""
+    document = {
+        "format": "lnet-report/1",
+        "file": name,
+        "size": size,
+        "seconds": summary["seconds"],
+        "path_attempts": [
+            {key: entry[key] for key in ("path", "start", "end", "bytes", "mbps", "reason")}
+            for entry in summary["path_attempts"]
+        ],
+        "timeline": summary["timeline"],
+        "edges": [{key: edge[key] for key in ("from", "to", "mbps", "samples")} for edge in summary["edges"]],
+    }
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(document, indent=1) + "\n")
+    os.replace(tmp, path)
+
+
+class _Progress:
+    """The live progress bar, and one line per path change."""
+
+    def __init__(self, console: Console, total: int, enabled: bool) -> None:
+        self.console = console
+        self.enabled = enabled
+        self.progress = Progress(
+            TextColumn("[bold]{task.fields[path]}"),
+            BarColumn(),
+            DownloadColumn(),
+            TransferSpeedColumn(),
+            TimeRemainingColumn(),
+            console=console,
+            transient=True,
+        )
+        self.task = self.progress.add_task("send", total=total, path="")
+
+    def __call__(self, event: RelayEvent) -> None:
+        if isinstance(event, BlockDelivered):
+            self.progress.advance(self.task, event.nbytes)
+        elif isinstance(event, PathChanged):
+            shown = " -> ".join(event.path)
+            self.progress.update(self.task, path=shown)
+            if self.enabled:
+                self.console.print(f"path ({event.reason}): {shown}")
+        elif isinstance(event, Note) and self.enabled:
+            self.console.print(f"[yellow]{event.text}[/yellow]")
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    console = Console(stderr=True, highlight=False)
+
+    def fail(code: ExitCode, message: str) -> int:
+        console.print(f"lnet-send: {message}")
+        return int(code)
+
+    try:
+        overlay = Overlay.load(args.depots)
+        block_size = parse_size(args.block_size)
+        duration = parse_duration(args.duration)
+        timeout = parse_duration(args.timeout)
+        relay_config = RelayConfig(
+            block_size=block_size,
+            duration_s=duration,
+            timeout_s=timeout,
+            max_inflight=args.max_inflight,
+            initial_inflight=min(4, args.max_inflight),
+            min_inflight=min(2, args.max_inflight),
+        )
+    except (OverlayError, ValueError) as exc:
+        return fail(ExitCode.USAGE, str(exc))
+    if args.to not in overlay.depots:
+        return fail(ExitCode.USAGE, f"--to {args.to}: no such depot in {overlay.source} "
+                    f"(known: {', '.join(overlay.depots)})")
+    if not args.file.is_file():
+        return fail(ExitCode.USAGE, f"{args.file}: not a readable file")
+    pinned: list[str] | None = None
+    if args.path is not None:
+        names = [name.strip() for name in args.path.split(",") if name.strip()]
+        unknown = [name for name in names if name not in overlay.depots]
+        if unknown:
+            return fail(ExitCode.USAGE, f"--path: unknown depot(s) {', '.join(unknown)}")
+        if not names or names[-1] != args.to:
+            names.append(args.to)
+        if len(set(names)) != len(names):
+            return fail(ExitCode.USAGE, "--path: a depot may appear only once")
+        pinned = [overlay.here, *names]
+    memory_path = args.memory or EdgeMemory.default_path()
+    memory = EdgeMemory() if args.cold else EdgeMemory.load(memory_path)
+    size = args.file.stat().st_size
+    show = not args.no_progress and not args.json and console.is_terminal
+    progress = _Progress(console, size, enabled=not args.json)
+    try:
+        with progress.progress if show else _nothing():
+            result, scheduler, skipped = trio.run(
+                lambda: send(
+                    args.file, overlay, args.to, pinned=pinned, memory=memory, warm=not args.cold,
+                    relay_config=relay_config, timeout_s=timeout, on_event=progress,
+                )
+            )
+    except KeyboardInterrupt:
+        return fail(ExitCode.INTERRUPTED, "interrupted: blocks already sent expire at their depots on their own")
+    except SendError as exc:
+        return fail(exc.code, str(exc))
+    except IntegrityError as exc:
+        return fail(ExitCode.INTEGRITY, str(exc))
+    except RelayFailed as exc:
+        return fail(ExitCode.UNREACHABLE, str(exc))
+    except Exception as exc:  # a nursery's failure comes wrapped
+        inner = _innermost(exc)
+        if isinstance(inner, IntegrityError):
+            return fail(ExitCode.INTEGRITY, str(inner))
+        if isinstance(inner, RelayFailed):
+            return fail(ExitCode.UNREACHABLE, str(inner))
+        if isinstance(inner, OSError):
+            return fail(ExitCode.FAILED, f"{args.file}: {inner}")
+        raise
+    final_path = list(result.paths[-1][0]) if result.paths else []
+    manifest = build_manifest(args.file, overlay.depots[args.to].url, result, relay_config, final_path)
+    manifest_path = args.manifest or Path(f"{args.file.name}.manifest.json")
+    manifest.save(manifest_path)
+    try:
+        memory.save(memory_path)
+    except OSError as exc:
+        console.print(f"lnet-send: could not save the edge memory to {memory_path}: {exc}")
+    report = summary(result, scheduler, size)
+    if args.report is not None:
+        save_report(args.report, args.file.name, size, report)
+    if args.json:
+        print(json.dumps({**report, "file": str(args.file), "manifest": str(manifest_path),
+                          "file_hash": result.file_hash, "path": final_path, "skipped_depots": skipped}))
+    else:
+        console.print(
+            f"sent {format_size(size)} in {result.seconds:.1f} s ({report['mbps']:.1f} Mbit/s) "
+            f"over {' -> '.join(final_path)}; {result.resends} block re-sends"
+        )
+        console.print(f"manifest: {manifest_path} (fetch with: lnet-get {manifest_path} -o {args.file.name})")
+    return int(ExitCode.OK)
+
+
+class _nothing:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+def _innermost(exc: BaseException) -> BaseException:
+    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
+        exc = exc.exceptions[0]
+    return exc
+
+
+if __name__ == "__main__":
+    sys.exit(main())

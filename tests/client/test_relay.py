@@ -1,0 +1,199 @@
+"""The relay on an emulated network in process (tests/client/network.py), on trio's MockClock."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+
+import pytest
+import trio
+
+from lnet.client.relay import BlockDelivered, EdgeMeter, PathChanged, Relay, RelayConfig, RelayEvent, inflight_for
+from lnet.scheduler import EdgeMemory, PathScheduler, SchedulerConfig
+
+from .network import MiB, Network, depots
+
+FAST_LOOP = SchedulerConfig(reevaluate_s=2.0, min_attempt_s=4.0, warmup_s=1.0, probe_s=2.0)
+
+
+async def inline(function, *args):  # type: ignore[no-untyped-def]
+    """Run file reads and hashes in the event loop: a worker thread would let MockClock jump meanwhile."""
+    return function(*args)
+
+
+def make_file(tmp_path: Path, size: int) -> tuple[Path, bytes]:
+    data = os.urandom(size)
+    path = tmp_path / "payload.bin"
+    path.write_bytes(data)
+    return path, data
+
+
+async def fetch(clients, result) -> bytes:  # type: ignore[no-untyped-def]
+    parts = [await clients["dst"].read(record.allocation.read) for record in result.blocks]
+    return b"".join(parts)
+
+
+def test_inflight_follows_the_bandwidth_delay_product() -> None:
+    assert inflight_for(10 * MiB, 0.3, MiB, 2, 16) == 8  # ceil(3 * 3 MiB / 1 MiB) - 1
+    assert inflight_for(10 * MiB, 0.01, MiB, 2, 16) == 2  # the floor
+    assert inflight_for(100 * MiB, 1.0, MiB, 2, 16) == 16  # the ceiling
+    assert inflight_for(0, 1.0, MiB, 2, 16) == 2
+
+
+def test_edge_meter_counts_busy_time_only() -> None:
+    meter = EdgeMeter()
+    meter.started(0.0)
+    meter.started(0.0)
+    meter.finished(100, 0.0, 1.0)
+    meter.finished(100, 0.0, 2.0)  # two copies side by side: 200 bytes in 2 busy seconds
+    meter.started(10.0)  # idle from 2 to 10 does not count
+    meter.finished(100, 10.0, 11.0)
+    assert meter.flush() == (300, 3.0)
+    assert meter.flush() is None
+    meter.started(20.0)
+    meter.finished(100, 20.0, 25.0, ok=False)
+    assert meter.flush() is None  # a failed copy measures nothing
+
+
+async def test_pinned_chain_delivers_identical_bytes_and_cleans_up(
+    tmp_path: Path, autojump_clock: trio.abc.Clock
+) -> None:
+    network = Network(default_rate=20 * MiB)
+    path, data = make_file(tmp_path, 10 * MiB + 12345)
+    async with depots(network, ["a", "b", "dst"], tmp_path) as clients:
+        events: list[RelayEvent] = []
+        relay = Relay(path, "here", "dst", clients, pinned=["here", "a", "b", "dst"],
+                      config=RelayConfig(block_size=MiB), offload=inline, on_event=events.append)
+        result = await relay.run()
+        assert await fetch(clients, result) == data
+        assert result.file_hash == hashlib.sha256(data).hexdigest()
+        assert [r.length for r in result.blocks][-1] == 12345
+        assert all(r.hash == hashlib.sha256(data[r.offset : r.offset + r.length]).hexdigest() for r in result.blocks)
+        assert sum(e.nbytes for e in events if isinstance(e, BlockDelivered)) == len(data)
+        for name in ("a", "b"):  # intermediate depots hold nothing once the blocks are through
+            status = await clients[name].status()
+            assert (status["used"], status["allocations"]) == (0, 0)
+        assert (await clients["dst"].status())["allocations"] == len(result.blocks)
+        assert set(result.edges) == {("here", "a"), ("a", "b"), ("b", "dst")}
+        # every hop carried every byte exactly once: nothing re-sent, nothing written twice
+        assert network.bytes_sent[("b", "dst")] == len(data)
+        assert result.resends == 0
+
+
+async def test_the_pipeline_keeps_every_hop_busy(tmp_path: Path, autojump_clock: trio.abc.Clock) -> None:
+    # Four hops at 10 MiB/s with 50 ms of latency each way: a block at a time would crawl; the windows fill the pipe.
+    network = Network(default_rate=10 * MiB, latency_s=0.05)
+    path, _ = make_file(tmp_path, 40 * MiB)
+    async with depots(network, ["a", "b", "c", "dst"], tmp_path) as clients:
+        events: list[RelayEvent] = []
+        relay = Relay(path, "here", "dst", clients, pinned=["here", "a", "b", "c", "dst"],
+                      config=RelayConfig(block_size=MiB), offload=inline, on_event=events.append)
+        await relay.run()
+    delivered = [e for e in events if isinstance(e, BlockDelivered)]
+    steady = sum(e.nbytes for e in delivered[1:]) / (delivered[-1].at - delivered[0].at)  # once the pipe is full
+    assert steady > 0.9 * 10 * MiB, f"{steady / MiB:.1f} MiB/s over a 10 MiB/s chain"
+
+
+async def test_a_depot_dying_mid_transfer_is_routed_around(tmp_path: Path, autojump_clock: trio.abc.Clock) -> None:
+    network = Network(default_rate=10 * MiB)
+    path, data = make_file(tmp_path, 24 * MiB)
+    async with depots(network, ["a", "b", "dst"], tmp_path) as clients:
+        memory = EdgeMemory()
+        scheduler = PathScheduler(["here", "a", "b", "dst"], "here", "dst", memory, FAST_LOOP)
+        network.set_rate("here", "dst", 2 * MiB)  # the direct path is slow: the chain through a is better
+        now = 1_800_000_000.0
+        for edge, rate in {("here", "a"): 10, ("a", "dst"): 10, ("here", "dst"): 2, ("here", "b"): 8,
+                           ("b", "dst"): 8, ("a", "b"): 10, ("b", "a"): 10}.items():
+            memory.observe(*edge, int(rate * MiB), 1.0, now)
+        events: list[RelayEvent] = []
+
+        five_delivered = trio.Event()
+
+        def watch(event: RelayEvent) -> None:
+            events.append(event)
+            if sum(1 for e in events if isinstance(e, BlockDelivered)) >= 5:
+                five_delivered.set()
+
+        async def kill_a_when_busy() -> None:
+            await five_delivered.wait()
+            network.dead.add("a")
+
+        relay = Relay(path, "here", "dst", clients, scheduler=scheduler, config=RelayConfig(block_size=MiB),
+                      offload=inline,
+                      on_event=watch)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(kill_a_when_busy)
+            result = await relay.run()
+        assert await fetch(clients, result) == data
+        paths = [e.path for e in events if isinstance(e, PathChanged)]
+        assert paths[0] == ("here", "a", "dst")
+        assert "a" not in paths[-1]
+        assert "a" in relay.dead
+        assert result.resends > 0
+
+
+async def test_a_degraded_edge_moves_the_transfer(tmp_path: Path, autojump_clock: trio.abc.Clock) -> None:
+    network = Network(default_rate=8 * MiB)
+    network.set_rate("here", "dst", 1 * MiB)
+    path, data = make_file(tmp_path, 160 * MiB)
+    async with depots(network, ["a", "b", "dst"], tmp_path) as clients:
+        scheduler = PathScheduler(["here", "a", "b", "dst"], "here", "dst", EdgeMemory(), FAST_LOOP)
+        events: list[RelayEvent] = []
+        relay = Relay(path, "here", "dst", clients, scheduler=scheduler, config=RelayConfig(block_size=MiB),
+                      offload=inline,
+                      on_event=events.append)
+        degraded: list[tuple[float, tuple[str, str]]] = []
+
+        async def degrade() -> None:
+            await trio.sleep(12)
+            current = relay.path
+            assert len(current) == 3, current  # by now the cold start has settled on a one-depot chain
+            network.set_rate(current[1], "dst", 0.5 * MiB)
+            degraded.append((relay.clock(), (current[1], "dst")))
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(degrade)
+            result = await relay.run()
+        assert await fetch(clients, result) == data
+    at, edge = degraded[0]
+    moves = [e for e in events if isinstance(e, PathChanged) and e.at > at]
+    assert moves, "the transfer never left the degraded edge"
+    assert edge not in zip(moves[0].path, moves[0].path[1:], strict=False)
+    assert moves[0].at - at <= 2 * FAST_LOOP.reevaluate_s + RelayConfig().tick_s  # within two re-evaluations
+
+
+async def test_warm_start_uses_the_remembered_path_at_once(tmp_path: Path, autojump_clock: trio.abc.Clock) -> None:
+    network = Network(default_rate=8 * MiB)
+    network.set_rate("here", "dst", 1 * MiB)
+    path, data = make_file(tmp_path, 16 * MiB)
+    memory_file = tmp_path / "edges.json"
+    async with depots(network, ["a", "b", "dst"], tmp_path) as clients:
+        first = PathScheduler(["here", "a", "b", "dst"], "here", "dst", EdgeMemory(), FAST_LOOP)
+        cold = Relay(path, "here", "dst", clients, scheduler=first, config=RelayConfig(block_size=MiB), offload=inline)
+        await cold.run()
+        first.memory.save(memory_file)
+        learnt = first.attempts[-1].path
+        assert (learnt[0], learnt[-1], len(learnt)) == ("here", "dst", 3)
+        events: list[RelayEvent] = []
+        second = PathScheduler(["here", "a", "b", "dst"], "here", "dst", EdgeMemory.load(memory_file), FAST_LOOP)
+        warm = Relay(path, "here", "dst", clients, scheduler=second, config=RelayConfig(block_size=MiB), offload=inline,
+                     on_event=events.append)
+        result = await warm.run()
+        assert await fetch(clients, result) == data
+        first_path = next(e.path for e in events if isinstance(e, PathChanged))
+        assert len(first_path) == 3  # a one-depot chain from the start, not the slow direct path
+
+
+@pytest.mark.parametrize("block_size", [MiB, 3 * MiB])
+async def test_empty_and_tiny_files(tmp_path: Path, autojump_clock: trio.abc.Clock, block_size: int) -> None:
+    network = Network()
+    async with depots(network, ["a", "dst"], tmp_path) as clients:
+        for size in (0, 1, block_size):
+            path, data = make_file(tmp_path, size)
+            relay = Relay(path, "here", "dst", clients, pinned=["here", "a", "dst"],
+                          config=RelayConfig(block_size=block_size), offload=inline)
+            result = await relay.run()
+            assert await fetch(clients, result) == data
+            assert len(result.blocks) == (size + block_size - 1) // block_size
+            assert result.file_hash == hashlib.sha256(data).hexdigest()
