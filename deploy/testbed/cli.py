@@ -44,7 +44,7 @@ def _parser() -> argparse.ArgumentParser:
     ex = sub.add_parser("exec", help="run a command on a host: exec HOST -- CMD...")
     ex.add_argument("host")
     ex.add_argument("--name", help="default: the only testbed that is up")
-    ex.add_argument("cmd", nargs=argparse.REMAINDER)
+    ex.add_argument("cmd", nargs="*", help="the command, after --")
 
     sl = sub.add_parser("set-link", help="change a link of a running testbed (both directions)")
     sl.add_argument("a")
@@ -100,6 +100,12 @@ def _print_status(status: dict[str, Any]) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    # everything after the first "--" is the command for `exec`, whatever options it has
+    command: list[str] = []
+    if "--" in argv:
+        cut = argv.index("--")
+        argv, command = argv[:cut], argv[cut + 1 :]
     args = _parser().parse_args(argv)
     state_root: Path = args.state_dir
     try:
@@ -136,7 +142,7 @@ def main(argv: list[str] | None = None) -> int:
             return EXIT_OK
         if args.command == "exec":
             name = _one_running(args.name, state_root)
-            cmd = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd
+            cmd = [*args.cmd, *command]
             if not cmd:
                 print("lnet-testbed exec: no command (exec HOST -- CMD...)", file=sys.stderr)
                 return EXIT_USAGE

@@ -246,7 +246,7 @@ class Emulator:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python -m lnet.testbed.emulator NAME STATE_ROOT [--parent PID] [--ready-fd FD] [--seed N]`.
+    """`python -m lnet.testbed.emulator NAME STATE_ROOT [--parent PID] [--ready-fd FD] [--seed N] [--daemon]`.
 
     Reads STATE_ROOT/NAME/topology.json, builds the testbed, writes one JSON line to the ready descriptor
     (`{"ok": true}` or `{"ok": false, "error": ...}`), serves until signalled, then removes the testbed."""
@@ -264,6 +264,14 @@ def main(argv: list[str] | None = None) -> int:
                 os.close(ready_fd)
             ready_fd = -1
 
+    if "--daemon" in args:
+        # detach for `lnet-testbed up`: the caller waits for this first process, the testbed lives on in a
+        # grandchild that no shell or caller owns
+        if os.fork() > 0:
+            os._exit(0)
+        os.setsid()
+        args.remove("--daemon")
+        opts = dict(zip(args[2::2], args[3::2], strict=False))
     wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
     emulator: Emulator | None = None
 

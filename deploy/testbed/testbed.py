@@ -108,9 +108,9 @@ def start_detached(topology: Topology, name: str | None = None, state_root: Path
     r, w = os.pipe()
     log = open(state_dir / "emulator.log", "ab")  # noqa: SIM115 - handed to the child
     try:
-        proc = subprocess.Popen(
-            _emulator_argv(name, state_root, w, None, seed),
-            stdin=subprocess.DEVNULL, stdout=log, stderr=log, pass_fds=(w,), start_new_session=True,
+        subprocess.run(
+            [*_emulator_argv(name, state_root, w, None, seed), "--daemon"],
+            stdin=subprocess.DEVNULL, stdout=log, stderr=log, pass_fds=(w,), start_new_session=True, check=True,
         )
     finally:
         os.close(w)
@@ -120,11 +120,7 @@ def start_detached(topology: Topology, name: str | None = None, state_root: Path
             line = ready.readline()
         return _ready_message(line, name)
     except BaseException:
-        with contextlib.suppress(ProcessLookupError):
-            proc.terminate()
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            proc.wait(STOP_TIMEOUT_S)
-        remove_testbed(name, state_root)
+        stop(name, state_root)
         raise
 
 
