@@ -2,7 +2,8 @@
 
 Every block streams from its depot straight into its offset of ``OUT.lnet-part`` (preallocated to the file's size;
 no block is ever held whole in memory), hashed as it arrives. A block whose hash matches is recorded in
-``OUT.lnet-part.state``; when all are in, the whole file's hash is checked and the part file is renamed to ``OUT``.
+``OUT.lnet-part.state``. The whole file's hash is computed alongside, over the verified prefix of the part file, so
+that little is left to hash at the end; when it matches, the part file is renamed to ``OUT``.
 A block with several sources is read from the first that works, in the manifest's order (a depot that failed
 before is tried last). A second run over the same ``OUT`` resumes: it re-hashes the blocks the state lists from
 the part file and fetches only the rest.
@@ -60,6 +61,7 @@ __all__ = [
     "GetResult",
     "IntegrityError",
     "OutputError",
+    "PrefixHasher",
     "decode_state",
     "encode_state",
     "get_file",
@@ -247,6 +249,52 @@ class ResumeState:
 # -- the download ---------------------------------------------------------------------------------------------
 
 
+class PrefixHasher:
+    """The whole file's hash, computed while the download runs: it hashes the part file's bytes up to the first
+    block not yet verified, and moves on each time that block is, so that at the end only the tail is left.
+
+    A verified block's bytes never change again in a run, so what it has hashed stays true."""
+
+    def __init__(self, fd: int, manifest: Manifest, verified: set[int]) -> None:
+        self.fd = fd
+        self.manifest = manifest
+        self.verified = verified  # shared with the resume state, which adds to it
+        self.hashed = 0  # bytes of the file hashed so far
+        self._hasher = block_hasher(manifest.hash_algorithm)
+        self._next_block = 0
+        self._wake = trio.Event()
+
+    def block_verified(self) -> None:
+        self._wake.set()
+
+    async def run(self) -> None:
+        """Hash until every block is in; returns then (cancel it to stop earlier)."""
+        blocks = self.manifest.blocks
+        while True:
+            while self._next_block < len(blocks) and self._next_block in self.verified:
+                self._next_block += 1
+            end = blocks[self._next_block - 1].end if self._next_block else 0
+            while self.hashed < end:  # chunk by chunk, so that a cancellation (Ctrl-C) is heard in between
+                length = min(HASH_CHUNK, end - self.hashed)
+                await trio.to_thread.run_sync(self._hash_chunk, self.hashed, length)
+                self.hashed += length
+            if self._next_block == len(blocks):
+                return
+            await self._wake.wait()
+            self._wake = trio.Event()
+
+    def hexdigest(self) -> str:
+        if self.hashed != self.manifest.size:
+            raise RuntimeError(f"only {self.hashed} of {self.manifest.size} bytes are hashed")
+        return self._hasher.hexdigest()
+
+    def _hash_chunk(self, offset: int, length: int) -> None:
+        data = os.pread(self.fd, length, offset)
+        if len(data) != length:
+            raise OSError(errno.EIO, f"the part file ended at {offset + len(data)}, before {offset + length}")
+        self._hasher.update(data)
+
+
 @dataclass
 class _Run:
     """What the block fetchers share."""
@@ -255,6 +303,7 @@ class _Run:
     fd: int
     clients: dict[str, DepotClient]
     state: ResumeState
+    file_hasher: PrefixHasher
     on_progress: Callable[[int], None]
     failing: set[str] = field(default_factory=set)
     fetched_bytes: int = 0
@@ -303,7 +352,7 @@ async def get_file(
             progress = on_progress or (lambda nbytes: None)
             progress(sum(manifest.blocks[i].length for i in state.verified))
             todo = [block for block in manifest.blocks if block.index not in state.verified]
-            run = _Run(manifest, fd, {}, state, progress)
+            run = _Run(manifest, fd, {}, state, PrefixHasher(fd, manifest, state.verified), progress)
             try:
                 await _fetch_all(run, todo, parallel, timeout_s, transport)
             finally:
@@ -312,7 +361,7 @@ async def get_file(
                         await client.aclose()
             if run.failure is not None:
                 raise run.failure
-            if await _file_hash(fd, manifest) != manifest.file_hash:
+            if run.file_hasher.hexdigest() != manifest.file_hash:
                 # Every block matched its own hash, so the manifest contradicts itself: none is known good.
                 state.forget()
                 raise IntegrityError(
@@ -345,6 +394,7 @@ async def _fetch_all(
                 )
     send, receive = trio.open_memory_channel[BlockEntry](0)
     async with trio.open_nursery() as nursery:
+        nursery.start_soon(run.file_hasher.run)
         for _ in range(min(parallel, len(todo))):
             nursery.start_soon(_fetcher, run, receive.clone(), nursery.cancel_scope)
         receive.close()
@@ -365,6 +415,7 @@ async def _fetcher(run: _Run, blocks: trio.MemoryReceiveChannel[BlockEntry], sco
                 scope.cancel()
                 return
             run.state.add(block.index, trio.current_time())
+            run.file_hasher.block_verified()
 
 
 async def _fetch_block(run: _Run, block: BlockEntry) -> None:
@@ -466,17 +517,6 @@ async def _recheck(fd: int, manifest: Manifest, claimed: set[int]) -> set[int]:
     return verified
 
 
-async def _file_hash(fd: int, manifest: Manifest) -> str:
-    hasher = block_hasher(manifest.hash_algorithm)
-
-    def hash_chunk(offset: int) -> None:
-        hasher.update(os.pread(fd, min(HASH_CHUNK, manifest.size - offset), offset))
-
-    for offset in range(0, manifest.size, HASH_CHUNK):  # chunk by chunk, so that Ctrl-C is heard in between
-        await trio.to_thread.run_sync(hash_chunk, offset)
-    return hasher.hexdigest()
-
-
 # -- the command ----------------------------------------------------------------------------------------------
 
 
@@ -532,7 +572,7 @@ def main(argv: list[str] | None = None) -> int:
     err = Console(stderr=True, highlight=False)
 
     def fail(code: ExitCode, message: str) -> int:
-        err.print(f"lnet-get: {message}", markup=False)
+        err.print(f"lnet-get: {message}", markup=False, soft_wrap=True)
         if args.json:
             print(json.dumps({"ok": False, "exit": int(code), "error": message, "path": str(args.output)}))
         return code

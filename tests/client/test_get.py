@@ -9,12 +9,14 @@ from pathlib import Path
 import httpx
 import pytest
 import trio
+import trio.testing
 
 from lnet.client.exits import ExitCode
 from lnet.client.get import (
     BlockUnavailable,
     IntegrityError,
     OutputError,
+    PrefixHasher,
     decode_state,
     encode_state,
     get_file,
@@ -22,7 +24,7 @@ from lnet.client.get import (
     source_order,
     state_path,
 )
-from lnet.client.manifest import BlockEntry, BlockSource, Manifest
+from lnet.client.manifest import BlockEntry, BlockSource, Manifest, hash_bytes
 
 from ..depot.conftest import MakeDepot, Routes
 from .blocks import Counting, upload_blocks
@@ -288,3 +290,32 @@ def _with_source(manifest: Manifest, index: int, position: int, source: BlockSou
     sources[position] = source
     blocks[index] = BlockEntry(**{**blocks[index].__dict__, "sources": tuple(sources)})
     return Manifest(**{**manifest.__dict__, "blocks": tuple(blocks)})
+
+
+async def test_the_file_hash_follows_the_verified_prefix(tmp_path: Path) -> None:
+    source = (BlockSource("http://d:1", "A" * 32, 0),)
+    blocks = tuple(
+        BlockEntry(i, offset, len(DATA[offset : offset + BLOCK]), "0" * 64, source)
+        for i, offset in enumerate(range(0, len(DATA), BLOCK))
+    )
+    manifest = Manifest("f", len(DATA), BLOCK, "sha256", hash_bytes("sha256", DATA), 0.0, (), blocks)
+    (tmp_path / "part").write_bytes(DATA)
+    fd = os.open(tmp_path / "part", os.O_RDONLY)
+    try:
+        verified: set[int] = set()
+        hasher = PrefixHasher(fd, manifest, verified)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(hasher.run)
+            for index in [2, 1, 5, 0]:  # out of order: the prefix is blocks 0-2 only after block 0
+                verified.add(index)
+                hasher.block_verified()
+                await trio.testing.wait_all_tasks_blocked()
+            assert hasher.hashed == 3 * BLOCK
+            with pytest.raises(RuntimeError, match="only 196608 of"):
+                hasher.hexdigest()
+            for index in [3, 4, 6, 7, 8, 9, 10]:
+                verified.add(index)
+                hasher.block_verified()
+        assert hasher.hexdigest() == manifest.file_hash
+    finally:
+        os.close(fd)
