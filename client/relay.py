@@ -300,6 +300,8 @@ class Relay:
         self._file_hash = ""
         self._done = trio.Event()
         self._file_hashed = trio.Event()
+        self._probes_idle = trio.Event()
+        self._probes_idle.set()
         self._probes_asked: tuple[Edge, ...] = ()
 
     # -- the whole transfer ---------------------------------------------------------------------------------
@@ -329,6 +331,9 @@ class Relay:
                         carriers.start_soon(self._carry, block, fd, admission)
                 self._done.set()
                 await self._file_hashed.wait()
+                # Probes stop at their next copy; cutting an HTTP request short is a last resort.
+                with trio.move_on_after(self.config.timeout_s):
+                    await self._probes_idle.wait()
                 nursery.cancel_scope.cancel()
         finally:
             os.close(fd)
@@ -506,8 +511,9 @@ class Relay:
 
     def _start_probes(self, nursery: trio.Nursery) -> None:
         for edge in self._probes_asked:
-            if edge not in self._probing and not set(edge) & self.dead:
+            if edge not in self._probing and not set(edge) & self.dead and not self._done.is_set():
                 self._probing.add(edge)
+                self._probes_idle = trio.Event()
                 nursery.start_soon(self._probe, edge)
         self._probes_asked = ()
 
@@ -568,7 +574,7 @@ class Relay:
                 payload = os.urandom(size) if source is None else b""
 
                 async def stream(target: Allocation) -> None:
-                    while trio.current_time() < deadline:
+                    while trio.current_time() < deadline and not self._done.is_set():
                         started = trio.current_time()
                         meter.started(started)
                         ok = False
@@ -587,10 +593,12 @@ class Relay:
         except (DepotError, DepotUnreachable) as exc:
             await self._blame(edge, exc)
         finally:
-            self._probing.discard(edge)
             with trio.CancelScope(shield=True):
                 for node, alloc in made:
                     await self._release((node, alloc))
+            self._probing.discard(edge)
+            if not self._probing:
+                self._probes_idle.set()
 
     # -- plumbing ---------------------------------------------------------------------------------------------
 

@@ -277,7 +277,7 @@ class _Progress:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    console = Console(stderr=True, highlight=False)
+    console = Console(stderr=True, highlight=False, soft_wrap=True)
 
     def fail(code: ExitCode, message: str) -> int:
         console.print(f"lnet-send: {message}")
