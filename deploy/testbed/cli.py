@@ -95,8 +95,8 @@ def _print_status(status: dict[str, Any]) -> None:
             print(f"    {a} -> {b}: {s['delivered']} packets / {s['bytes']} B delivered, "
                   f"{s['tail_drops']} tail drops, {s['random_drops']} random drops")
     print(f"emulator load: {load['cpu_percent']:.1f}% of a core carrying {load['delivered_mbit_s']:.1f} Mbit/s "
-          f"(last {load['window_s']:g} s); measured to sustain {load['sustains_mbit_s']:g} Mbit/s aggregate "
-          "on the development machine (bench/testbed_emulator.py)")
+          f"(last {load['window_s']:g} s); one emulator was measured to sustain {load['sustains_mbit_s']:g} Mbit/s "
+          f"aggregate at MTU {load['mtu']} on 2 cores (bench/testbed_emulator.py)")
 
 
 def main(argv: list[str] | None = None) -> int:

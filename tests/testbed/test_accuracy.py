@@ -127,6 +127,43 @@ async def test_rate_change_mid_transfer_slows_the_stream(bed_name: str, state_ro
     assert result[0] == pytest.approx(10.0, rel=0.12)
 
 
+async def test_emulator_carries_400_mbit_aggregate(bed_name: str, state_root: Path) -> None:
+    """The benchmarks' load: two 200 Mbit/s links busy at once, each stream at its link rate."""
+    topo = Topology.parse("""
+[defaults]
+window = "16MiB"
+[hosts.a1]
+[hosts.b1]
+[hosts.a2]
+[hosts.b2]
+[[links]]
+a = "a1"
+b = "b1"
+delay_ms = 5
+rate_mbit = 200
+[[links]]
+a = "a2"
+b = "b2"
+delay_ms = 5
+rate_mbit = 200
+[[links]]
+a = "a1"
+b = "a2"
+delay_ms = 5
+""")
+    results: dict[str, float] = {}
+    async with Testbed(topo, name=bed_name, state_root=state_root) as tb:
+
+        async def stream(i: int) -> None:
+            results[f"a{i}"] = await tcp_throughput(tb, f"a{i}", f"b{i}", seconds=6, skip_s=2, port=5210 + i)
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(stream, 1)
+            nursery.start_soon(stream, 2)
+    assert results["a1"] == pytest.approx(200.0, rel=0.10)
+    assert results["a2"] == pytest.approx(200.0, rel=0.10)
+
+
 @pytest.mark.parametrize("congestion", ["cubic", "bbr"])
 async def test_host_tcp_settings_are_applied(bed_name: str, state_root: Path, congestion: str) -> None:
     topo = two_hosts(delay_ms=1, window="1MiB", congestion=congestion)
