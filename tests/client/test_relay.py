@@ -12,14 +12,9 @@ import trio
 from lnet.client.relay import BlockDelivered, EdgeMeter, PathChanged, Relay, RelayConfig, RelayEvent, inflight_for
 from lnet.scheduler import EdgeMemory, PathScheduler, SchedulerConfig
 
-from .network import MiB, Network, depots
+from .network import MiB, Network, depots, inline
 
 FAST_LOOP = SchedulerConfig(reevaluate_s=2.0, min_attempt_s=4.0, warmup_s=1.0, probe_s=2.0)
-
-
-async def inline(function, *args):  # type: ignore[no-untyped-def]
-    """Run file reads and hashes in the event loop: a worker thread would let MockClock jump meanwhile."""
-    return function(*args)
 
 
 def make_file(tmp_path: Path, size: int) -> tuple[Path, bytes]:
