@@ -47,7 +47,6 @@ from lnet.client.manifest import (
     Manifest,
     ManifestError,
     block_hasher,
-    hash_bytes,
     write_private_file,
 )
 from lnet.client.manifest import load as load_manifest
@@ -301,14 +300,21 @@ class _Run:
 
     manifest: Manifest
     fd: int
-    clients: dict[str, DepotClient]
     state: ResumeState
     file_hasher: PrefixHasher
     on_progress: Callable[[int], None]
+    make_client: Callable[[str], DepotClient]
+    clients: dict[str, DepotClient] = field(default_factory=dict)
     failing: set[str] = field(default_factory=set)
     fetched_bytes: int = 0
     fallbacks: int = 0
     failure: BlockUnavailable | None = None
+
+    def client(self, depot: str) -> DepotClient:
+        """The one client of ``depot``, made when first needed (a manifest may name many depots)."""
+        if depot not in self.clients:
+            self.clients[depot] = self.make_client(depot)
+        return self.clients[depot]
 
 
 async def get_file(
@@ -352,9 +358,12 @@ async def get_file(
             progress = on_progress or (lambda nbytes: None)
             progress(sum(manifest.blocks[i].length for i in state.verified))
             todo = [block for block in manifest.blocks if block.index not in state.verified]
-            run = _Run(manifest, fd, {}, state, PrefixHasher(fd, manifest, state.verified), progress)
+            run = _Run(
+                manifest, fd, state, PrefixHasher(fd, manifest, state.verified), progress,
+                partial(DepotClient, timeout=timeout_s, transport=transport, max_connections=parallel),
+            )
             try:
-                await _fetch_all(run, todo, parallel, timeout_s, transport)
+                await _fetch_all(run, todo, parallel)
             finally:
                 with trio.CancelScope(shield=True):
                     for client in run.clients.values():
@@ -383,15 +392,7 @@ async def get_file(
     )
 
 
-async def _fetch_all(
-    run: _Run, todo: list[BlockEntry], parallel: int, timeout_s: float, transport: httpx.AsyncBaseTransport | None
-) -> None:
-    for block in todo:
-        for source in block.sources:
-            if source.depot not in run.clients:
-                run.clients[source.depot] = DepotClient(
-                    source.depot, timeout=timeout_s, transport=transport, max_connections=parallel
-                )
+async def _fetch_all(run: _Run, todo: list[BlockEntry], parallel: int) -> None:
     send, receive = trio.open_memory_channel[BlockEntry](0)
     async with trio.open_nursery() as nursery:
         nursery.start_soon(run.file_hasher.run)
@@ -472,7 +473,7 @@ class _Landed:
 async def _stream_block(run: _Run, block: BlockEntry, source: BlockSource, landed: _Landed) -> str:
     """Write what ``source`` holds of ``block`` at the block's offset; returns the hash of what was written."""
     hasher = block_hasher(run.manifest.hash_algorithm)
-    async with run.clients[source.depot].stream(source.read, 0, block.length) as chunks:
+    async with run.client(source.depot).stream(source.read, 0, block.length) as chunks:
         async for chunk in chunks:
             if landed.nbytes + len(chunk) > block.length:
                 raise DepotError(f"{source.depot} sent more bytes than asked for")
@@ -511,8 +512,11 @@ async def _recheck(fd: int, manifest: Manifest, claimed: set[int]) -> set[int]:
         block = manifest.blocks[index]
         if block.end > size:
             continue
-        data = await trio.to_thread.run_sync(os.pread, fd, block.length, block.offset)
-        if hash_bytes(manifest.hash_algorithm, data) == block.hash:
+        hasher = block_hasher(manifest.hash_algorithm)
+        for offset in range(block.offset, block.end, HASH_CHUNK):  # a block may be large: never read whole
+            data = await trio.to_thread.run_sync(os.pread, fd, min(HASH_CHUNK, block.end - offset), offset)
+            hasher.update(data)
+        if hasher.hexdigest() == block.hash:
             verified.add(index)
     return verified
 
