@@ -127,9 +127,12 @@ class EdgeMeter:
         self._busy = 0.0
         self._bytes = 0
         self.shortest_cycle_s = math.inf
-        self.rate_bps = 0.0
         self.total_bytes = 0
         self.samples = 0
+        # Decayed sums, not an average of per-flush rates: copies that overlap a flush make single samples
+        # noisy (one carries part of another's time), and a ratio of sums weighs each by its seconds.
+        self._decayed_bytes = 0.0
+        self._decayed_seconds = 0.0
 
     def started(self, now: float) -> None:
         if self.in_flight == 0:
@@ -146,13 +149,18 @@ class EdgeMeter:
         # A failed copy moved nothing that can be measured: the time since the mark is not counted.
         self._mark = now
 
+    @property
+    def rate_bps(self) -> float:
+        """The recent busy-time throughput (bytes/s), 0 before any sample."""
+        return self._decayed_bytes / self._decayed_seconds if self._decayed_seconds > 0 else 0.0
+
     def flush(self) -> tuple[int, float] | None:
         """The bytes and busy seconds since the last flush (None when nothing completed)."""
         if self._bytes == 0 or self._busy <= 0:
             return None
         sample = (self._bytes, self._busy)
-        rate = self._bytes / self._busy
-        self.rate_bps = rate if self.samples == 0 else 0.7 * self.rate_bps + 0.3 * rate
+        self._decayed_bytes = 0.7 * self._decayed_bytes + self._bytes
+        self._decayed_seconds = 0.7 * self._decayed_seconds + self._busy
         self.samples += 1
         self._bytes, self._busy = 0, 0.0
         return sample

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import time
 from collections.abc import Sequence
@@ -32,6 +31,7 @@ from lnet.depot.clock import TrioWallClock
 from lnet.depot.units import format_size, parse_duration, parse_size
 from lnet.scheduler import EdgeMemory, PathScheduler, SchedulerConfig
 
+from . import report
 from .depot_client import DepotClient
 from .exits import EXIT_CODES_HELP, ExitCode
 from .manifest import BlockEntry, BlockSource, Manifest
@@ -230,7 +230,7 @@ def summary(result: RelayResult, scheduler: PathScheduler | None, size: int) -> 
 def save_report(path: Path, name: str, size: int, summary: dict[str, Any]) -> None:
     """The report ``lnet report`` reads (docs/client.md): path attempts, the timeline, per-edge throughputs."""
     document = {
-        "format": "lnet-report/1",
+        "format": report.FORMAT,
         "file": name,
         "size": size,
         "seconds": summary["seconds"],
@@ -241,9 +241,7 @@ def save_report(path: Path, name: str, size: int, summary: dict[str, Any]) -> No
         "timeline": summary["timeline"],
         "edges": [{key: edge[key] for key in ("from", "to", "mbps", "samples")} for edge in summary["edges"]],
     }
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(document, indent=1) + "\n")
-    os.replace(tmp, path)
+    report.parse(document).save(path)  # one set of rules for what lnet report can read
 
 
 class _Progress:
