@@ -33,6 +33,8 @@ def _parser() -> argparse.ArgumentParser:
     up.add_argument("topology", type=Path)
     up.add_argument("--name", help="testbed name (default: the topology's name)")
     up.add_argument("--seed", type=int, help="seed the emulator's random losses and jitter")
+    up.add_argument("--backend", choices=["auto", "userspace", "netem"], default="auto",
+                    help="link emulation: the kernel's netem, or lnet's userspace emulator (auto: netem if present)")
 
     down = sub.add_parser("down", help="take a testbed down (also one whose emulator crashed)")
     down.add_argument("--name", help="default: the only testbed that is up")
@@ -80,7 +82,8 @@ class _StateError(Exception):
 
 def _print_status(status: dict[str, Any]) -> None:
     load = status["load"]
-    print(f"testbed {status['name']}: up {status['uptime_s']:.0f} s, emulator pid {status['pid']}")
+    print(f"testbed {status['name']}: up {status['uptime_s']:.0f} s, {status['backend']} backend, "
+          f"emulator pid {status['pid']}")
     print("hosts:")
     for h in status["hosts"]:
         print(f"  {h['name']:<12} {h['address']:<12} window {h['window_bytes']} B, {h['congestion']}, "
@@ -118,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "up":
             topo = Topology.load(args.topology)
             name = args.name or topo.name
-            pid = start_detached(topo, name, state_root, seed=args.seed)
+            pid = start_detached(topo, name, state_root, seed=args.seed, backend=args.backend)
             print(f"testbed {name} is up (emulator pid {pid}); take it down with: lnet-testbed down --name {name}")
             for h in topo.hosts:
                 print(f"  {h.name:<12} {h.address:<12} netns {namespace_name(name, h.name)}")

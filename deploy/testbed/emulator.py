@@ -32,7 +32,8 @@ from pathlib import Path
 from typing import Any
 
 from .linkmodel import LinkDirection
-from .netns import TestbedError, namespace_name, remove_testbed, setup_host
+from .netem import plan_commands, reshape_commands, run_commands
+from .netns import TestbedError, create_namespace, namespace_name, remove_testbed, setup_host
 from .topology import Link, Topology, TopologyError, validate_link
 
 __all__ = ["Emulator", "MEASURED_AGGREGATE_MBIT", "main"]
@@ -57,8 +58,12 @@ _EARLY_S = 0.0005
 
 class Emulator:
     def __init__(self, name: str, topology: Topology, state_dir: Path, seed: int | None = None,
-                 parent: int | None = None) -> None:
+                 parent: int | None = None, backend: str = "userspace") -> None:
         self.name = name
+        # "userspace": this process carries the packets; "netem": the kernel does (veths + tc), and this
+        # process only owns the namespaces and serves the control socket; "netem-unshaped": netem's plumbing
+        # without the tc lines, to check it on a kernel without netem
+        self.backend = backend
         # Attached to a controlling process: end when it does. Polled, because PR_SET_PDEATHSIG fires when the
         # *thread* that forked us ends, and trio forks from worker threads that idle out after 10 s.
         self.parent = parent
@@ -78,12 +83,19 @@ class Emulator:
 
     # -- set-up ----------------------------------------------------------------------------------
     def build(self) -> None:
+        if self.backend == "userspace":
+            for host in self.topology.hosts:
+                self.fds[host.name] = setup_host(self.name, self.topology, host)
+            return
         for host in self.topology.hosts:
-            self.fds[host.name] = setup_host(self.name, self.topology, host)
+            create_namespace(self.name, self.topology, host, forwarding=True)
+        run_commands(plan_commands(self.name, self.topology, shape=self.backend == "netem"))
 
     def routes(self) -> dict[int, dict[bytes, tuple[list[LinkDirection], int]]]:
         """For each source TUN descriptor: destination address (4 bytes) -> (link directions, destination fd)."""
         table: dict[int, dict[bytes, tuple[list[LinkDirection], int]]] = {}
+        if self.backend != "userspace":
+            return table  # the kernel carries the packets
         for src in self.topology.hosts:
             row: dict[bytes, tuple[list[LinkDirection], int]] = {}
             for dst in self.topology.hosts:
@@ -211,6 +223,11 @@ class Emulator:
                 raise TopologyError(f"{key} must be a number, got {value!r}")
         new = Link(**{**asdict(link), **{k: float(v) for k, v in changes.items()}})
         validate_link(new, f"link {a}-{b}")
+        if self.backend == "netem":
+            try:
+                run_commands(reshape_commands(self.name, self.topology, new))
+            except TestbedError as exc:
+                raise TopologyError(f"link {a}-{b}: {exc}") from exc
         self.topology = self.topology.with_link(new)
         # routes stay as they were at `up`: like a backbone's routing metrics, they are configuration
         self.directions[(new.a, new.b)].configure(new)
@@ -235,6 +252,7 @@ class Emulator:
             "name": self.name,
             "pid": os.getpid(),
             "uptime_s": round(time.monotonic() - self.started, 1),
+            "backend": self.backend,
             "hosts": [
                 {"name": h.name, "address": h.address, "namespace": namespace_name(self.name, h.name),
                  "window_bytes": h.window_bytes, "congestion": h.congestion}
@@ -254,7 +272,8 @@ class Emulator:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python -m lnet.testbed.emulator NAME STATE_ROOT [--parent PID] [--ready-fd FD] [--seed N] [--daemon]`.
+    """`python -m lnet.testbed.emulator NAME STATE_ROOT [--parent PID] [--ready-fd FD] [--seed N]
+    [--backend userspace|netem|netem-unshaped] [--daemon]`.
 
     Reads STATE_ROOT/NAME/topology.json, builds the testbed, writes one JSON line to the ready descriptor
     (`{"ok": true}` or `{"ok": false, "error": ...}`), serves until signalled, then removes the testbed."""
@@ -300,7 +319,8 @@ def main(argv: list[str] | None = None) -> int:
         topology = Topology.from_dict(json.loads((state_dir / "topology.json").read_text()))
         parent = int(opts["--parent"]) if "--parent" in opts else None
         seed = int(opts["--seed"]) if "--seed" in opts else None
-        emulator = Emulator(name, topology, state_dir, seed=seed, parent=parent)
+        backend = opts.get("--backend", "userspace")
+        emulator = Emulator(name, topology, state_dir, seed=seed, parent=parent, backend=backend)
         emulator.build()
         control = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         control.bind(str(state_dir / "control.sock"))

@@ -28,6 +28,7 @@ __all__ = [
     "TestbedError",
     "TestbedStateError",
     "check_privileges",
+    "create_namespace",
     "emulator_alive",
     "kill_namespace_processes",
     "namespace_name",
@@ -186,16 +187,26 @@ def allow_congestion_control(name: str) -> None:
         raise TestbedError(f"congestion control {name!r} is not available on this kernel ({exc.strerror})") from exc
 
 
-def setup_host(testbed: str, topology: Topology, host: Host) -> int:
-    """Create the host's namespace, its TUN device (returned), address and TCP settings."""
+def create_namespace(testbed: str, topology: Topology, host: Host, forwarding: bool = False) -> str:
+    """The host's namespace with its TCP settings (and IPv4 forwarding, for the kernel backend's routers)."""
     allow_congestion_control(host.congestion)
     ns = namespace_name(testbed, host.name)
     _ip(["netns", "add", ns])
+    settings = tcp_sysctls(host, topology.mtu)
+    if forwarding:
+        settings |= {"net/ipv4/ip_forward": "1", "net/ipv4/conf/all/rp_filter": "0",
+                     "net/ipv4/conf/default/rp_filter": "0"}
+    with inside(ns):
+        for key, value in settings.items():
+            Path("/proc/sys", key).write_text(value)
+    return ns
+
+
+def setup_host(testbed: str, topology: Topology, host: Host) -> int:
+    """Create the host's namespace, its TUN device (returned), address and TCP settings."""
+    ns = create_namespace(testbed, topology, host)
     fd = open_tun(ns)
     try:
-        with inside(ns):
-            for key, value in tcp_sysctls(host, topology.mtu).items():
-                Path("/proc/sys", key).write_text(value)
         batch = "\n".join(
             [
                 "link set lo up",

@@ -22,6 +22,8 @@ from typing import Any
 
 import trio
 
+from .compose import link_address
+from .netem import kernel_has_netem
 from .netns import (
     STATE_ROOT,
     TestbedError,
@@ -80,8 +82,25 @@ def prepare(name: str, topology: Topology, state_root: Path) -> Path:
     return state_dir
 
 
-def _emulator_argv(name: str, state_root: Path, ready_fd: int, parent: int | None, seed: int | None) -> list[str]:
-    argv = [sys.executable, "-m", "lnet.testbed.emulator", name, str(state_root), "--ready-fd", str(ready_fd)]
+BACKENDS = ("auto", "userspace", "netem", "netem-unshaped")
+
+
+def resolve_backend(backend: str) -> str:
+    """"auto": the kernel's netem where there is one, else the userspace emulator. ("netem-unshaped" builds the
+    netem backend's veths and routes without tc, to check that plumbing where netem is missing.)"""
+    if backend not in BACKENDS:
+        raise TestbedError(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS[:3])}")
+    if backend == "auto":
+        return "netem" if kernel_has_netem() else "userspace"
+    if backend == "netem" and not kernel_has_netem():
+        raise TestbedError("this kernel has no netem qdisc (sch_netem): use the userspace backend")
+    return backend
+
+
+def _emulator_argv(name: str, state_root: Path, ready_fd: int, parent: int | None, seed: int | None,
+                   backend: str) -> list[str]:
+    argv = [sys.executable, "-m", "lnet.testbed.emulator", name, str(state_root), "--ready-fd", str(ready_fd),
+            "--backend", backend]
     if parent is not None:
         argv += ["--parent", str(parent)]
     if seed is not None:
@@ -100,16 +119,18 @@ def _ready_message(line: bytes, name: str) -> int:
 
 
 def start_detached(topology: Topology, name: str | None = None, state_root: Path = STATE_ROOT,
-                   seed: int | None = None) -> int:
+                   seed: int | None = None, backend: str = "auto") -> int:
     """Bring a testbed up and leave it running after this process exits (`lnet-testbed up`). Returns the
     emulator's pid."""
     name = name or topology.name
+    check_privileges()
+    backend = resolve_backend(backend)
     state_dir = prepare(name, topology, state_root)
     r, w = os.pipe()
     log = open(state_dir / "emulator.log", "ab")  # noqa: SIM115 - handed to the child
     try:
         subprocess.run(
-            [*_emulator_argv(name, state_root, w, None, seed), "--daemon"],
+            [*_emulator_argv(name, state_root, w, None, seed, backend), "--daemon"],
             stdin=subprocess.DEVNULL, stdout=log, stderr=log, pass_fds=(w,), start_new_session=True, check=True,
         )
     finally:
@@ -185,12 +206,13 @@ class Testbed:
     __test__ = False
 
     def __init__(self, topology: Topology | str | os.PathLike[str], name: str | None = None, *,
-                 state_root: Path = STATE_ROOT, seed: int | None = None,
+                 state_root: Path = STATE_ROOT, seed: int | None = None, backend: str = "auto",
                  setup_timeout_s: float = SETUP_TIMEOUT_S) -> None:
         self.topology = _as_topology(topology)
         self.name = name or self.topology.name
         self.state_root = Path(state_root)
         self.seed = seed
+        self.backend = backend
         self.setup_timeout_s = setup_timeout_s
         self._emulator: trio.Process | None = None
         self._processes: list[trio.Process] = []
@@ -206,6 +228,12 @@ class Testbed:
     def namespace(self, host: str) -> str:
         self.topology.host(host)
         return namespace_name(self.name, host)
+
+    def link_address(self, host: str, neighbour: str) -> str:
+        """Under the netem backend a host also has one address per link; this is the one facing `neighbour`."""
+        key = self.topology.link(host, neighbour).key
+        i = next(k for k, link in enumerate(self.topology.links) if link.key == key)
+        return link_address(i, "a" if self.topology.links[i].a == host else "b")
 
     def exec_argv(self, host: str, argv: list[str]) -> list[str]:
         """The command line that runs `argv` on `host` (for callers that start processes themselves)."""
@@ -267,11 +295,13 @@ class Testbed:
 
     # -- lifetime --------------------------------------------------------------------------------
     async def __aenter__(self) -> Testbed:
+        check_privileges()
+        self.backend = resolve_backend(self.backend)
         prepare(self.name, self.topology, self.state_root)
         r, w = os.pipe()
         try:
             self._emulator = await trio.lowlevel.open_process(
-                _emulator_argv(self.name, self.state_root, w, os.getpid(), self.seed),
+                _emulator_argv(self.name, self.state_root, w, os.getpid(), self.seed, self.backend),
                 stdin=subprocess.DEVNULL, pass_fds=(w,),
             )
         except BaseException:

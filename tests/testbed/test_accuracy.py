@@ -87,9 +87,9 @@ async def test_measured_loss_matches_configured(bed_name: str, state_root: Path)
         status = await tb.status()
     tolerance = 4 * math.sqrt(p * (1 - p) / n)  # four binomial standard deviations
     assert abs(result.loss - p) < tolerance, result
-    # the emulator's own count agrees with what arrived (the end markers are extra packets)
-    drops = status["links"][0]["a->b"]["random_drops"]
-    assert abs(drops - (n - result.received)) <= 20
+    if status["backend"] == "userspace":  # the emulator's own count agrees (the end markers are extra packets)
+        drops = status["links"][0]["a->b"]["random_drops"]
+        assert abs(drops - (n - result.received)) <= 20
 
 
 async def test_live_changes_to_rate_delay_and_loss(bed_name: str, state_root: Path) -> None:
