@@ -1,4 +1,4 @@
-"""``lnet``: the umbrella command, one subcommand per job (``lnet report``; ``lnet demo`` joins it).
+"""``lnet``: the umbrella command, one subcommand per job (``lnet report``, ``lnet demo``).
 
 Each subcommand is a ``Subcommand`` in ``SUBCOMMANDS``: a name, a line of help, a function that adds its
 arguments to its parser, and a function that runs it and returns an ``ExitCode``. Adding one is adding an entry;
@@ -13,11 +13,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+import trio
 from rich.console import Console
 
 from lnet.client import report
 from lnet.client.exits import EXIT_CODES_HELP, ExitCode
-from lnet.depot.units import format_size
+from lnet.depot.units import format_size, parse_size
 
 __all__ = ["SUBCOMMANDS", "Subcommand", "main"]
 
@@ -83,8 +84,56 @@ SUBCOMMANDS: list[Subcommand] = [
         description="Show what lnet-send --report saved: the path attempts (path, duration, Mbit/s), the measured "
         "edges, and with --plot the throughput over time as a PNG.",
     ),
-    # lnet demo: the lead's entry goes here.
+    Subcommand(
+        "demo",
+        "the seed's experiment on the emulated Abilene testbed: direct vs cold vs warm start (needs root)",
+        lambda p: _demo_arguments(p),
+        lambda args: _demo(args),
+        description="Bring up the emulated Abilene testbed (network namespaces and the userspace link emulator), "
+        "start depots on its hosts, send one file from ORNL to Sunnyvale pinned to the direct path, with a cold "
+        "start and with a warm start, fetch it at Sunnyvale, and print the comparison, the path attempts and a "
+        "plot. Needs root; --local runs the depot round trip on this machine instead (no root, no emulation).",
+    ),
 ]
+
+
+# -- lnet demo ------------------------------------------------------------------------------------------------
+
+
+def _demo_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--local", action="store_true", help="no testbed: two depots on loopback and an allocation's life")
+    p.add_argument("--size", default="16MiB", metavar="SIZE", help="the file to send (16MiB)")
+    p.add_argument("--block-size", default="1MiB", metavar="SIZE", help="block size of every run (1MiB)")
+    p.add_argument("--max-inflight", type=int, default=2, metavar="N", help="blocks per hop at once, every run (2)")
+    p.add_argument("--out", type=Path, default=Path("lnet-demo"), metavar="DIR", help="where files go (./lnet-demo)")
+
+
+def _demo(args: argparse.Namespace) -> int:
+    if args.local:
+        from lnet.client import demo
+
+        return demo.main([])
+    try:
+        size = parse_size(args.size)
+        parse_size(args.block_size)
+    except ValueError as exc:
+        print(f"lnet demo: {exc}", file=sys.stderr)
+        return ExitCode.USAGE
+    from lnet.testbed import TestbedError
+    from lnet.testbed.demo import run_demo
+
+    try:
+        return trio.run(
+            lambda: run_demo(args.out, size=size, block=args.block_size, max_inflight=args.max_inflight)
+        )
+    except TestbedError as exc:
+        print(
+            f"lnet demo: {exc}\n"
+            "The demo emulates long-distance links with network namespaces, which needs root: run it as root "
+            "(sudo ./run demo), or run `./run demo --local` for the depot round trip on this machine.",
+            file=sys.stderr,
+        )
+        return ExitCode.FAILED
 
 
 def _parser() -> argparse.ArgumentParser:

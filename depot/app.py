@@ -71,7 +71,7 @@ ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 # against the memcpy, small enough that a slow reader holds little of the depot's memory.
 STREAM_CHUNK = 1024 * 1024
 MAX_CONTROL_BODY = 64 * 1024
-_WRITE_URL = re.compile(r"^/v1/data/([A-Za-z0-9_-]+)$")
+_WRITE_URL = re.compile(r"/v1/data/([A-Za-z0-9_-]+)")
 _RANGE = re.compile(r"^bytes=(\d*)-(\d*)$")
 
 
@@ -650,7 +650,7 @@ def _copy_target(url: str) -> str:
         raise BadRequest("'to' must be an http(s) URL of another depot's write capability")
     if parts.username is not None or parts.password is not None or parts.query or parts.fragment:
         raise BadRequest("'to' must be a plain write capability URL: no credentials, query or fragment")
-    match = _WRITE_URL.match(parts.path)
+    match = _WRITE_URL.fullmatch(parts.path)
     if match is None or not is_capability(match.group(1)):
         raise BadRequest("'to' must end in /v1/data/{write capability}: a depot is not an open proxy")
     host = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname

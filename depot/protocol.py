@@ -50,7 +50,7 @@ JSON = "application/json"
 
 # 24 random bytes: 192 bits, comfortably over the protocol's 128-bit floor, 32 URL-safe characters.
 _CAPABILITY_BYTES = 24
-_CAPABILITY_SHAPE = re.compile(r"^[A-Za-z0-9_-]{22,128}$")
+_CAPABILITY_SHAPE = re.compile(r"[A-Za-z0-9_-]{22,128}")
 
 
 class ErrorCode(StrEnum):
@@ -201,7 +201,7 @@ def new_capability() -> str:
 
 def is_capability(token: str) -> bool:
     """Does ``token`` have the shape of a capability? (Says nothing of whether it names anything.)"""
-    return _CAPABILITY_SHAPE.match(token) is not None
+    return _CAPABILITY_SHAPE.fullmatch(token) is not None
 
 
 def capability_key(token: str) -> str:

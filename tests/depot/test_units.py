@@ -34,3 +34,12 @@ def test_format_size() -> None:
     assert format_size(512) == "512 B"
     assert format_size(1536) == "1.5 KiB"
     assert format_size(3 * 2**30) == "3.0 GiB"
+
+
+def test_capability_shape_is_exact() -> None:
+    from lnet.depot.protocol import is_capability, new_capability
+
+    token = new_capability()
+    assert is_capability(token)
+    for bad in (token + "\n", " " + token, token[:10], token + "/x", token.replace(token[3], "+")):
+        assert not is_capability(bad)
