@@ -6,7 +6,7 @@ import math
 import random
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lnet.testbed.linkmodel import LinkDirection
@@ -72,6 +72,7 @@ def test_configure_changes_future_packets_only() -> None:
     assert d.admit(1.0, 100) == pytest.approx(1.050)
 
 
+@settings(database=None)  # nothing to replay across runs; and the shared example database may not be writable
 @given(st.lists(st.tuples(st.floats(0, 0.01), st.integers(40, 9000)), min_size=2, max_size=200))
 def test_jitter_never_reorders_and_stays_in_bounds(arrivals: list[tuple[float, int]]) -> None:
     d = LinkDirection(Link("a", "b", delay_ms=20.0, jitter_ms=5.0, rate_mbit=100.0, queue_ms=1000.0),
