@@ -93,7 +93,7 @@ class RelayConfig:
     tick_s: float = 0.5
     retries: int = 8
     hash_algorithm: str = "sha256"
-    probe_bytes: int = 1 * MiB
+    probe_bytes: int = 256 * 1024
     probe_parallel: int = 2
     probe_s: float = 4.0
     backoff_s: float = 0.5
@@ -387,6 +387,8 @@ class Relay:
 
     async def _walk(self, block: _Block, route: list[str], fd: int) -> None:
         """Move ``block`` from its nearest live holder (``route[0]``) to the destination along ``route``."""
+        if self.dest in self.dead:
+            raise TransferFailed(f"the destination {self.dest} does not answer any more")
         while block.holders and block.holders[-1][0] != route[0]:
             block.holders.pop()  # holders past the point we restart from are dead or unusable
         for u, v in zip(route, route[1:], strict=False):
@@ -482,8 +484,8 @@ class Relay:
         return block.holders[-1][0]
 
     def _route_from(self, holder: str) -> list[str]:
-        if holder in self.path:
-            return list(self.path[self.path.index(holder) :])
+        if holder in self.path:  # the rest of the current path, without the depots that failed
+            return [node for node in self.path[self.path.index(holder) :] if node not in self.dead]
         if self.scheduler is not None:
             graph = self.scheduler.graph()
             graph.remove_nodes_from([d for d in self.dead if d != self.dest])
@@ -564,42 +566,18 @@ class Relay:
     # -- probes: unknown edges measured beside the transfer ---------------------------------------------------------
 
     async def _probe(self, edge: Edge) -> None:
-        u, v = edge
-        size = min(self.config.probe_bytes, self.config.block_size)
+        """Measure ``edge`` beside the transfer: a few copies of one small block, for the scheduler's probe_s.
+
+        Best effort: a probe's failure is news about the edge, never the transfer's failure."""
         made: list[tuple[str, Allocation]] = []
         try:
-            with trio.move_on_after(self.config.probe_s + 2 * self.config.timeout_s):
-                source: Allocation | None = None
-                if u != self.here:
-                    source = await self.clients[u].allocate_one(size, 600)
-                    made.append((u, source))
-                    await self.clients[u].write(source.write, os.urandom(size))
-                targets = await self.clients[v].allocate(size, 600, count=self.config.probe_parallel)
-                made += [(v, t) for t in targets]
-                meter = self._meter(edge)
-                probe_s = self.scheduler.config.probe_s if self.scheduler is not None else self.config.probe_s
-                deadline = trio.current_time() + probe_s
-                payload = os.urandom(size) if source is None else b""
-
-                async def stream(target: Allocation) -> None:
-                    while trio.current_time() < deadline and not self._done.is_set():
-                        started = trio.current_time()
-                        meter.started(started)
-                        ok = False
-                        try:
-                            if source is None:
-                                await self.clients[v].write(target.write, payload, offset=0)
-                            else:
-                                await self.clients[u].copy(source.read, target.write_url, dest_offset=0)
-                            ok = True
-                        finally:
-                            meter.finished(size, started, trio.current_time(), ok=ok)
-
-                async with trio.open_nursery() as streams:
-                    for target in targets:
-                        streams.start_soon(stream, target)
-        except (DepotError, DepotUnreachable) as exc:
-            await self._blame(edge, exc)
+            await self._run_probe(edge, made)
+        except Exception as exc:  # noqa: BLE001 - whatever went wrong, the transfer goes on
+            cause = _innermost(exc)
+            if isinstance(cause, DepotError | DepotUnreachable):
+                await self._blame(edge, cause)
+            else:
+                self._note(f"probe of {edge[0]} -> {edge[1]} failed: {cause!r}")
         finally:
             with trio.CancelScope(shield=True):
                 for node, alloc in made:
@@ -607,6 +585,48 @@ class Relay:
             self._probing.discard(edge)
             if not self._probing:
                 self._probes_idle.set()
+
+    async def _run_probe(self, edge: Edge, made: list[tuple[str, Allocation]]) -> None:
+        u, v = edge
+        size = min(self.config.probe_bytes, self.config.block_size)
+        probe_s = self.scheduler.config.probe_s if self.scheduler is not None else self.config.probe_s
+        source: Allocation | None = None
+        if u != self.here:
+            source = await self.clients[u].allocate_one(size, 600)
+            made.append((u, source))
+            await self.clients[u].write(source.write, os.urandom(size))
+        targets = await self.clients[v].allocate(size, 600, count=self.config.probe_parallel)
+        made += [(v, t) for t in targets]
+        meter = self._meter(edge)
+        payload = os.urandom(size) if source is None else b""
+        started = trio.current_time()
+        moved = 0
+
+        async def stream(target: Allocation) -> None:
+            nonlocal moved
+            while trio.current_time() < started + probe_s and not self._done.is_set():
+                begun = trio.current_time()
+                meter.started(begun)
+                ok = False
+                try:
+                    if source is None:
+                        await self.clients[v].write(target.write, payload, offset=0)
+                    else:
+                        await self.clients[u].copy(source.read, target.write_url, dest_offset=0)
+                    ok = True
+                    moved += size
+                finally:
+                    meter.finished(size, begun, trio.current_time(), ok=ok)
+
+        # A copy still going when the probe's time is up is cut off: an edge that slow is slow, whatever it is.
+        with trio.move_on_after(2 * probe_s):
+            async with trio.open_nursery() as streams:
+                for target in targets:
+                    streams.start_soon(stream, target)
+        if moved == 0 and not self._done.is_set():
+            # Not one copy in twice the probe's time: tell the scheduler the most this edge can be doing.
+            elapsed = trio.current_time() - started
+            self._tell(Measurement(edge, size, elapsed, self.clock()))
 
     # -- plumbing ---------------------------------------------------------------------------------------------
 
@@ -643,6 +663,12 @@ class Relay:
 
     def _note(self, text: str) -> None:
         self.on_event(Note(text, self.clock()))
+
+
+def _innermost(exc: BaseException) -> BaseException:
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    return exc
 
 
 def _read_and_hash(fd: int, offset: int, length: int, algorithm: str) -> tuple[bytes, str]:
