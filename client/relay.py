@@ -37,7 +37,7 @@ from typing import Any
 import trio
 
 from lnet.depot.clock import TrioWallClock
-from lnet.depot.protocol import DepotError, DepotFull, NotFound
+from lnet.depot.protocol import DepotError, DepotFull, NotFound, innermost
 from lnet.scheduler import (
     DepotFailure,
     DropDepot,
@@ -573,7 +573,7 @@ class Relay:
         try:
             await self._run_probe(edge, made)
         except Exception as exc:  # noqa: BLE001 - whatever went wrong, the transfer goes on
-            cause = _innermost(exc)
+            cause = innermost(exc)
             if isinstance(cause, DepotError | DepotUnreachable):
                 await self._blame(edge, cause)
             else:
@@ -664,11 +664,6 @@ class Relay:
     def _note(self, text: str) -> None:
         self.on_event(Note(text, self.clock()))
 
-
-def _innermost(exc: BaseException) -> BaseException:
-    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
-        exc = exc.exceptions[0]
-    return exc
 
 
 def _read_and_hash(fd: int, offset: int, length: int, algorithm: str) -> tuple[bytes, str]:

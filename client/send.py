@@ -28,6 +28,7 @@ from rich.progress import (
 )
 
 from lnet.depot.clock import TrioWallClock
+from lnet.depot.protocol import innermost
 from lnet.depot.units import format_size, parse_duration, parse_size
 from lnet.scheduler import EdgeMemory, PathScheduler, SchedulerConfig
 
@@ -334,7 +335,7 @@ def main(argv: list[str] | None = None) -> int:
     except RelayFailed as exc:
         return fail(ExitCode.UNREACHABLE, str(exc))
     except Exception as exc:  # a nursery's failure comes wrapped
-        inner = _innermost(exc)
+        inner = innermost(exc)
         if isinstance(inner, IntegrityError):
             return fail(ExitCode.INTEGRITY, str(inner))
         if isinstance(inner, RelayFailed):
@@ -372,11 +373,6 @@ class _nothing:
     def __exit__(self, *exc: object) -> None:
         return None
 
-
-def _innermost(exc: BaseException) -> BaseException:
-    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
-        exc = exc.exceptions[0]
-    return exc
 
 
 if __name__ == "__main__":

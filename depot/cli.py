@@ -13,6 +13,7 @@ import trio
 
 from . import __version__
 from .config import DEFAULT_PORT, ConfigError, DepotConfig
+from .protocol import innermost
 from .server import serve, wait_for_signal
 
 __all__ = ["main"]
@@ -112,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         trio.run(_run, config)
     except Exception as exc:  # what a nursery raises comes wrapped in exception groups
-        cause = _innermost(exc)
+        cause = innermost(exc)
         if isinstance(cause, OSError):
             print(f"lnet-depot: cannot serve on {config.listen}: {cause.strerror or cause}", file=sys.stderr)
         elif isinstance(cause, RuntimeError):
@@ -122,11 +123,6 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_FAILED
     return EXIT_OK
 
-
-def _innermost(exc: BaseException) -> BaseException:
-    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
-        exc = exc.exceptions[0]
-    return exc
 
 
 if __name__ == "__main__":

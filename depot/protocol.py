@@ -41,6 +41,7 @@ __all__ = [
     "redact",
     "redact_capabilities",
     "guard_http_logs",
+    "innermost",
     "wants_msgpack",
 ]
 
@@ -193,6 +194,13 @@ def describe_error(exc: BaseException) -> str:
         detail = str(cause) or detail
         cause = cause.__cause__ or cause.__context__
     return f"{type(exc).__name__}: {detail or 'no detail'}"
+
+
+def innermost(exc: BaseException) -> BaseException:
+    """The exception inside nested exception groups (what a trio nursery raises), following first members."""
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    return exc
 
 
 def new_capability() -> str:
