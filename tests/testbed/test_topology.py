@@ -155,7 +155,7 @@ def test_abilene_shape_on_paper() -> None:
     def predicted(src: str, dst: str) -> float:
         path = t.route(src, dst)
         rtt_s = 2 * t.route_delay_ms(src, dst) / 1000
-        window = min(t.host(src).window_bytes, t.host(dst).window_bytes)
+        window = t.host(dst).window_bytes  # the receiver's window is the cap
         rates = [t.link(a, b).rate_mbit or 1e9 for a, b in zip(path, path[1:], strict=False)]
         return min(window * 8 / rtt_s / 1e6, *rates)
 
@@ -167,6 +167,20 @@ def test_abilene_shape_on_paper() -> None:
     assert min(chain) == chain[-1]  # Denver -> Sunnyvale is the bottleneck, as in Table 2
     for via in ("nyc", "wdc"):
         assert min(predicted("ornl", via), predicted(via, "svl")) < direct
+
+    # the four-depot chain is the one widest path: every other chain through the depots is narrower
+    depots = ["atl", "ind", "kc", "den", "nyc", "wdc"]
+    best = min(chain)
+
+    def widest_other(here: str, seen: tuple[str, ...], floor: float) -> float:
+        top = predicted(here, "svl") if seen != ("atl", "ind", "kc", "den") else 0.0
+        top = min(floor, top)
+        for d in depots:
+            if d not in seen:
+                top = max(top, widest_other(d, (*seen, d), min(floor, predicted(here, d))))
+        return top
+
+    assert widest_other("ornl", (), float("inf")) < 0.95 * best
 
 
 def test_replicas_client_ingress_above_sum() -> None:
