@@ -196,7 +196,8 @@ class Testbed:
 
     ```
     async with Testbed("deploy/topologies/line3.toml", name="ci") as tb:
-        server = await tb.spawn("dst", ["lnet-depot", "--listen", f"{tb.address('dst')}:6714"])
+        server = await tb.spawn("dst", ["python3", "-m", "http.server", "8000"])
+        got = await tb.run("src", ["curl", "-s", f"http://{tb.address('dst')}:8000/"])
         await tb.set_link("src", "depot", loss=0.01)
     ```
     Everything is removed on exit, on cancellation and on KeyboardInterrupt; if this process is killed, the

@@ -57,6 +57,17 @@ delay_ms = 20
     assert routed.median_ms == pytest.approx(100.0, rel=0.05)
 
 
+async def test_jitter_spreads_round_trips_within_its_bounds(bed_name: str, state_root: Path) -> None:
+    topo = Topology.parse('[hosts.a]\n[hosts.b]\n[[links]]\na = "a"\nb = "b"\ndelay_ms = 20\njitter_ms = 5\n')
+    async with Testbed(topo, name=bed_name, state_root=state_root, seed=5) as tb:
+        result = await rtt(tb, "a", "b", count=40)
+    # each direction is 20 +- 5 ms, uniform: round trips between 30 and 50 ms, centred on 40
+    assert result.median_ms == pytest.approx(40.0, rel=0.05)
+    assert result.min_ms >= 30.0 - 0.5
+    assert result.max_ms <= 50.0 + 2.0
+    assert result.max_ms - result.min_ms > 6.0
+
+
 async def test_cubic_stream_reaches_link_rate_when_window_does_not_bind(bed_name: str, state_root: Path) -> None:
     # 16 MiB window >> 40 Mbit/s x 20 ms = 100 kB: the link rate is the only limit
     async with Testbed(two_hosts(delay_ms=10, rate_mbit=40), name=bed_name, state_root=state_root) as tb:
