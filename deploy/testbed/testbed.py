@@ -9,6 +9,7 @@ and stop code serves the Python API (emulator attached: it dies with us) and the
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import signal
@@ -127,7 +128,7 @@ def start_detached(topology: Topology, name: str | None = None, state_root: Path
     backend = resolve_backend(backend)
     state_dir = prepare(name, topology, state_root)
     r, w = os.pipe()
-    log = open(state_dir / "emulator.log", "ab")  # noqa: SIM115 - handed to the child
+    log = open(state_dir / "emulator.log", "ab")  # handed to the child, closed here once it has it
     try:
         subprocess.run(
             [*_emulator_argv(name, state_root, w, None, seed, backend), "--daemon"],
@@ -267,8 +268,14 @@ class Testbed:
                    "jitter_ms": jitter_ms, "queue_ms": queue_ms}
         await self._request(request)
         link = self.topology.link(a, b)
-        changes = {k: v for k, v in request.items() if k not in ("op", "a", "b") and v is not None}
-        self.topology = self.topology.with_link(type(link)(**{**link.__dict__, **changes}))
+        self.topology = self.topology.with_link(dataclasses.replace(
+            link,
+            delay_ms=link.delay_ms if delay_ms is None else float(delay_ms),
+            rate_mbit=link.rate_mbit if rate_mbit is None else float(rate_mbit),
+            loss=link.loss if loss is None else float(loss),
+            jitter_ms=link.jitter_ms if jitter_ms is None else float(jitter_ms),
+            queue_ms=link.queue_ms if queue_ms is None else float(queue_ms),
+        ))
 
     async def status(self) -> dict[str, Any]:
         """Hosts, links with per-direction counters, and the emulator's load."""
