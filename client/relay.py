@@ -386,27 +386,47 @@ class Relay:
             admission.release_on_behalf_of(block)
 
     async def _walk(self, block: _Block, route: list[str], fd: int) -> None:
-        """Move ``block`` from its nearest live holder (``route[0]``) to the destination along ``route``."""
+        """Move ``block`` from its nearest live holder (``route[0]``) to the destination.
+
+        A block follows the current path from wherever it is on it, so a switch moves every block that has not
+        yet left a depot of the new path; a block already off the new path finishes along ``route``."""
         if self.dest in self.dead:
             raise TransferFailed(f"the destination {self.dest} does not answer any more")
         while block.holders and block.holders[-1][0] != route[0]:
             block.holders.pop()  # holders past the point we restart from are dead or unusable
-        for u, v in zip(route, route[1:], strict=False):
+        while (u := block.holders[-1][0]) != self.dest:
+            if u in self.path:
+                route = self._route_from(u)
+            if u not in route or route.index(u) + 1 >= len(route):
+                raise _HopFailed(f"no way on from {u}")
+            v = route[route.index(u) + 1]
             if v in self.dead or u in self.dead:
                 raise _HopFailed(f"{u} -> {v} goes through a failed depot")
-            target = await self._allocate(v)
-            await self._hop(block, u, v, target, fd)
+            target = await self._hop(block, u, v, fd)
+            if target is None:
+                continue  # the path changed while the block waited for the hop: plan again from here
             block.holders.append((v, target))
             if len(block.holders) >= 3:
                 await self._release(block.holders[-3])
                 block.holders[-3] = (block.holders[-3][0], None)
         await self._verify_at_destination(block)
 
-    async def _hop(self, block: _Block, u: str, v: str, target: Allocation, fd: int) -> None:
+    def _next_hop(self, u: str) -> str | None:
+        """Where the current path goes from ``u`` (None when ``u`` is not on it)."""
+        if u not in self.path:
+            return None
+        route = self._route_from(u)
+        return route[1] if len(route) > 1 else None
+
+    async def _hop(self, block: _Block, u: str, v: str, fd: int) -> Allocation | None:
+        """Carry ``block`` from ``u`` to ``v``; None when, by the time the hop had room, the path went elsewhere."""
         edge = (u, v)
-        window = self._window(edge)
         meter = self._meter(edge)
-        async with window:
+        async with self._window(edge):
+            wanted = self._next_hop(u)
+            if wanted is not None and wanted != v:
+                return None
+            target = await self._allocate(v)
             started = trio.current_time()
             meter.started(started)
             ok = False
@@ -431,6 +451,7 @@ class Relay:
                 raise _HopFailed(f"{u} -> {v}: {exc}") from None
             finally:
                 meter.finished(block.length, started, trio.current_time(), ok=ok)
+        return target
 
     async def _verify_at_destination(self, block: _Block) -> None:
         node, alloc = block.holders[-1]
