@@ -185,7 +185,8 @@ async def loopback_run(size: int, block: str) -> float:
         tmp = Path(tmp_name)
         payload = tmp / "payload.bin"
         payload.write_bytes(os.urandom(size))
-        with loopback_depots(["a", "b", "c"], tmp, "--capacity", "2GiB", "--max-allocation", "64MiB") as depots:
+        # The destination keeps every run's blocks (a day, the default duration): room for three runs.
+        with loopback_depots(["a", "b", "c"], tmp, "--capacity", "4GiB", "--max-allocation", "64MiB") as depots:
             config = depots_file(tmp, depots)
             best = 0.0
             for _ in range(3):

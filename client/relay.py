@@ -238,18 +238,25 @@ class _Block:
 class _Pool:
     """Allocations at one depot, asked for in batches: one control round trip buys several blocks' buffers."""
 
-    def __init__(self, client: DepotClient, size: int, duration_s: float, batch: int) -> None:
+    def __init__(self, client: DepotClient, size: int, duration_s: float, batch: int, patience_s: float) -> None:
         self.client, self.size, self.duration_s, self.batch = client, size, duration_s, batch
+        self.patience_s = patience_s
         self._ready: list[Allocation] = []
         self._lock = trio.Lock()
 
     async def take(self) -> Allocation:
+        """An allocation; a full depot is asked again as it says (``Retry-After``), for ``patience_s`` at most."""
         async with self._lock:
+            waited = 0.0
             while not self._ready:
                 try:
                     self._ready = await self.client.allocate(self.size, self.duration_s, count=self.batch)
                 except DepotFull as full:
-                    await trio.sleep(full.retry_after or 1.0)
+                    pause = full.retry_after or 1.0
+                    if waited + pause > self.patience_s:
+                        raise
+                    await trio.sleep(pause)
+                    waited += pause
             return self._ready.pop()
 
     async def drain(self) -> None:
@@ -666,7 +673,9 @@ class Relay:
         if pool is None:
             duration = self.config.duration_s if node == self.dest else self.config.hold_s
             batch = min(self.config.max_inflight, 8)
-            pool = self._pools[node] = _Pool(self.clients[node], self.config.block_size, duration, batch)
+            pool = self._pools[node] = _Pool(
+                self.clients[node], self.config.block_size, duration, batch, patience_s=4 * self.config.timeout_s
+            )
         try:
             return await pool.take()
         except (DepotError, DepotUnreachable) as exc:

@@ -192,3 +192,18 @@ async def test_empty_and_tiny_files(tmp_path: Path, autojump_clock: trio.abc.Clo
             assert await fetch(clients, result) == data
             assert len(result.blocks) == (size + block_size - 1) // block_size
             assert result.file_hash == hashlib.sha256(data).hexdigest()
+
+
+async def test_a_full_destination_fails_the_transfer_instead_of_waiting_forever(
+    tmp_path: Path, autojump_clock: trio.abc.Clock
+) -> None:
+    from lnet.client.relay import TransferFailed
+
+    network = Network()
+    path, _ = make_file(tmp_path, 8 * MiB)
+    async with depots(network, ["dst"], tmp_path, capacity=4 * MiB, max_allocation=MiB) as clients:
+        relay = Relay(path, "here", "dst", clients, pinned=["here", "dst"],
+                      config=RelayConfig(block_size=MiB, timeout_s=5.0, retries=2), offload=inline)
+        with pytest.raises(ExceptionGroup) as failed:
+            await relay.run()
+        assert failed.group_contains(TransferFailed)
