@@ -40,6 +40,7 @@ from rich.progress import (
 )
 
 from lnet.client.depot_client import Busy, DepotClient, DepotError, DepotUnreachable, NotFound
+from lnet.client.documents import write_private_file
 from lnet.client.exits import EXIT_CODES_HELP, ExitCode
 from lnet.client.manifest import (
     BlockEntry,
@@ -47,7 +48,6 @@ from lnet.client.manifest import (
     Manifest,
     ManifestError,
     block_hasher,
-    write_private_file,
 )
 from lnet.client.manifest import load as load_manifest
 from lnet.depot.units import format_size, parse_duration

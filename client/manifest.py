@@ -17,13 +17,14 @@ import json
 import math
 import os
 import re
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 from urllib.parse import urlsplit
 
 from lnet.depot.protocol import is_capability, redact
+
+from .documents import check_object, kind, read_json, show, write_private_file
 
 __all__ = [
     "FORMAT",
@@ -39,7 +40,6 @@ __all__ = [
     "hash_bytes",
     "load",
     "parse",
-    "write_private_file",
 ]
 
 FORMAT = "lnet-manifest/1"
@@ -183,17 +183,7 @@ class Manifest:
 def load(path: str | os.PathLike[str]) -> Manifest:
     """Read and validate the manifest at ``path``; ``ManifestError`` names the file and the problem."""
     path = Path(path)
-    try:
-        with path.open("rb") as f:
-            data = f.read(MAX_MANIFEST_BYTES + 1)
-    except OSError as exc:
-        raise ManifestError(f"{path}: cannot read the manifest: {exc.strerror or exc}") from None
-    if len(data) > MAX_MANIFEST_BYTES:
-        raise ManifestError(f"{path}: larger than {MAX_MANIFEST_BYTES} bytes: not a manifest")
-    try:
-        document = json.loads(data, parse_constant=_refuse_constant)
-    except (ValueError, RecursionError) as exc:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
-        raise ManifestError(f"{path}: not JSON: {exc}") from None
+    document = read_json(path, MAX_MANIFEST_BYTES, ManifestError, "manifest")
     try:
         return parse(document)
     except ManifestError as exc:
@@ -204,7 +194,7 @@ def parse(document: Any) -> Manifest:
     """Validate a decoded manifest document (what ``json.load`` gave) and build the ``Manifest``."""
     top = _object(document, "the manifest", _FIELDS)
     if top["format"] != FORMAT:
-        raise ManifestError(f"format is {_show(top['format'])}, expected {FORMAT!r}")
+        raise ManifestError(f"format is {show(top['format'])}, expected {FORMAT!r}")
     name = _text(top["name"], "name")
     if name in (".", "..") or any(c in name for c in "/\\\0"):
         raise ManifestError(f"name {name!r} is not a plain file name")
@@ -212,7 +202,7 @@ def parse(document: Any) -> Manifest:
     block_size = _integer(top["block_size"], "block_size", 1, MAX_BLOCK_SIZE)
     algorithm = top["hash_algorithm"]
     if not isinstance(algorithm, str) or algorithm not in HASH_ALGORITHMS:
-        raise ManifestError(f"hash_algorithm is {_show(algorithm)}, expected one of {', '.join(HASH_ALGORITHMS)}")
+        raise ManifestError(f"hash_algorithm is {show(algorithm)}, expected one of {', '.join(HASH_ALGORITHMS)}")
     file_hash = _digest(top["file_hash"], "file_hash", algorithm)
     created = _number(top["created"], "created")
     raw_path = top["path"]
@@ -221,7 +211,7 @@ def parse(document: Any) -> Manifest:
     path = tuple(_text(vertex, f"path[{i}]") for i, vertex in enumerate(raw_path))
     raw_blocks = top["blocks"]
     if not isinstance(raw_blocks, list):
-        raise ManifestError(f"blocks must be a list, not {_kind(raw_blocks)}")
+        raise ManifestError(f"blocks must be a list, not {kind(raw_blocks)}")
     blocks = []
     offset = 0
     for i, raw in enumerate(raw_blocks):
@@ -263,7 +253,7 @@ def _source(raw: Any, where: str) -> BlockSource:
     read = fields["read"]
     # fullmatch as well: is_capability's pattern ends in "$", which also lets a trailing newline through
     if not isinstance(read, str) or not is_capability(read) or not _CAPABILITY.fullmatch(read):
-        shown = "a string" if isinstance(read, str) else _kind(read)  # never echo what may be a secret
+        shown = "a string" if isinstance(read, str) else kind(read)  # never echo what may be a secret
         raise ManifestError(f"{where}.read is {shown} without the shape of a read capability")
     return BlockSource(depot, read, _number(fields["expires"], f"{where}.expires"))
 
@@ -287,31 +277,23 @@ def _depot_url(value: Any, where: str) -> str:
 
 
 def _object(value: Any, where: str, fields: tuple[str, ...]) -> dict[str, Any]:
-    if not isinstance(value, dict):
-        raise ManifestError(f"{where} must be an object, not {_kind(value)}")
-    missing = [key for key in fields if key not in value]
-    if missing:
-        raise ManifestError(f"{where} lacks {', '.join(missing)}")
-    unknown = [key for key in value if key not in fields]
-    if unknown:  # a typo must not pass silently
-        raise ManifestError(f"{where} has unknown fields: {', '.join(sorted(map(str, unknown)))[:200]}")
-    return value
+    return check_object(value, where, fields, ManifestError)
 
 
 def _integer(value: Any, where: str, low: int, high: int) -> int:
     if not isinstance(value, int) or isinstance(value, bool):
-        raise ManifestError(f"{where} must be a whole number, not {_kind(value)}")
+        raise ManifestError(f"{where} must be a whole number, not {kind(value)}")
     if not low <= value <= high:
-        raise ManifestError(f"{where} is {_show(value)}, outside [{low}, {high}]")
+        raise ManifestError(f"{where} is {show(value)}, outside [{low}, {high}]")
     return value
 
 
 def _number(value: Any, where: str) -> float:
     """A Unix time: a finite number, not negative, before the year 10000."""
     if not isinstance(value, int | float) or isinstance(value, bool):
-        raise ManifestError(f"{where} must be a number, not {_kind(value)}")
+        raise ManifestError(f"{where} must be a number, not {kind(value)}")
     if not (math.isfinite(value) and 0 <= value < 253402300800):
-        raise ManifestError(f"{where} is {_show(value)}, not a time")
+        raise ManifestError(f"{where} is {show(value)}, not a time")
     return float(value)
 
 
@@ -328,30 +310,5 @@ def _digest(value: Any, where: str, algorithm: str) -> str:
     return value.lower()
 
 
-def _kind(value: Any) -> str:
-    return "null" if value is None else type(value).__name__
 
 
-def _show(value: Any) -> str:
-    big = isinstance(value, int) and value.bit_length() > 100
-    text = f"a {value.bit_length()}-bit number" if big else repr(value)
-    return text if len(text) <= 80 else text[:77] + "..."
-
-
-def _refuse_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not a JSON number")
-
-
-def write_private_file(path: Path, data: bytes) -> None:
-    """``data`` into ``path`` atomically (a temporary file beside it, then a rename), readable by the owner only
-    from the first byte on: for manifests, and every other small file lnet's client keeps beside its work."""
-    fd, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:  # mkstemp creates it 0600
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(temporary, path)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise

@@ -22,7 +22,7 @@ from typing import Any
 
 from rich.table import Table
 
-from lnet.client.manifest import write_private_file
+from lnet.client.documents import check_object, kind, read_json, show, write_private_file
 from lnet.depot.units import format_size
 
 __all__ = [
@@ -134,17 +134,7 @@ class Report:
 def load(path: str | os.PathLike[str]) -> Report:
     """Read and validate the report at ``path``; ``ReportError`` names the file and the problem."""
     path = Path(path)
-    try:
-        with path.open("rb") as f:
-            data = f.read(MAX_REPORT_BYTES + 1)
-    except OSError as exc:
-        raise ReportError(f"{path}: cannot read the report: {exc.strerror or exc}") from None
-    if len(data) > MAX_REPORT_BYTES:
-        raise ReportError(f"{path}: larger than {MAX_REPORT_BYTES} bytes: not a report")
-    try:
-        document = json.loads(data, parse_constant=_refuse_constant)
-    except (ValueError, RecursionError) as exc:
-        raise ReportError(f"{path}: not JSON: {exc}") from None
+    document = read_json(path, MAX_REPORT_BYTES, ReportError, "report")
     try:
         return parse(document)
     except ReportError as exc:
@@ -155,7 +145,7 @@ def parse(document: Any) -> Report:
     """Validate a decoded report document and build the ``Report``."""
     top = _object(document, "the report", ("format", "file", "size", "seconds", "path_attempts", "timeline", "edges"))
     if top["format"] != FORMAT:
-        raise ReportError(f"format is {_show(top['format'])}, expected {FORMAT!r}")
+        raise ReportError(f"format is {show(top['format'])}, expected {FORMAT!r}")
     attempts: list[PathAttempt] = []
     for i, raw in enumerate(_list(top["path_attempts"], "path_attempts")):
         where = f"path_attempts[{i}]"
@@ -296,20 +286,12 @@ def _default_title(reports: list[Report]) -> str:
 
 
 def _object(value: Any, where: str, fields: tuple[str, ...]) -> dict[str, Any]:
-    if not isinstance(value, dict):
-        raise ReportError(f"{where} must be an object, not {_kind(value)}")
-    missing = [key for key in fields if key not in value]
-    if missing:
-        raise ReportError(f"{where} lacks {', '.join(missing)}")
-    unknown = [str(key) for key in value if key not in fields]
-    if unknown:
-        raise ReportError(f"{where} has unknown fields: {', '.join(sorted(unknown))[:200]}")
-    return value
+    return check_object(value, where, fields, ReportError)
 
 
 def _list(value: Any, where: str) -> list[Any]:
     if not isinstance(value, list):
-        raise ReportError(f"{where} must be a list, not {_kind(value)}")
+        raise ReportError(f"{where} must be a list, not {kind(value)}")
     return value
 
 
@@ -327,17 +309,17 @@ def _path(value: Any, where: str, *, at_least: int) -> tuple[str, ...]:
 
 def _count(value: Any, where: str) -> int:
     if not isinstance(value, int) or isinstance(value, bool):
-        raise ReportError(f"{where} must be a whole number, not {_kind(value)}")
+        raise ReportError(f"{where} must be a whole number, not {kind(value)}")
     if not 0 <= value <= MAX_SIZE:
-        raise ReportError(f"{where} is {_show(value)}, outside [0, {MAX_SIZE}]")
+        raise ReportError(f"{where} is {show(value)}, outside [0, {MAX_SIZE}]")
     return value
 
 
 def _number(value: Any, where: str) -> float:
     if not isinstance(value, int | float) or isinstance(value, bool):
-        raise ReportError(f"{where} must be a number, not {_kind(value)}")
+        raise ReportError(f"{where} must be a number, not {kind(value)}")
     if not (math.isfinite(value) and 0 <= value <= 1e15):
-        raise ReportError(f"{where} is {_show(value)}, not a finite number >= 0")
+        raise ReportError(f"{where} is {show(value)}, not a finite number >= 0")
     return float(value)
 
 
@@ -345,16 +327,4 @@ _seconds = _number
 _rate = _number
 
 
-def _kind(value: Any) -> str:
-    return "null" if value is None else type(value).__name__
 
-
-def _show(value: Any) -> str:
-    if isinstance(value, int) and value.bit_length() > 100:
-        return f"a {value.bit_length()}-bit number"
-    text = repr(value)
-    return text if len(text) <= 80 else text[:77] + "..."
-
-
-def _refuse_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not a JSON number")
