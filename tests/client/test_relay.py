@@ -77,17 +77,50 @@ async def test_pinned_chain_delivers_identical_bytes_and_cleans_up(
 
 
 async def test_the_pipeline_keeps_every_hop_busy(tmp_path: Path, autojump_clock: trio.abc.Clock) -> None:
-    # Four hops at 10 MiB/s with 50 ms of latency each way: a block at a time would crawl; the windows fill the pipe.
-    network = Network(default_rate=10 * MiB, latency_s=0.05)
+    # Five hops at 10 MiB/s, 30 ms one way each (the client's control messages pay it too): a block at a time
+    # would crawl; the windows keep every hop busy through the round trips.
+    network = Network(default_rate=10 * MiB, latency_s=0.03)
     path, _ = make_file(tmp_path, 40 * MiB)
-    async with depots(network, ["a", "b", "c", "dst"], tmp_path) as clients:
+    async with depots(network, ["a", "b", "c", "d", "dst"], tmp_path) as clients:
         events: list[RelayEvent] = []
-        relay = Relay(path, "here", "dst", clients, pinned=["here", "a", "b", "c", "dst"],
+        relay = Relay(path, "here", "dst", clients, pinned=["here", "a", "b", "c", "d", "dst"],
                       config=RelayConfig(block_size=MiB), offload=inline, on_event=events.append)
         await relay.run()
     delivered = [e for e in events if isinstance(e, BlockDelivered)]
     steady = sum(e.nbytes for e in delivered[1:]) / (delivered[-1].at - delivered[0].at)  # once the pipe is full
     assert steady > 0.9 * 10 * MiB, f"{steady / MiB:.1f} MiB/s over a 10 MiB/s chain"
+
+
+async def test_a_block_lost_downstream_is_resent_from_the_nearest_holder(
+    tmp_path: Path, autojump_clock: trio.abc.Clock
+) -> None:
+    network = Network(default_rate=10 * MiB)
+    path, data = make_file(tmp_path, 16 * MiB)
+    async with depots(network, ["a", "b", "dst"], tmp_path) as clients:
+        events: list[RelayEvent] = []
+        some_delivered = trio.Event()
+
+        def watch(event: RelayEvent) -> None:
+            events.append(event)
+            if sum(1 for e in events if isinstance(e, BlockDelivered)) >= 4:
+                some_delivered.set()
+
+        relay = Relay(path, "here", "dst", clients, pinned=["here", "a", "b", "dst"],
+                      config=RelayConfig(block_size=MiB), offload=inline, on_event=watch)
+
+        async def kill_b() -> None:
+            await some_delivered.wait()
+            network.dead.add("b")
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(kill_b)
+            result = await relay.run()
+        assert await fetch(clients, result) == data
+    assert result.resends > 0
+    # Blocks that b held were sent again from a, which still held them: the source sent every block once (a block
+    # sent again from the source would add a whole MiB; the rest is control messages).
+    assert len(data) <= network.bytes_sent[("here", "a")] < len(data) + 64 * 1024
+    assert network.bytes_sent[("a", "dst")] > 0
 
 
 async def test_a_depot_dying_mid_transfer_is_routed_around(tmp_path: Path, autojump_clock: trio.abc.Clock) -> None:
