@@ -171,7 +171,7 @@ def test_without_matplotlib_plotting_says_what_to_install(
 
 
 def test_the_plot_draws_throughput_and_path_switches(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    pytest.importorskip("matplotlib", reason="matplotlib is the optional extra lnet[plot]; CI installs only .[dev]")
+    pytest.importorskip("matplotlib", reason="matplotlib (the extra lnet[plot]) is not installed; ./run installs it")
     from matplotlib.image import imread
 
     COLD_START.save(tmp_path / "cold.json")
@@ -196,6 +196,6 @@ def test_the_plot_draws_throughput_and_path_switches(tmp_path: Path, capsys: pyt
 
 
 def test_plot_refuses_mismatched_labels(tmp_path: Path) -> None:
-    pytest.importorskip("matplotlib", reason="matplotlib is the optional extra lnet[plot]; CI installs only .[dev]")
+    pytest.importorskip("matplotlib", reason="matplotlib (the extra lnet[plot]) is not installed; ./run installs it")
     with pytest.raises(ValueError, match="2 reports but 1 labels"):
         plot([COLD_START, COLD_START], tmp_path / "p.png", labels=["one"])
