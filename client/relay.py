@@ -30,7 +30,7 @@ import hashlib
 import math
 import os
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -57,7 +57,9 @@ __all__ = [
     "BlockRecord",
     "EdgeMeter",
     "IntegrityError",
+    "Note",
     "PathChanged",
+    "PathRun",
     "Relay",
     "RelayConfig",
     "RelayEvent",
@@ -209,6 +211,18 @@ class TimelinePoint:
     path: tuple[str, ...]
 
 
+@dataclass(frozen=True)
+class PathRun:
+    """A period the relay started blocks on one path: seconds from the transfer's start, bytes delivered meanwhile,
+    and why the path was taken (the scheduler's reason, or ``pinned``)."""
+
+    path: tuple[str, ...]
+    start: float
+    end: float | None
+    nbytes: int
+    reason: str
+
+
 @dataclass
 class RelayResult:
     blocks: list[BlockRecord]
@@ -217,8 +231,7 @@ class RelayResult:
     timeline: list[TimelinePoint]
     edges: dict[Edge, tuple[float, int, int]]
     """Per edge: the smoothed busy-time throughput (bytes/s), the bytes that crossed it, the samples taken."""
-    paths: list[tuple[tuple[str, ...], float, float, int]]
-    """Path attempts as the relay saw them: path, start, end (seconds from the start), bytes delivered."""
+    paths: list[PathRun]
     resends: int = 0
 
 
@@ -311,7 +324,7 @@ class Relay:
         self._resends = 0
         self._started = 0.0
         self._timeline: list[TimelinePoint] = []
-        self._paths: list[tuple[tuple[str, ...], float, float, int]] = []
+        self._paths: list[PathRun] = []
         self._file_hash = ""
         self._done = trio.Event()
         self._file_hashed = trio.Event()
@@ -566,13 +579,14 @@ class Relay:
     def _take_path(self, path: Sequence[str], reason: str) -> None:
         self._close_path_attempt()
         self.path = tuple(path)
-        self._paths.append((self.path, trio.current_time() - self._started, -1.0, self._delivered))
+        self._paths.append(PathRun(self.path, trio.current_time() - self._started, None, self._delivered, reason))
         self.on_event(PathChanged(self.path, reason, self.clock()))
 
     def _close_path_attempt(self) -> None:
-        if self._paths and self._paths[-1][2] < 0:
-            path, start, _, delivered_before = self._paths[-1]
-            self._paths[-1] = (path, start, trio.current_time() - self._started, self._delivered - delivered_before)
+        if self._paths and self._paths[-1].end is None:
+            run = self._paths[-1]
+            end = trio.current_time() - self._started
+            self._paths[-1] = replace(run, end=end, nbytes=self._delivered - run.nbytes)
 
     def _sample_timeline(self) -> None:
         t = trio.current_time() - self._started

@@ -9,6 +9,7 @@ start.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 import time
@@ -203,13 +204,14 @@ def summary(result: RelayResult, scheduler: PathScheduler | None, size: int) -> 
         ]
     else:
         attempts = []
-    relay_paths = [
-        {"path": list(path), "start": start, "end": end, "bytes": nbytes,
-         "mbps": nbytes * 8 / 1e6 / (end - start) if end > start else 0.0}
-        for path, start, end, nbytes in result.paths
-    ]
-    for entry, seen in zip(relay_paths, attempts or relay_paths, strict=False):
-        entry["reason"] = seen.get("reason", "pinned")
+    relay_paths = []
+    for run in result.paths:
+        end = run.end if run.end is not None else result.seconds
+        mbps = run.nbytes * 8 / 1e6 / (end - run.start) if end > run.start else 0.0
+        relay_paths.append(
+            {"path": list(run.path), "start": run.start, "end": end, "bytes": run.nbytes, "mbps": mbps,
+             "reason": run.reason}
+        )
     return {
         "bytes": size,
         "seconds": result.seconds,
@@ -319,7 +321,7 @@ def main(argv: list[str] | None = None) -> int:
     show = not args.no_progress and not args.json and console.is_terminal
     progress = _Progress(console, size, enabled=not args.json)
     try:
-        with progress.progress if show else _nothing():
+        with progress.progress if show else contextlib.nullcontext():
             result, scheduler, skipped = trio.run(
                 lambda: send(
                     args.file, overlay, args.to, pinned=pinned, memory=memory, warm=not args.cold,
@@ -343,7 +345,7 @@ def main(argv: list[str] | None = None) -> int:
         if isinstance(inner, OSError):
             return fail(ExitCode.FAILED, f"{args.file}: {inner}")
         raise
-    final_path = list(result.paths[-1][0]) if result.paths else []
+    final_path = list(result.paths[-1].path) if result.paths else []
     manifest = build_manifest(args.file, overlay.depots[args.to].url, result, relay_config, final_path)
     manifest_path = args.manifest or Path(f"{args.file.name}.manifest.json")
     manifest.save(manifest_path)
@@ -364,14 +366,6 @@ def main(argv: list[str] | None = None) -> int:
         )
         console.print(f"manifest: {manifest_path} (fetch with: lnet-get {manifest_path} -o {args.file.name})")
     return int(ExitCode.OK)
-
-
-class _nothing:
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc: object) -> None:
-        return None
 
 
 

@@ -315,7 +315,7 @@ class Depot:
 
     async def write(self, request: Request) -> Response:
         alloc = self._lookup(request, Kind.WRITE)
-        offset = _query_offset(request, alloc.length)
+        offset = _query_int(request, "offset", alloc.length)
         declared = request.headers.get("content-length")
         if declared is None or not declared.isdigit():
             raise BadRequest("a write needs a Content-Length header", status=411)
@@ -599,10 +599,6 @@ def _number(body: dict[str, Any], key: str, *, required: bool = False) -> float:
     if not math.isfinite(value):
         raise BadRequest(f"'{key}' must be finite")
     return value
-
-
-def _query_offset(request: Request, default: int) -> int:
-    return _query_int(request, "offset", default)
 
 
 def _query_int(request: Request, name: str, default: int) -> int:
