@@ -1,0 +1,561 @@
+"""The chunk planner: which byte range each replica fetches next (seeds 000 MDTP, 001 TCP-PARIS, 004 co-allocation).
+
+Theory of operation
+-------------------
+A file of ``size`` bytes sits on several replicas. The planner is a pure engine in the manner of h11: the I/O
+shell tells it what happened (``received``, ``failed``, ``refuse``) with the time ``now``, and asks it what to do
+(``poll(now)``), which returns decisions: ``Fetch`` (send this range request to this replica), ``Stop`` (this
+request now ends at ``at``; once there, close the replica's connection, for everything queued behind it on that
+connection has been taken back) and ``Drop`` (close the replica's connection now). It never sleeps, reads a clock
+or touches the network.
+
+Bytes not yet given to any request live in ``free``, a sorted list of intervals. Every byte is in exactly one
+place: ``free``, or the unreceived part of exactly one request (a hedge, below, is the one deliberate overlap).
+A request's received bytes are a prefix ``[start, pos)``, since an HTTP range arrives in order.
+
+**Keeping every pipe full.** Each usable replica has up to ``depth`` (2) requests outstanding on its one
+persistent connection: the one streaming and the next, already sent, so the server starts the next response the
+moment the last ends and no round trip sits idle between rounds (TCP-PARIS keeps each source's assigned volume at
+least at its bandwidth-delay product; every chunk here is at least ``rate x rtt`` too).
+
+**Strategies** decide the size of a replica's next chunk:
+
+- ``mdtp`` (the default, seed 000): first a uniform ``initial_chunk`` to every replica; then, each time a chunk is
+  sized, the replicas' latest throughputs, their geometric mean to find the fast set, the fastest's download time
+  ``T = L / rate_fastest`` for the large chunk ``L``, and ``chunk_i = T x rate_i``: every replica's chunk takes
+  about ``T``, so rounds end together. The seed picks ``L`` by hand per file size; here ``L`` defaults to
+  ``rate_fastest x round_s``, with the round ``round_s`` a sixteenth of the expected download time, within 1-8 s.
+- ``static`` (seed 004's conservative load balancing, MDTP's static chunking): equal chunks, the next to whoever
+  has room.
+- ``brute`` (seed 004): ``size / n`` to each replica, once.
+- ``history`` (seed 004): one range per replica, sized in proportion to remembered throughputs.
+- ``aggressive`` (seed 004): equal chunks to start; a replica whose chunk beat the running maximum rate gets its
+  chunk doubled (and the maximum reset), one far below it (under ``drop_ratio``) is no longer used.
+
+**The tail** (``tail``): when a replica is idle and nothing is free, ``split`` cuts the remainder of the replica
+with the most work left so both finish at the same moment (the owner stops at the cut, the idle replica takes the
+rest); ``hedge`` asks the idle replica for the same remainder and stops whichever is still going when the other
+finishes; ``none`` waits (the seed-004 baselines as published). Both act only if the idle replica would finish
+the remainder sooner than its owner.
+
+**Failures.** A replica that errors, or stalls (no byte for ``stall_s`` while it has a request), gives its
+unreceived bytes back to ``free`` and is retried after a back-off that doubles up to ``backoff_max_s``; after
+``max_failures`` failures in a row it is dead. A refused replica (its file differs) is never used again. The
+download fails only when every replica is dead or refused.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+__all__ = [
+    "STRATEGIES",
+    "TAILS",
+    "ChunkPlanner",
+    "Decision",
+    "Drop",
+    "Fetch",
+    "PlanConfig",
+    "PlanError",
+    "ReplicaStats",
+    "Stop",
+]
+
+Strategy = Literal["mdtp", "static", "brute", "history", "aggressive"]
+Tail = Literal["split", "hedge", "none"]
+STRATEGIES: tuple[Strategy, ...] = ("mdtp", "static", "brute", "history", "aggressive")
+TAILS: tuple[Tail, ...] = ("split", "hedge", "none")
+
+KiB = 1024
+MiB = 1024 * KiB
+LIVE_RATE_AFTER_S = 1.0  # a streaming chunk's rate counts once it has run this long
+SLOWDOWN = 0.7  # ... and is below this share of the latest chunk's
+
+
+class PlanError(ValueError):
+    """A planner was asked for something impossible (a bad configuration, an unknown request)."""
+
+
+@dataclass(frozen=True)
+class PlanConfig:
+    strategy: Strategy = "mdtp"
+    tail: Tail = "split"
+    initial_chunk: int = 1 * MiB  # MDTP's uniform first request (its C)
+    large_chunk: int | None = None  # MDTP's L, the fastest replica's chunk; None: rate_fastest x round_s
+    round_min_s: float = 1.0
+    round_max_s: float = 8.0
+    static_chunk: int = 4 * MiB  # static and aggressive: the equal chunk
+    min_chunk: int = 256 * KiB
+    max_chunk: int = 512 * MiB
+    align: int = 1  # chunk boundaries fall on multiples of this (a manifest's block size), or the file's end
+    depth: int = 2  # requests outstanding per replica: the one streaming and the next
+    stall_s: float = 20.0
+    backoff_s: float = 1.0
+    backoff_max_s: float = 30.0
+    max_failures: int = 5
+    drop_ratio: float = 0.25  # aggressive: a replica below this share of the running maximum is dropped
+
+    def __post_init__(self) -> None:
+        if self.strategy not in STRATEGIES:
+            raise PlanError(f"unknown strategy {self.strategy!r} (one of {', '.join(STRATEGIES)})")
+        if self.tail not in TAILS:
+            raise PlanError(f"unknown tail rule {self.tail!r} (one of {', '.join(TAILS)})")
+        for name in ("initial_chunk", "static_chunk", "min_chunk", "max_chunk", "align", "depth", "max_failures"):
+            if getattr(self, name) < 1:
+                raise PlanError(f"{name} must be at least 1")
+        if self.large_chunk is not None and self.large_chunk < 1:
+            raise PlanError("large_chunk must be at least 1")
+        if not 0 < self.round_min_s <= self.round_max_s:
+            raise PlanError("need 0 < round_min_s <= round_max_s")
+        if self.stall_s <= 0 or self.backoff_s <= 0 or self.backoff_max_s < self.backoff_s:
+            raise PlanError("stall_s and backoff_s must be positive, backoff_max_s at least backoff_s")
+        if not 0 < self.drop_ratio < 1:
+            raise PlanError("drop_ratio must be between 0 and 1")
+
+
+@dataclass(frozen=True)
+class Fetch:
+    """Send ``GET`` of bytes ``[start, end)`` to ``replica`` on its connection (after the ones already sent)."""
+
+    request: int
+    replica: int
+    start: int
+    end: int
+    hedge: bool = False
+
+
+@dataclass(frozen=True)
+class Stop:
+    """Request ``request`` of ``replica`` now ends at ``at``: write nothing past it, and close the connection once
+    there (at once if it is there already). The requests sent after it on that connection are void."""
+
+    request: int
+    replica: int
+    at: int
+
+
+@dataclass(frozen=True)
+class Drop:
+    """Close ``replica``'s connection now: the planner took its requests back (it stalled, or was dropped)."""
+
+    replica: int
+    reason: str
+
+
+Decision = Fetch | Stop | Drop
+
+
+@dataclass
+class _Request:
+    id: int
+    replica: int
+    start: int
+    end: int
+    pos: int
+    issued: float
+    idle_line: bool  # sent on an idle connection, so its first byte measures a round trip
+    first_byte: float | None = None
+    last_byte: float | None = None
+    hedge_of: int | None = None  # this request duplicates the remainder of that one
+    hedged_by: int | None = None
+
+    @property
+    def partner(self) -> int | None:
+        return self.hedge_of if self.hedge_of is not None else self.hedged_by
+
+
+@dataclass
+class ReplicaStats:
+    """What one replica did, for the per-replica table (seed 000's Figure 5)."""
+
+    bytes: int = 0  # bytes received into the file
+    requests: int = 0
+    chunks: list[int] = field(default_factory=list)  # sizes requested, in order
+    busy_s: float = 0.0  # time with bytes flowing
+    failures: int = 0
+    state: str = "ok"  # ok, backoff, dead, refused, dropped
+    reason: str = ""
+
+    @property
+    def rate(self) -> float:
+        return self.bytes / self.busy_s if self.busy_s > 0 else 0.0
+
+
+@dataclass
+class _Replica:
+    index: int
+    rate: float | None = None  # bytes/s over its latest completed chunk
+    rtt: float | None = None  # request sent on an idle connection to its first byte, the least seen
+    queue: list[int] = field(default_factory=list)  # its outstanding request ids, in the order sent
+    chunk: int = 0  # aggressive: its current chunk
+    failures_in_row: int = 0
+    retry_at: float = 0.0
+    state: str = "ok"
+    stats: ReplicaStats = field(default_factory=ReplicaStats)
+
+    @property
+    def usable(self) -> bool:
+        return self.state in ("ok", "backoff")
+
+    def set_state(self, state: str, reason: str = "") -> None:
+        self.state = self.stats.state = state
+        if reason:
+            self.stats.reason = reason
+
+
+class ChunkPlanner:
+    """Decide, as bytes arrive, the next byte range for each replica; see the module's theory of operation."""
+
+    def __init__(
+        self,
+        size: int,
+        replicas: int,
+        config: PlanConfig | None = None,
+        *,
+        history: Sequence[float | None] | None = None,
+    ) -> None:
+        if size < 0:
+            raise PlanError("size must not be negative")
+        if replicas < 1:
+            raise PlanError("need at least one replica")
+        self.config = config or PlanConfig()
+        self.size = size
+        self._free: list[tuple[int, int]] = [(0, size)] if size else []
+        self._requests: dict[int, _Request] = {}
+        self._next_id = 0
+        self._replicas = [_Replica(i, chunk=self.config.static_chunk) for i in range(replicas)]
+        self._history = list(history) if history is not None else [None] * replicas
+        if len(self._history) != replicas:
+            raise PlanError("history needs one entry per replica")
+        self._running_max = 0.0  # aggressive
+        self._ranges_given = False  # brute and history give their one range each once
+        self._outbox: list[Decision] = []
+        self._now = 0.0
+
+    # -- what the I/O shell tells the planner ------------------------------------------------------------------
+
+    def received(self, request: int, nbytes: int, now: float) -> None:
+        """``nbytes`` more bytes of ``request``, in order, are in their place in the file."""
+        req = self._requests.get(request)
+        if req is None:
+            raise PlanError(f"unknown request {request}")
+        if nbytes < 0 or req.pos + nbytes > req.end:
+            raise PlanError(f"request {request} got {nbytes} bytes at {req.pos}, past its end {req.end}")
+        if nbytes == 0:
+            return
+        rep = self._replicas[req.replica]
+        if req.first_byte is None:
+            req.first_byte = now
+            if req.idle_line and (rep.rtt is None or now - req.issued < rep.rtt):
+                rep.rtt = now - req.issued
+        req.pos += nbytes
+        req.last_byte = now
+        rep.stats.bytes += nbytes
+        rep.failures_in_row = 0
+        if req.pos >= req.end:
+            self._complete(req)
+
+    def failed(self, replica: int, now: float, reason: str) -> None:
+        """The replica's connection failed (error, timeout, closed): its unreceived bytes go back to ``free``."""
+        rep = self._replicas[replica]
+        if not rep.usable:
+            return
+        self._release_all(rep)
+        rep.failures_in_row += 1
+        rep.stats.failures += 1
+        if rep.failures_in_row >= self.config.max_failures:
+            rep.set_state("dead", f"{reason} ({rep.failures_in_row} failures in a row)")
+        else:
+            backoff = self.config.backoff_s * 2 ** (rep.failures_in_row - 1)
+            rep.retry_at = now + min(self.config.backoff_max_s, backoff)
+            rep.set_state("backoff", reason)
+
+    def refuse(self, replica: int, reason: str) -> None:
+        """The replica serves another file (its length or a validator differs): never use it again."""
+        rep = self._replicas[replica]
+        self._release_all(rep)
+        rep.set_state("refused", reason)
+
+    # -- what the I/O shell asks ------------------------------------------------------------------------------
+
+    def limit(self, request: int) -> int | None:
+        """Where ``request`` ends now, or None once it is finished or void."""
+        req = self._requests.get(request)
+        return None if req is None else req.end
+
+    @property
+    def done(self) -> bool:
+        return not self._free and not self._requests
+
+    @property
+    def stuck(self) -> bool:
+        """Nothing can finish the download: every replica is dead, refused or dropped."""
+        return not self.done and not any(rep.usable for rep in self._replicas)
+
+    @property
+    def free_bytes(self) -> int:
+        return sum(end - start for start, end in self._free)
+
+    def next_wakeup(self) -> float | None:
+        """The next moment ``poll`` has something to do without a new event: a retry or a stall deadline."""
+        times: list[float] = []
+        for rep in self._replicas:
+            if rep.state == "backoff":
+                times.append(rep.retry_at)
+            if rep.state == "ok" and rep.queue:
+                times.append(self._last_activity(rep) + self.config.stall_s)
+        return min(times) if times else None
+
+    def stats(self) -> list[ReplicaStats]:
+        return [rep.stats for rep in self._replicas]
+
+    def rates(self) -> list[float | None]:
+        return [rep.rate for rep in self._replicas]
+
+    def outstanding(self, replica: int) -> list[tuple[int, int, int]]:
+        """The replica's requests as ``(id, pos, end)``, in the order sent."""
+        return [(r, self._requests[r].pos, self._requests[r].end) for r in self._replicas[replica].queue]
+
+    def poll(self, now: float) -> list[Decision]:
+        """Decisions for now: stalls become failures, retries come due, every usable replica's pipe is filled."""
+        self._now = now
+        for rep in self._replicas:
+            if rep.state == "ok" and rep.queue and now - self._last_activity(rep) >= self.config.stall_s:
+                self.failed(rep.index, now, f"stalled: no byte for {self.config.stall_s:g} s")
+                self._outbox.append(Drop(rep.index, rep.stats.reason))
+            if rep.state == "backoff" and now >= rep.retry_at:
+                rep.set_state("ok")
+        if self.config.strategy in ("brute", "history") and not self._ranges_given:
+            self._one_range_each(now)
+        ready = [rep for rep in self._replicas if rep.state == "ok"]
+        progress = True
+        while progress and self._free:
+            progress = False
+            for rep in ready:
+                if len(rep.queue) < self.config.depth and self._free:
+                    self._issue(rep, self._take(self._chunk_for(rep)), now)
+                    progress = True
+        if not self._free and self.config.tail != "none":
+            for rep in ready:
+                if not rep.queue and rep.state == "ok":
+                    self._tail(rep, now)
+        decisions, self._outbox = self._outbox, []
+        return decisions
+
+    # -- sizing ---------------------------------------------------------------------------------------------
+
+    def _chunk_for(self, rep: _Replica) -> int:
+        cfg = self.config
+        if cfg.strategy == "mdtp":
+            chunk = self._mdtp_chunk(rep)
+        elif cfg.strategy == "aggressive":
+            chunk = rep.chunk
+        else:  # static; brute and history once their first ranges are out (only failures put bytes back)
+            chunk = cfg.static_chunk
+        rate = self._current_rate(rep)
+        if rate is not None and rep.rtt is not None:
+            chunk = max(chunk, int(rate * rep.rtt))  # never less than the pipe holds (TCP-PARIS)
+        return max(cfg.min_chunk, min(cfg.max_chunk, chunk))
+
+    def _current_rate(self, rep: _Replica) -> float | None:
+        """Its latest chunk's rate, or the streaming chunk's so far once that is clearly lower (or nothing else is
+        known yet): a replica that slows down is seen before its chunk ends."""
+        live = None
+        if rep.queue:
+            head = self._requests[rep.queue[0]]
+            if head.first_byte is not None and self._now - head.first_byte >= LIVE_RATE_AFTER_S:
+                live = (head.pos - head.start) / (self._now - head.first_byte)
+        if rep.rate is None or (live is not None and live < SLOWDOWN * rep.rate):
+            return live
+        return rep.rate
+
+    def _mdtp_chunk(self, rep: _Replica) -> int:
+        rate = self._current_rate(rep)
+        if rate is None or rate <= 0:
+            return self.config.initial_chunk
+        known = [r for r in (self._current_rate(r) for r in self._replicas if r.usable) if r is not None and r > 0]
+        mean = math.exp(sum(math.log(rate) for rate in known) / len(known))  # the geometric mean
+        fast = [rate for rate in known if rate >= mean * (1 - 1e-9)]  # the fast set
+        fastest = max(fast)
+        if self.config.large_chunk is not None:
+            round_s = self.config.large_chunk / fastest
+        else:  # the seed picks L by hand per file size; here the round is a sixteenth of the expected time
+            expected = self.size / sum(known)
+            round_s = min(self.config.round_max_s, max(self.config.round_min_s, expected / 16))
+        return int(round_s * rate)
+
+    def _one_range_each(self, now: float) -> None:
+        """brute (size / n) and history (shares by remembered rate): the whole file at once, a range each."""
+        self._ranges_given = True
+        ready = [rep for rep in self._replicas if rep.state == "ok"]
+        if not ready or not self._free:
+            return
+        weights = [1.0] * len(ready)
+        if self.config.strategy == "history":
+            known = [self._history[rep.index] for rep in ready]
+            rates = [h for h in known if h is not None and h > 0]
+            fallback = sum(rates) / len(rates) if rates else 1.0  # a replica never seen counts as an average one
+            weights = [h if h is not None and h > 0 else fallback for h in known]
+        total_bytes, total_weight = self.free_bytes, sum(weights)
+        for i, rep in enumerate(ready):
+            if not self._free:
+                break
+            want = self.free_bytes if i == len(ready) - 1 else int(total_bytes * weights[i] / total_weight)
+            if want > 0:
+                self._issue(rep, self._take(want), now)
+
+    # -- issuing and completing --------------------------------------------------------------------------------
+
+    def _take(self, want: int) -> tuple[int, int]:
+        """The next ``want`` bytes of the lowest free interval (all of it if little would be left); ends aligned."""
+        start, end = self._free[0]
+        stop = self._align_up(start + max(1, want))
+        if stop >= end or end - stop < self.config.min_chunk // 4:
+            stop = end
+        if stop >= end:
+            self._free.pop(0)
+        else:
+            self._free[0] = (stop, end)
+        return start, stop
+
+    def _issue(self, rep: _Replica, span: tuple[int, int], now: float, *, hedge_of: int | None = None) -> None:
+        start, end = span
+        req = _Request(self._next_id, rep.index, start, end, start, now, idle_line=not rep.queue, hedge_of=hedge_of)
+        self._next_id += 1
+        self._requests[req.id] = req
+        rep.queue.append(req.id)
+        rep.stats.requests += 1
+        rep.stats.chunks.append(end - start)
+        self._outbox.append(Fetch(req.id, rep.index, start, end, hedge=hedge_of is not None))
+
+    def _complete(self, req: _Request) -> None:
+        rep = self._replicas[req.replica]
+        self._forget(req)
+        if req.first_byte is not None and req.last_byte is not None:
+            busy = max(req.last_byte - req.first_byte, 1e-6)
+            rep.stats.busy_s += busy
+            length = req.pos - req.start
+            if length >= self.config.min_chunk // 2:  # a small remainder says little about the rate
+                rep.rate = length / busy
+                self._aggressive(rep, rep.rate)
+        partner = self._requests.get(req.partner) if req.partner is not None else None
+        if partner is not None:  # a hedged pair: the other one loses and stops where it is
+            partner.hedge_of = partner.hedged_by = None
+            self._stop(partner, partner.pos, give_back=False)
+
+    def _aggressive(self, rep: _Replica, rate: float) -> None:
+        if self.config.strategy != "aggressive":
+            return
+        if rate > self._running_max:
+            if self._running_max > 0:
+                rep.chunk = min(self.config.max_chunk, rep.chunk * 2)
+            self._running_max = rate
+        elif rate < self.config.drop_ratio * self._running_max:
+            if any(r is not rep and r.state == "ok" for r in self._replicas):  # never drop the last one
+                self._release_all(rep)
+                rep.set_state("dropped", f"{rate / self._running_max:.0%} of the fastest rate")
+                self._outbox.append(Drop(rep.index, rep.stats.reason))
+
+    def _stop(self, req: _Request, at: int, *, give_back: bool = True) -> None:
+        """End ``req`` at ``at``; the requests sent after it on the same connection go back to ``free``."""
+        rep = self._replicas[req.replica]
+        for rid in rep.queue[rep.queue.index(req.id) + 1:]:
+            self._release(self._requests[rid])
+        if give_back:
+            self._give_back(at, req.end)
+        req.end = at
+        self._outbox.append(Stop(req.id, rep.index, at))
+        if req.pos >= req.end:
+            self._complete(req)
+
+    def _forget(self, req: _Request) -> None:
+        del self._requests[req.id]
+        self._replicas[req.replica].queue.remove(req.id)
+
+    def _release(self, req: _Request) -> None:
+        """Take ``req`` back: its unreceived bytes return to ``free``, unless its hedge twin still covers them."""
+        self._forget(req)
+        partner = self._requests.get(req.partner) if req.partner is not None else None
+        if partner is None:
+            self._give_back(req.pos, req.end)
+            return
+        partner.hedge_of = partner.hedged_by = None
+        if req.hedged_by is not None:  # the original goes: the hedge covers [its start, end)
+            self._give_back(req.pos, partner.start)
+
+    def _release_all(self, rep: _Replica) -> None:
+        for rid in list(rep.queue):
+            if rid in self._requests:
+                self._release(self._requests[rid])
+
+    def _give_back(self, start: int, end: int) -> None:
+        if start >= end:
+            return
+        merged: list[tuple[int, int]] = []
+        for a, b in sorted([*self._free, (start, end)]):
+            if merged and a < merged[-1][1]:
+                raise PlanError(f"bytes [{a}, {min(b, merged[-1][1])}) would be free twice")
+            if merged and a == merged[-1][1]:
+                merged[-1] = (merged[-1][0], b)
+            else:
+                merged.append((a, b))
+        self._free = merged
+
+    def _last_activity(self, rep: _Replica) -> float:
+        head = self._requests[rep.queue[0]]
+        return head.last_byte if head.last_byte is not None else head.issued
+
+    # -- the tail -------------------------------------------------------------------------------------------
+
+    def _rate_of(self, rep: _Replica) -> float:
+        rate = self._current_rate(rep)
+        if rate is not None:
+            return rate
+        rates = [r for r in (self._current_rate(r) for r in self._replicas) if r]
+        return sum(rates) / len(rates) if rates else 0.0
+
+    def _work_s(self, rep: _Replica) -> float:
+        """Seconds ``rep`` needs for everything it still has to receive."""
+        rate = self._rate_of(rep)
+        left = sum(self._requests[rid].end - self._requests[rid].pos for rid in rep.queue)
+        return left / rate if rate > 0 else math.inf
+
+    def _tail(self, idle: _Replica, now: float) -> None:
+        busy = [rep for rep in self._replicas if rep is not idle and rep.usable and rep.queue]
+        if not busy:
+            return
+        owner = max(busy, key=self._work_s)
+        req = self._requests[owner.queue[-1]]
+        if req.partner is not None:
+            return
+        remaining = req.end - req.pos
+        owner_rate, idle_rate = self._rate_of(owner), self._rate_of(idle)
+        if owner_rate <= 0 or idle_rate <= 0 or remaining < max(1, self.config.min_chunk // 4):
+            return
+        ahead = self._work_s(owner) - remaining / owner_rate  # the owner's work before this request
+        rtt = idle.rtt or 0.0
+        if self.config.tail == "hedge":
+            if rtt + remaining / idle_rate >= ahead + remaining / owner_rate:
+                return
+            start = max(req.start, self._align_down(req.pos))
+            self._issue(idle, (start, req.end), now, hedge_of=req.id)
+            req.hedged_by = self._next_id - 1
+            return
+        # split: the owner keeps x bytes and the idle replica takes the rest, so both finish at the same moment
+        x = (rtt + remaining / idle_rate - ahead) / (1 / owner_rate + 1 / idle_rate)
+        cut = self._align_up(req.pos + max(0, min(remaining, int(x))))
+        if req.end - cut < max(1, self.config.min_chunk // 4):
+            return
+        end = req.end
+        self._stop(req, cut)
+        self._issue(idle, self._take(end - cut), now)
+
+    def _align_up(self, n: int) -> int:
+        a = self.config.align
+        return min(self.size, -(-n // a) * a)
+
+    def _align_down(self, n: int) -> int:
+        return n // self.config.align * self.config.align

@@ -1,0 +1,289 @@
+"""The chunk planner on simulated replicas: pure and deterministic (seeds 000, 001, 004)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from lnet.client.chunks import STRATEGIES, TAILS, ChunkPlanner, Drop, Fetch, PlanConfig, PlanError
+
+from .replica_sim import SimReplica, simulate
+
+MB = 1_000_000
+MiB = 1024 * 1024
+# the replicas.toml testbed: 40, 30, 25, 20, 15, 10 Mbit/s at 12-182 ms round trips
+RATES = [5 * MB, 3.75 * MB, 3.125 * MB, 2.5 * MB, 1.875 * MB, 1.25 * MB]
+RTTS = [0.012, 0.032, 0.062, 0.092, 0.122, 0.182]
+
+
+def replicas_testbed() -> list[SimReplica]:
+    return [SimReplica(rate, rtt) for rate, rtt in zip(RATES, RTTS, strict=True)]
+
+
+def ideal(size: int, rates: list[float]) -> float:
+    return size / sum(rates)
+
+
+def tiles(fetches: list[Fetch], size: int) -> bool:
+    """The fetches' ranges cover [0, size) exactly once."""
+    at = 0
+    for f in sorted(fetches, key=lambda f: f.start):
+        if f.start != at:
+            return False
+        at = f.end
+    return at == size
+
+
+def test_mdtp_shares_follow_the_rates_and_every_replica_is_used() -> None:
+    size = 256 * MiB
+    planner = ChunkPlanner(size, 6)
+    result = simulate(planner, replicas_testbed())
+    assert result.overlap(size) == 0
+    total = sum(RATES)
+    for i, stats in enumerate(planner.stats()):
+        assert stats.bytes > 0
+        assert stats.bytes / size == pytest.approx(RATES[i] / total, rel=0.08)
+    assert result.seconds <= ideal(size, RATES) * 1.05
+
+
+def test_mdtp_requests_every_byte_exactly_once_without_a_tail_rule() -> None:
+    size = 64 * MiB
+    planner = ChunkPlanner(size, 6, PlanConfig(tail="none"))
+    result = simulate(planner, replicas_testbed())
+    assert tiles(result.fetches, size)
+    assert result.stops == []
+    assert result.overlap(size) == 0
+
+
+def test_mdtp_first_chunks_are_uniform_then_proportional_to_throughput() -> None:
+    config = PlanConfig(initial_chunk=2 * MiB, large_chunk=8 * MiB, tail="none")
+    planner = ChunkPlanner(512 * MiB, 6, config)
+    simulate(planner, replicas_testbed())
+    chunks = [stats.chunks for stats in planner.stats()]
+    for sizes in chunks:  # the uniform first round: two requests each, one streaming and one queued behind it
+        assert sizes[:2] == [2 * MiB, 2 * MiB]
+    # later chunks: the fastest gets L, the others T x rate_i with T = L / rate_fastest, so all take about T
+    middle = [sizes[len(sizes) // 2] for sizes in chunks]
+    assert middle[0] == pytest.approx(8 * MiB, rel=0.1)
+    for i in range(1, 6):
+        assert middle[i] / middle[0] == pytest.approx(RATES[i] / RATES[0], rel=0.15)
+    # every replica makes about as many requests (the seed's Figure 5): chunk sizes differ, counts do not
+    counts = [len(sizes) for sizes in chunks]
+    assert max(counts) - min(counts) <= 3
+
+
+def test_mdtp_geometric_mean_picks_the_fastest_of_the_fast_set() -> None:
+    planner = ChunkPlanner(10**9, 3, PlanConfig(large_chunk=10 * MB, min_chunk=1, tail="none"))
+    planner.poll(0.0)
+    # complete one chunk on each replica at 1, 4 and 16 MB/s: the geometric mean is 4, the fast set {4, 16}
+    rates = [1 * MB, 4 * MB, 16 * MB]
+    for replica, rate in enumerate(rates):
+        request, pos, end = planner.outstanding(replica)[0]
+        planner.received(request, 1, 0.0)
+        planner.received(request, end - pos - 1, (end - pos - 1) / rate)
+    fetches = [d for d in planner.poll(1.0) if isinstance(d, Fetch)]
+    sizes = {f.replica: f.end - f.start for f in fetches}
+    assert sizes[2] == pytest.approx(10 * MB, rel=0.01)  # the fastest gets L
+    assert sizes[1] == pytest.approx(10 * MB * 4 / 16, rel=0.01)  # T x rate
+    assert sizes[0] == pytest.approx(10 * MB * 1 / 16, rel=0.01)
+
+
+def test_static_gives_equal_chunks_to_whoever_has_room() -> None:
+    planner = ChunkPlanner(64 * MiB, 6, PlanConfig(strategy="static", static_chunk=2 * MiB, tail="none"))
+    result = simulate(planner, replicas_testbed())
+    assert tiles(result.fetches, 64 * MiB)
+    assert {f.end - f.start for f in result.fetches} == {2 * MiB}
+    requests = [stats.requests for stats in planner.stats()]
+    assert requests[0] > requests[5]  # the fast replica finishes more of them
+
+
+def test_brute_gives_size_over_n_once() -> None:
+    size = 60 * MiB
+    planner = ChunkPlanner(size, 6, PlanConfig(strategy="brute", tail="none"))
+    result = simulate(planner, replicas_testbed())
+    assert [f.end - f.start for f in result.fetches] == [size // 6] * 6
+    # as published: the slowest replica holds the download
+    assert result.seconds == pytest.approx(size / 6 / RATES[5], rel=0.05)
+
+
+def test_history_shares_follow_the_remembered_rates() -> None:
+    size = 60 * MiB
+    planner = ChunkPlanner(size, 6, PlanConfig(strategy="history", tail="none"), history=RATES)
+    result = simulate(planner, replicas_testbed())
+    for f in result.fetches:
+        assert (f.end - f.start) / size == pytest.approx(RATES[f.replica] / sum(RATES), abs=0.001)
+    assert result.seconds <= ideal(size, RATES) * 1.02 + 2 * max(RTTS)  # one range each: no rounds to lose
+
+
+def test_history_counts_an_unknown_replica_as_average() -> None:
+    planner = ChunkPlanner(30 * MiB, 3, PlanConfig(strategy="history"), history=[2.0, None, 4.0])
+    sizes = [f.end - f.start for f in planner.poll(0.0) if isinstance(f, Fetch)]
+    assert sizes == [30 * MiB * 2 // 9, 30 * MiB * 3 // 9, 30 * MiB - 30 * MiB * 2 // 9 - 30 * MiB * 3 // 9]
+
+
+def test_aggressive_doubles_for_a_new_maximum_and_drops_a_far_slower_replica() -> None:
+    replicas = [SimReplica(8 * MB, 0.01), SimReplica(12 * MB, 0.01), SimReplica(0.5 * MB, 0.01)]
+    planner = ChunkPlanner(200 * MiB, 3, PlanConfig(strategy="aggressive", static_chunk=MiB, tail="none"))
+    result = simulate(planner, replicas)
+    stats = planner.stats()
+    assert max(stats[1].chunks) >= 2 * MiB  # beat the running maximum: its chunk doubled
+    assert stats[2].state == "dropped"
+    assert "of the fastest" in stats[2].reason
+    assert Drop(2, stats[2].reason) in result.drops
+    assert result.overlap(200 * MiB) == 0
+
+
+def test_split_cuts_the_largest_remainder_so_both_finish_together() -> None:
+    # brute gives the slow replica a third of the file; with the split rule the fast ones take most of it
+    replicas = [SimReplica(4 * MB, 0.02), SimReplica(4 * MB, 0.02), SimReplica(0.5 * MB, 0.02)]
+    size = 30 * MiB
+    plain = simulate(ChunkPlanner(size, 3, PlanConfig(strategy="brute", tail="none")),
+                     [SimReplica(r.rate, r.rtt) for r in replicas])
+    planner = ChunkPlanner(size, 3, PlanConfig(strategy="brute", tail="split"))
+    split = simulate(planner, replicas)
+    assert split.stops
+    assert all(s.replica == 2 or s.at <= size for s in split.stops)
+    assert split.overlap(size) == 0  # nothing received twice
+    assert split.seconds < plain.seconds / 2
+    assert split.seconds <= ideal(size, [4 * MB, 4 * MB, 0.5 * MB]) * 1.15
+
+
+def test_hedge_duplicates_the_last_range_and_stops_the_loser() -> None:
+    replicas = [SimReplica(4 * MB, 0.02), SimReplica(4 * MB, 0.02), SimReplica(0.5 * MB, 0.02)]
+    size = 30 * MiB
+    planner = ChunkPlanner(size, 3, PlanConfig(strategy="brute", tail="hedge"))
+    result = simulate(planner, replicas)
+    hedges = [f for f in result.fetches if f.hedge]
+    assert hedges
+    assert any(s.replica == 2 for s in result.stops)  # the slow original lost and was stopped
+    assert result.overlap(size) > 0  # a hedge does fetch some bytes twice
+    assert result.seconds < size / 3 / 0.5e6 / 2
+
+
+def test_a_failed_replica_gives_its_ranges_back_and_is_retried_after_a_backoff() -> None:
+    replicas = replicas_testbed()
+    replicas[0].fails_at = 3.0
+    size = 128 * MiB
+    planner = ChunkPlanner(size, 6, PlanConfig(backoff_s=2.0))
+    result = simulate(planner, replicas)
+    assert result.overlap(size) == 0
+    stats = planner.stats()[0]
+    assert stats.failures == 1
+    assert stats.state == "ok"
+    assert stats.bytes > size * 0.2  # back at work after its back-off
+    retried = [f for f in result.fetches if f.replica == 0]
+    assert len(retried) > 2
+
+
+def test_a_stalled_replica_is_dropped_and_the_download_completes_without_it() -> None:
+    replicas = replicas_testbed()
+    replicas[1].dies_at = 2.0
+    size = 64 * MiB
+    planner = ChunkPlanner(size, 6, PlanConfig(stall_s=5.0, max_failures=1))
+    result = simulate(planner, replicas)
+    assert result.overlap(size) == 0
+    stats = planner.stats()[1]
+    assert stats.state == "dead"
+    assert "stalled" in stats.reason
+    assert any(isinstance(d, Drop) and d.replica == 1 for d in result.drops)
+    assert result.seconds < ideal(size, RATES) + 5.0 + 6.0
+
+
+def test_a_refused_replica_is_never_asked_again() -> None:
+    planner = ChunkPlanner(32 * MiB, 3)
+    first = planner.poll(0.0)
+    planner.refuse(1, "ETag differs")
+    assert planner.stats()[1].state == "refused"
+    replicas = [SimReplica(2 * MB, 0.01), SimReplica(2 * MB, 0.01), SimReplica(2 * MB, 0.01)]
+    result = simulate(planner, replicas)
+    assert all(f.replica != 1 for f in result.fetches)
+    assert any(isinstance(d, Fetch) and d.replica == 1 for d in first)
+    assert result.overlap(32 * MiB) == 0
+
+
+def test_stuck_when_every_replica_is_gone() -> None:
+    planner = ChunkPlanner(MiB, 2, PlanConfig(max_failures=1))
+    planner.poll(0.0)
+    planner.failed(0, 1.0, "refused connection")
+    planner.refuse(1, "length differs")
+    assert planner.stuck
+    assert not planner.done
+    assert planner.poll(2.0) == []
+
+
+def test_backoff_doubles_and_sets_the_wakeup() -> None:
+    planner = ChunkPlanner(MiB, 1, PlanConfig(backoff_s=1.0, stall_s=100.0))
+    planner.poll(0.0)
+    planner.failed(0, 10.0, "reset")
+    assert planner.next_wakeup() == 11.0
+    assert planner.poll(10.5) == []
+    again = planner.poll(11.0)
+    assert [type(d) for d in again] == [Fetch]
+    planner.failed(0, 12.0, "reset")
+    assert planner.next_wakeup() == 14.0
+
+
+def test_chunk_ends_fall_on_the_alignment() -> None:
+    block = 3 * MiB
+    size = 100 * MiB + 7
+    planner = ChunkPlanner(size, 6, PlanConfig(align=block))
+    result = simulate(planner, replicas_testbed())
+    for f in result.fetches:
+        assert f.start % block == 0 or f.hedge
+        assert f.end % block == 0 or f.end == size
+    for s in result.stops:
+        assert s.at % block == 0 or s.at == size
+
+
+def test_an_empty_file_needs_no_request() -> None:
+    planner = ChunkPlanner(0, 3)
+    assert planner.done
+    assert planner.poll(0.0) == []
+
+
+def test_bad_configurations_are_refused() -> None:
+    with pytest.raises(PlanError, match="unknown strategy"):
+        PlanConfig(strategy="fastest")  # type: ignore[arg-type]
+    with pytest.raises(PlanError, match="depth"):
+        PlanConfig(depth=0)
+    with pytest.raises(PlanError, match="history"):
+        ChunkPlanner(10, 2, history=[1.0])
+    planner = ChunkPlanner(10, 1)
+    with pytest.raises(PlanError, match="unknown request"):
+        planner.received(99, 1, 0.0)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    rates=st.lists(st.floats(0.2, 8.0), min_size=1, max_size=6),
+    size_mib=st.integers(0, 48),
+    strategy=st.sampled_from(STRATEGIES),
+    tail=st.sampled_from(TAILS),
+    fail=st.one_of(st.none(), st.tuples(st.integers(0, 5), st.floats(0.1, 5.0), st.booleans())),
+    align=st.sampled_from([1, 65536, 3 * MiB]),
+)
+def test_any_mix_of_replicas_downloads_every_byte(
+    rates: list[float], size_mib: int, strategy: str, tail: str, fail: tuple[int, float, bool] | None, align: int,
+) -> None:
+    size = size_mib * MiB + (size_mib % 7) * 1000
+    replicas = [SimReplica(rate * MB, 0.01 + 0.03 * i) for i, rate in enumerate(rates)]
+    if fail is not None and len(replicas) > 1:
+        victim, when, stall = fail
+        if stall:
+            replicas[victim % len(replicas)].dies_at = when
+        else:
+            replicas[victim % len(replicas)].fails_at = when
+    config = PlanConfig(strategy=strategy, tail=tail, align=align, stall_s=3.0)  # type: ignore[arg-type]
+    planner = ChunkPlanner(size, len(replicas), config, history=[r.rate for r in replicas])
+    result = simulate(planner, replicas, dt=0.01)
+    extra = result.overlap(size)
+    if tail != "hedge":
+        assert extra == 0
+    assert planner.free_bytes == 0
+    ok = [i for i, r in enumerate(replicas) if r.dies_at is None and r.fails_at is None]
+    if strategy != "aggressive" and size >= 8 * MiB * len(replicas) and ok:
+        assert all(planner.stats()[i].bytes > 0 for i in ok)  # every live replica was used
+    assert math.isfinite(result.seconds)
