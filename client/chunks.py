@@ -216,7 +216,10 @@ class ChunkPlanner:
         config: PlanConfig | None = None,
         *,
         history: Sequence[float | None] | None = None,
+        have: Sequence[tuple[int, int]] = (),
     ) -> None:
+        """``history``: remembered rates (bytes/s) per replica, for ``history``; ``have``: byte ranges already in
+        place (a resumed download), which are never asked for."""
         if size < 0:
             raise PlanError("size must not be negative")
         if replicas < 1:
@@ -234,6 +237,8 @@ class ChunkPlanner:
         self._ranges_given = False  # brute and history give their one range each once
         self._outbox: list[Decision] = []
         self._now = 0.0
+        for start, end in have:
+            self._remove(max(0, start), min(size, end))
 
     # -- what the I/O shell tells the planner ------------------------------------------------------------------
 
@@ -503,6 +508,15 @@ class ChunkPlanner:
             else:
                 merged.append((a, b))
         self._free = merged
+
+    def _remove(self, start: int, end: int) -> None:
+        kept: list[tuple[int, int]] = []
+        for a, b in self._free:
+            if a < start:
+                kept.append((a, min(b, start)))
+            if b > end:
+                kept.append((max(a, end), b))
+        self._free = [(a, b) for a, b in kept if a < b]
 
     def _last_activity(self, rep: _Replica) -> float:
         head = self._requests[rep.queue[0]]

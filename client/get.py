@@ -39,6 +39,7 @@ from rich.progress import (
     TransferSpeedColumn,
 )
 
+from lnet.client import mirrors
 from lnet.client.depot_client import Busy, DepotClient, DepotError, DepotUnreachable, NotFound
 from lnet.client.documents import write_private_file
 from lnet.client.exits import EXIT_CODES_HELP, ExitCode
@@ -527,12 +528,17 @@ async def _recheck(fd: int, manifest: Manifest, claimed: set[int]) -> set[int]:
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="lnet-get",
-        description="Fetch a file lnet delivered: every block from its depot, each hash and the whole file's "
-        "checked, written to OUT.lnet-part and renamed into place. Run it again to resume.",
-        epilog=EXIT_CODES_HELP,
+        description="Fetch a file lnet delivered (MANIFEST: every block from its depot, each hash and the whole "
+        "file's checked), or one file from several HTTP replicas at once (URL ...: byte ranges from all of them, "
+        "sized so that all finish together). Written to OUT.lnet-part and renamed into place; run it again to "
+        "resume.",
+        epilog=mirrors.EPILOG + "\n" + EXIT_CODES_HELP,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("manifest", type=Path, metavar="MANIFEST", help="the manifest lnet-send wrote")
+    p.add_argument(
+        "sources", nargs="+", metavar="MANIFEST | URL",
+        help="the manifest lnet-send wrote, or the URLs of replicas of one file (servers that honour Range)",
+    )
     p.add_argument("-o", "--output", type=Path, required=True, metavar="OUT", help="where to put the file")
     p.add_argument(
         "--parallel", type=_parallel, default=DEFAULT_PARALLEL, metavar="N",
@@ -544,6 +550,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--json", action="store_true", help="print one JSON object with the outcome at the end")
     p.add_argument("--no-progress", action="store_true", help="no progress bar (it shows only on a terminal)")
+    mirrors.add_arguments(p)
     return p
 
 
@@ -581,8 +588,12 @@ def main(argv: list[str] | None = None) -> int:
             print(json.dumps({"ok": False, "exit": int(code), "error": message, "path": str(args.output)}))
         return code
 
+    if all(mirrors.is_url(source) for source in args.sources):
+        return mirrors.main(args, err)
+    if len(args.sources) > 1:
+        return fail(ExitCode.USAGE, "give one manifest, or the URLs of one or more replicas")
     try:
-        manifest = load_manifest(args.manifest)
+        manifest = load_manifest(Path(args.sources[0]))
     except ManifestError as exc:
         return fail(ExitCode.USAGE, f"invalid manifest: {exc}")
     show_progress = not args.no_progress and err.is_terminal

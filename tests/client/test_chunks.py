@@ -287,3 +287,14 @@ def test_any_mix_of_replicas_downloads_every_byte(
     if strategy != "aggressive" and size >= 8 * MiB * len(replicas) and ok:
         assert all(planner.stats()[i].bytes > 0 for i in ok)  # every live replica was used
     assert math.isfinite(result.seconds)
+
+
+def test_bytes_already_in_place_are_never_asked_for() -> None:
+    have = [(0, 3 * MiB), (10 * MiB, 12 * MiB), (30 * MiB, 32 * MiB)]
+    planner = ChunkPlanner(32 * MiB, 3, PlanConfig(tail="none"), have=have)
+    assert planner.free_bytes == 25 * MiB
+    result = simulate(planner, [SimReplica(2 * MB, 0.01) for _ in range(3)])
+    asked = sorted((f.start, f.end) for f in result.fetches)
+    for start, end in asked:
+        assert all(end <= a or start >= b for a, b in have)
+    assert sum(end - start for start, end in asked) == 25 * MiB

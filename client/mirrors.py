@@ -1,0 +1,744 @@
+"""One file from several replicas at once: ``lnet-get URL URL ... -o OUT`` (seed 000, MDTP).
+
+The I/O shell around ``ChunkPlanner``. Every replica gets one persistent connection (``RangeConnection``) on which
+the planner's range requests are pipelined, so that each replica's pipe stays full between chunks.
+
+1. **Probe**: every replica is asked for byte 0 (``Range: bytes=0-0``), which gives the file's length and
+   validators (``ETag``, ``Last-Modified``) and warms its connection. The largest group of replicas that agree on
+   all three is the reference; a replica that disagrees is refused with the difference named, and its bytes are
+   never written. A replica that does not answer is retried after a back-off, and checked when it does.
+2. **Download**: bytes stream from each response straight to their offset in ``OUT.lnet-part``, never further
+   than the planner's current end for the request (a tail split or a hedge may have moved it). Every response is
+   checked (status, ``Content-Range``, validators) before any of its bytes are written.
+3. **Finish**: the SHA-256 of the file, computed over the growing prefix while the download runs, is checked
+   against ``--sha256`` if given; then the part file is renamed to ``OUT``. ``OUT.lnet-part.state`` records the
+   byte ranges in place, so the same command resumes an interrupted download with what it already has.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import math
+import os
+import re
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from functools import partial
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import platformdirs
+import trio
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    DownloadColumn,
+    Progress,
+    TextColumn,
+    TimeRemainingColumn,
+    TransferSpeedColumn,
+)
+from rich.table import Table
+
+from lnet.depot.units import format_size, parse_size
+
+from .chunks import STRATEGIES, TAILS, ChunkPlanner, Drop, Fetch, PlanConfig, ReplicaStats
+from .documents import write_private_file
+from .exits import ExitCode
+from .http_range import (
+    ConnectionEnded,
+    Head,
+    RangeConnection,
+    ReplicaError,
+    ReplicaRefused,
+    parse_url,
+    redact_url,
+)
+
+__all__ = [
+    "MirrorError",
+    "MirrorResult",
+    "ReplicaReport",
+    "Validators",
+    "fetch_mirrors",
+    "history_path",
+    "part_path",
+    "reference",
+    "state_path",
+]
+
+STATE_FORMAT = "lnet-mirrors-state/1"
+HISTORY_FORMAT = "lnet-replica-history/1"
+STATE_SAVE_INTERVAL_S = 0.5
+HASH_CHUNK = 4 * 1024 * 1024
+CHANNEL_SIZE = 64  # Fetch decisions waiting for a replica's sender: the planner keeps far fewer outstanding
+RETRY_STATUSES = {408, 425, 429, 500, 502, 503, 504}
+
+
+class MirrorError(Exception):
+    def __init__(self, message: str, exit_code: ExitCode = ExitCode.FAILED) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+@dataclass(frozen=True)
+class Validators:
+    """What identifies the file a replica serves."""
+
+    length: int
+    etag: str | None
+    last_modified: str | None
+
+    def differs(self, other: Validators, check_validators: bool) -> str | None:
+        """Why ``self`` is not the same file as ``other`` (None: it may be)."""
+        if self.length != other.length:
+            return f"its file has {self.length} bytes, the others' {other.length}"
+        if not check_validators:
+            return None
+        if self.etag is not None and other.etag is not None and self.etag != other.etag:
+            return f"its ETag is {self.etag}, the others' {other.etag}"
+        if self.last_modified is not None and other.last_modified is not None and (
+                self.last_modified != other.last_modified):
+            return f"its Last-Modified is {self.last_modified}, the others' {other.last_modified}"
+        return None
+
+
+def reference(found: Sequence[Validators | None], check_validators: bool = True) -> Validators | None:
+    """The validators most replicas agree on (ties: the group of the earliest replica); None if none answered."""
+    best: tuple[int, int] | None = None
+    chosen = None
+    for i, candidate in enumerate(found):
+        if candidate is None:
+            continue
+        agree = sum(1 for other in found if other is not None and candidate.differs(other, check_validators) is None)
+        if best is None or agree > best[0]:
+            best, chosen = (agree, i), candidate
+    return chosen
+
+
+@dataclass
+class ReplicaReport:
+    url: str  # redacted: a depot's read URL holds a capability
+    bytes: int
+    requests: int
+    chunks: list[int]
+    mbps: float
+    share: float
+    state: str
+    reason: str
+
+    def to_dict(self) -> dict[str, Any]:
+        chunks = sorted(self.chunks)
+        return {
+            "url": self.url,
+            "bytes": self.bytes,
+            "requests": self.requests,
+            "chunk_min": chunks[0] if chunks else 0,
+            "chunk_median": chunks[len(chunks) // 2] if chunks else 0,
+            "chunk_max": chunks[-1] if chunks else 0,
+            "chunks": self.chunks,
+            "mbps": round(self.mbps, 3),
+            "share": round(self.share, 4),
+            "state": self.state,
+            "reason": self.reason,
+        }
+
+
+@dataclass
+class MirrorResult:
+    path: Path
+    size: int
+    seconds: float
+    strategy: str
+    tail: str
+    sha256: str
+    resumed_bytes: int
+    replicas: list[ReplicaReport]
+
+    @property
+    def mbps(self) -> float:
+        fetched = self.size - self.resumed_bytes
+        return fetched * 8 / 1e6 / self.seconds if self.seconds > 0 else 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "ok": True,
+            "path": str(self.path),
+            "size": self.size,
+            "seconds": round(self.seconds, 3),
+            "mbps": round(self.mbps, 3),
+            "strategy": self.strategy,
+            "tail": self.tail,
+            "sha256": self.sha256,
+            "resumed_bytes": self.resumed_bytes,
+            "replicas": [r.to_dict() for r in self.replicas],
+        }
+
+
+def history_path() -> Path:
+    return platformdirs.user_cache_path("lnet") / "replicas.json"
+
+
+def _origin(url: str) -> str:
+    """What the history remembers a replica by: scheme, host and port (never the path: it may hold a secret)."""
+    parts = urlsplit(url)
+    return f"{parts.scheme}://{parts.netloc}"
+
+
+def load_history(path: Path | None, urls: Sequence[str]) -> list[float | None]:
+    if path is None:
+        return [None] * len(urls)
+    try:
+        document = json.loads(path.read_text())
+        rates = document["rates"] if document.get("format") == HISTORY_FORMAT else {}
+    except (OSError, ValueError, KeyError, AttributeError, TypeError):
+        rates = {}
+    out: list[float | None] = []
+    for url in urls:
+        value = rates.get(_origin(url)) if isinstance(rates, dict) else None
+        out.append(float(value) if isinstance(value, int | float) and value > 0 else None)
+    return out
+
+
+def save_history(path: Path | None, urls: Sequence[str], stats: Sequence[ReplicaStats]) -> None:
+    """Remember each replica's rate (bytes/s), smoothed with what was known, for the ``history`` strategy."""
+    if path is None:
+        return
+    try:
+        document = json.loads(path.read_text())
+        rates = dict(document["rates"]) if document.get("format") == HISTORY_FORMAT else {}
+    except (OSError, ValueError, KeyError, AttributeError, TypeError):
+        rates = {}
+    for url, stat in zip(urls, stats, strict=True):
+        if stat.rate > 0:
+            old = rates.get(_origin(url))
+            rates[_origin(url)] = stat.rate if not isinstance(old, int | float) else 0.5 * old + 0.5 * stat.rate
+    with contextlib.suppress(OSError):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_private_file(path, (json.dumps({"format": HISTORY_FORMAT, "rates": rates}, indent=1) + "\n").encode())
+
+
+class _Have:
+    """The byte ranges in place in the part file, merged."""
+
+    def __init__(self, spans: Sequence[tuple[int, int]] = ()) -> None:
+        self.spans: list[list[int]] = []
+        for a, b in sorted(spans):
+            self.add(a, b)
+
+    def add(self, start: int, end: int) -> None:
+        if start >= end:
+            return
+        spans = self.spans
+        if spans and spans[-1][0] <= start <= spans[-1][1]:  # the common case: right after the latest
+            spans[-1][1] = max(spans[-1][1], end)
+            return
+        spans.append([start, end])
+        spans.sort()
+        merged: list[list[int]] = []
+        for a, b in spans:
+            if merged and a <= merged[-1][1]:
+                merged[-1][1] = max(merged[-1][1], b)
+            else:
+                merged.append([a, b])
+        self.spans = merged
+
+    @property
+    def prefix(self) -> int:
+        return self.spans[0][1] if self.spans and self.spans[0][0] == 0 else 0
+
+    @property
+    def total(self) -> int:
+        return sum(b - a for a, b in self.spans)
+
+
+@dataclass
+class _Replica:
+    index: int
+    url: str
+    shown: str
+    send: trio.MemorySendChannel[Fetch]
+    receive: trio.MemoryReceiveChannel[Fetch]
+    connection: RangeConnection | None = None  # the probe's, handed to the worker
+    validators: Validators | None = None
+    probe_error: str = ""
+    refused: bool = False
+    scope: trio.CancelScope | None = None
+
+
+class _Close(Exception):  # noqa: N818 - a signal, not an error
+    """Close this connection on purpose (a request was stopped short or voided); go on with a new one."""
+
+
+@dataclass
+class _Download:
+    planner: ChunkPlanner
+    replicas: list[_Replica]
+    reference: Validators
+    fd: int
+    timeout_s: float
+    check_validators: bool
+    on_progress: Callable[[int, int], None]
+    have: _Have
+    wake: trio.Event = field(default_factory=trio.Event)
+
+    def kick(self) -> None:
+        self.wake.set()
+
+    # -- one replica: its connection, pipelined requests and their responses ----------------------------------
+
+    async def worker(self, rep: _Replica) -> None:
+        pending: deque[Fetch] = deque()  # sent (or to send again) on the current connection, in order
+        while True:
+            pending = deque(f for f in pending if self.planner.limit(f.request) is not None)
+            if not pending:
+                fetch = await rep.receive.receive()
+                if self.planner.limit(fetch.request) is None:
+                    continue
+                pending.append(fetch)
+            conn, rep.connection = rep.connection, None
+            try:
+                with trio.CancelScope() as rep.scope:
+                    if conn is None:
+                        conn = await RangeConnection(rep.url, self.timeout_s).__aenter__()
+                    on_wire, answering = trio.open_memory_channel[Fetch](CHANNEL_SIZE)
+                    async with trio.open_nursery() as nursery:
+                        nursery.start_soon(self._sender, rep, conn, pending, on_wire)
+                        await self._receiver(conn, pending, answering)
+                        nursery.cancel_scope.cancel()
+            except* (_Close, ConnectionEnded):
+                pass  # on purpose, or the server's keep-alive ended: a new connection for what is left
+            except* ReplicaRefused as group:
+                self.planner.refuse(rep.index, str(group.exceptions[0]))
+                rep.refused = True
+                self.kick()
+            except* ReplicaError as group:
+                self.planner.failed(rep.index, trio.current_time(), str(group.exceptions[0]))
+                self.kick()
+            finally:
+                rep.scope = None
+                if conn is not None:
+                    await conn.aclose()
+            if rep.refused:
+                return
+
+    async def _sender(
+        self, rep: _Replica, conn: RangeConnection, pending: deque[Fetch], on_wire: trio.MemorySendChannel[Fetch],
+    ) -> None:
+        """Write each request as soon as it is decided; the receiver reads the answers in the same order."""
+        for fetch in list(pending):  # what a connection closed on purpose left unanswered: again, on this one
+            await conn.send(fetch.start, fetch.end)
+            await on_wire.send(fetch)
+        async for fetch in rep.receive:
+            if self.planner.limit(fetch.request) is None:
+                continue
+            pending.append(fetch)
+            await conn.send(fetch.start, fetch.end)
+            await on_wire.send(fetch)
+
+    async def _receiver(
+        self, conn: RangeConnection, pending: deque[Fetch], answering: trio.MemoryReceiveChannel[Fetch],
+    ) -> None:
+        async for fetch in answering:
+            if self.planner.limit(fetch.request) is None:
+                raise _Close  # voided while queued: its response is not wanted, nor any after it
+            head = await conn.head()
+            self._check(fetch, head)
+            await self._stream_body(fetch.replica, conn, fetch)
+            pending.popleft()
+            if not conn.reusable or not head.keep_alive:
+                raise ConnectionEnded("the replica ends the connection")
+
+    def _check(self, fetch: Fetch, head: Head) -> None:
+        """Refuse, or count as a failure, a response that is not the bytes asked for of the reference file."""
+        if head.status in RETRY_STATUSES:
+            raise ReplicaError(f"HTTP {head.status}")
+        if head.status == 200:
+            raise ReplicaRefused("it does not honour Range requests (HTTP 200)")
+        if head.status == 416:
+            raise ReplicaRefused(f"it has fewer bytes than the others' {self.reference.length} (HTTP 416)")
+        if head.status != 206:
+            raise ReplicaRefused(f"HTTP {head.status}")
+        if head.total is None:
+            raise ReplicaError("its answer gives no file length (Content-Range)")
+        found = Validators(head.total, head.etag, head.last_modified)
+        why = found.differs(self.reference, self.check_validators)
+        if why is not None:
+            raise ReplicaRefused(why)
+        if (head.start, head.end) != (fetch.start, fetch.end):
+            raise ReplicaError(f"asked for bytes {fetch.start}-{fetch.end - 1}, got {head.start}-{head.end}")
+
+    async def _stream_body(self, replica: int, conn: RangeConnection, fetch: Fetch) -> None:
+        pos = fetch.start
+        while (data := await conn.next_chunk()) is not None:
+            limit = self.planner.limit(fetch.request)
+            if limit is None:
+                raise _Close  # stopped where it was (a hedge lost) or voided
+            n = min(len(data), limit - pos)
+            if n > 0:
+                _write_at(self.fd, memoryview(data)[:n], pos)
+                self.have.add(pos, pos + n)
+                self.planner.received(fetch.request, n, trio.current_time())
+                self.on_progress(replica, n)
+                pos += n
+                self.kick()
+            if pos >= limit and pos < fetch.end:
+                raise _Close  # stopped short: the rest of this response is someone else's
+
+    # -- the driver ---------------------------------------------------------------------------------------
+
+    async def drive(self) -> None:
+        while True:
+            for decision in self.planner.poll(trio.current_time()):
+                if isinstance(decision, Fetch):
+                    self.replicas[decision.replica].send.send_nowait(decision)
+                elif isinstance(decision, Drop):
+                    scope = self.replicas[decision.replica].scope
+                    if scope is not None:
+                        scope.cancel()
+            if self.planner.done:
+                return
+            if self.planner.stuck:
+                reasons = "; ".join(
+                    f"{rep.shown}: {stat.state}, {stat.reason or 'no reason'}"
+                    for rep, stat in zip(self.replicas, self.planner.stats(), strict=True)
+                )
+                raise MirrorError(f"no replica can finish the download ({reasons})", ExitCode.UNREACHABLE)
+            wakeup = self.planner.next_wakeup()
+            with trio.move_on_at(wakeup if wakeup is not None else math.inf):
+                await self.wake.wait()
+            self.wake = trio.Event()
+
+
+def _write_at(fd: int, data: memoryview, offset: int) -> None:
+    while data:
+        written = os.pwrite(fd, data, offset)
+        data = data[written:]
+        offset += written
+
+
+class _PrefixHasher:
+    """SHA-256 of the part file's growing prefix, so that little is left to hash at the end."""
+
+    def __init__(self, fd: int, have: _Have, size: int) -> None:
+        self.fd, self.have, self.size = fd, have, size
+        self.hashed = 0
+        self._hash = hashlib.sha256()
+        self.wake = trio.Event()
+
+    async def run(self) -> None:
+        while self.hashed < self.size:
+            end = self.have.prefix
+            while self.hashed < end:
+                length = min(HASH_CHUNK, end - self.hashed)
+                await trio.to_thread.run_sync(self._chunk, self.hashed, length)
+                self.hashed += length
+            if self.hashed < self.size:
+                with trio.move_on_after(0.2):
+                    await self.wake.wait()
+                self.wake = trio.Event()
+
+    def _chunk(self, offset: int, length: int) -> None:
+        data = os.pread(self.fd, length, offset)
+        if len(data) != length:
+            raise OSError(f"the part file ended at {offset + len(data)}, before {offset + length}")
+        self._hash.update(data)
+
+    def hexdigest(self) -> str:
+        return self._hash.hexdigest()
+
+
+def part_path(out: Path) -> Path:
+    return out.with_name(out.name + ".lnet-part")
+
+
+def state_path(out: Path) -> Path:
+    return out.with_name(out.name + ".lnet-part.state")
+
+
+def _load_state(path: Path, ref: Validators) -> list[tuple[int, int]]:
+    """The ranges a previous run left in place, if it fetched the same file; else none."""
+    try:
+        document = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return []
+    if not isinstance(document, dict) or document.get("format") != STATE_FORMAT:
+        return []
+    if [document.get("size"), document.get("etag"), document.get("last_modified")] != [
+            ref.length, ref.etag, ref.last_modified]:
+        return []
+    spans = []
+    for item in document.get("have", []):
+        if (isinstance(item, list) and len(item) == 2 and all(isinstance(v, int) for v in item)
+                and 0 <= item[0] < item[1] <= ref.length):
+            spans.append((item[0], item[1]))
+    return spans
+
+
+def _save_state(path: Path, ref: Validators, have: _Have) -> None:
+    document = {"format": STATE_FORMAT, "size": ref.length, "etag": ref.etag, "last_modified": ref.last_modified,
+                "have": have.spans}
+    write_private_file(path, (json.dumps(document) + "\n").encode())
+
+
+async def _probe(rep: _Replica, timeout_s: float) -> None:
+    """Ask for byte 0: the file's length and validators, on the connection the downloads will then use."""
+    conn = RangeConnection(rep.url, timeout_s)
+    try:
+        await conn.__aenter__()
+        await conn.send(0, 1)
+        head = await conn.head()
+        await conn.skip_body()
+    except ReplicaError as exc:
+        rep.probe_error = str(exc)
+        await conn.aclose()
+        return
+    if head.status == 416 and head.total == 0:
+        rep.validators = Validators(0, head.etag, head.last_modified)
+    elif head.status == 206 and head.total is not None:
+        rep.validators = Validators(head.total, head.etag, head.last_modified)
+    elif head.status == 200:
+        rep.probe_error = "it does not honour Range requests (HTTP 200)"
+        rep.refused = True
+    elif head.status in RETRY_STATUSES:
+        rep.probe_error = f"HTTP {head.status}"
+    else:
+        rep.probe_error = f"HTTP {head.status}"
+        rep.refused = True
+    if rep.validators is not None and conn.reusable and head.keep_alive:
+        rep.connection = conn
+    else:
+        await conn.aclose()
+
+
+async def fetch_mirrors(
+    urls: Sequence[str],
+    out: Path,
+    *,
+    config: PlanConfig | None = None,
+    timeout_s: float = 30.0,
+    sha256: str | None = None,
+    check_validators: bool = True,
+    history: Path | None = None,
+    on_start: Callable[[int, list[str]], None] = lambda size, urls: None,
+    on_progress: Callable[[int, int], None] = lambda replica, nbytes: None,
+) -> MirrorResult:
+    """Download one file from ``urls`` (replicas of it) into ``out``; see the module's docstring."""
+    if not urls:
+        raise MirrorError("no replica URL given", ExitCode.USAGE)
+    if len(set(urls)) != len(urls):
+        raise MirrorError("a replica URL is given twice", ExitCode.USAGE)
+    config = config or PlanConfig()
+    started = trio.current_time()
+    replicas = []
+    for i, url in enumerate(urls):
+        send, receive = trio.open_memory_channel[Fetch](CHANNEL_SIZE)
+        replicas.append(_Replica(i, url, redact_url(url), send, receive))
+    async with trio.open_nursery() as nursery:
+        for rep in replicas:
+            nursery.start_soon(_probe, rep, timeout_s)
+    try:
+        return await _download(replicas, out, config, timeout_s, sha256, check_validators, history, started,
+                               on_start, on_progress)
+    finally:
+        with trio.CancelScope(shield=True):
+            for rep in replicas:
+                if rep.connection is not None:
+                    await rep.connection.aclose()
+
+
+async def _download(
+    replicas: list[_Replica], out: Path, config: PlanConfig, timeout_s: float, sha256: str | None,
+    check_validators: bool, history: Path | None, started: float,
+    on_start: Callable[[int, list[str]], None], on_progress: Callable[[int, int], None],
+) -> MirrorResult:
+    ref = reference([rep.validators for rep in replicas], check_validators)
+    if ref is None:
+        reasons = "; ".join(f"{rep.shown}: {rep.probe_error}" for rep in replicas)
+        raise MirrorError(f"no replica answered with the file ({reasons})", ExitCode.UNREACHABLE)
+    urls = [rep.url for rep in replicas]
+    part, state = part_path(out), state_path(out)
+    try:
+        fd = os.open(part, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as exc:
+        raise MirrorError(f"cannot write {part}: {exc.strerror}") from None
+    try:
+        resumed = _Have(_load_state(state, ref) if os.fstat(fd).st_size == ref.length else [])
+        os.ftruncate(fd, ref.length)
+        planner = ChunkPlanner(ref.length, len(replicas), config, history=load_history(history, urls),
+                               have=[(a, b) for a, b in resumed.spans])
+        now = trio.current_time()
+        for rep in replicas:
+            why = rep.validators.differs(ref, check_validators) if rep.validators is not None else None
+            if why is not None or rep.refused:
+                planner.refuse(rep.index, why or rep.probe_error)
+                rep.refused = True
+                if rep.connection is not None:
+                    await rep.connection.aclose()
+                    rep.connection = None
+            elif rep.validators is None:
+                planner.failed(rep.index, now, rep.probe_error)
+        on_start(ref.length, [rep.shown for rep in replicas])
+        have = _Have([(a, b) for a, b in resumed.spans])
+        run = _Download(planner, replicas, ref, fd, timeout_s, check_validators, on_progress, have)
+        hasher = _PrefixHasher(fd, have, ref.length)
+        resumed_bytes = resumed.total
+        try:
+            async with trio.open_nursery() as hashing:
+                hashing.start_soon(hasher.run)  # alongside the download; ends once it has hashed the whole file
+                async with trio.open_nursery() as nursery:
+                    for rep in replicas:
+                        if not rep.refused:
+                            nursery.start_soon(run.worker, rep)
+                    nursery.start_soon(_keep_state, state, ref, have)
+                    await run.drive()
+                    nursery.cancel_scope.cancel()
+        finally:
+            _save_state(state, ref, have)
+        digest = hasher.hexdigest()
+        if sha256 is not None and digest != sha256.lower():
+            raise MirrorError(
+                f"the file's SHA-256 is {digest}, not the {sha256.lower()} asked for: the replicas serve other "
+                f"bytes under the same name and validators; {part} is kept for inspection", ExitCode.INTEGRITY)
+        await trio.to_thread.run_sync(os.fsync, fd)
+    finally:
+        os.close(fd)
+    os.replace(part, out)
+    with contextlib.suppress(FileNotFoundError):
+        state.unlink()
+    seconds = trio.current_time() - started
+    stats = planner.stats()
+    save_history(history, urls, stats)
+    fetched = sum(stat.bytes for stat in stats) or 1
+    reports = [
+        ReplicaReport(rep.shown, stat.bytes, stat.requests, list(stat.chunks), stat.rate * 8 / 1e6,
+                      stat.bytes / fetched, stat.state, stat.reason)
+        for rep, stat in zip(replicas, stats, strict=True)
+    ]
+    return MirrorResult(out, ref.length, seconds, config.strategy, config.tail, digest, resumed_bytes, reports)
+
+
+async def _keep_state(path: Path, ref: Validators, have: _Have) -> None:
+    while True:
+        await trio.sleep(STATE_SAVE_INTERVAL_S)
+        await trio.to_thread.run_sync(_save_state, path, ref, have)
+
+# -- the command (lnet-get URL ...) ----------------------------------------------------------------------------
+
+EPILOG = """\
+replicas (lnet-get URL URL ... -o OUT):
+  Every replica gets one persistent connection; byte ranges are pipelined on it, sized by --strategy:
+    mdtp        (default) a uniform first chunk each, then chunks proportional to each replica's measured
+                throughput so that every round ends together (seed 000, MDTP)
+    static      equal chunks (--chunk, default 4MiB), the next to whoever has room
+    brute       size / n to each replica, once          history  shares from remembered throughputs
+    aggressive  equal chunks; doubled for a replica beating the fastest so far, none for one far behind
+  --tail: when a replica is idle and nothing is left, split the largest remainder (default) or hedge it.
+  Replicas must serve the same bytes: one whose length, ETag or Last-Modified differs is refused.
+
+examples:
+  lnet-get https://a.example/data.h5 https://b.example/data.h5 https://c.example/data.h5 -o data.h5
+  lnet-get URL1 URL2 -o data.h5 --sha256 9f86d08...   # check the whole file too
+  lnet-get URL1 URL2 -o data.h5 --json                # one JSON object with the per-replica table
+"""
+
+
+def is_url(text: str) -> bool:
+    return text.startswith(("http://", "https://"))
+
+
+def add_arguments(p: Any) -> None:
+    g = p.add_argument_group("replicas (URL mode)")
+    g.add_argument("--strategy", choices=STRATEGIES, default="mdtp", help="how ranges are sized (default mdtp)")
+    g.add_argument("--tail", choices=TAILS, default="split", help="the tail rule (default split)")
+    g.add_argument("--chunk", metavar="SIZE", help="mdtp: the fastest replica's chunk (default: 1/16 of the "
+                   "expected time, 1-8 s of it); static, aggressive: the equal chunk (default 4MiB)")
+    g.add_argument("--initial-chunk", default="1MiB", metavar="SIZE", help="mdtp: the uniform first chunk (1MiB)")
+    g.add_argument("--sha256", metavar="HEX", help="the whole file's SHA-256: the download fails if it differs")
+    g.add_argument("--ignore-validators", action="store_true",
+                   help="compare only lengths, not ETag/Last-Modified (mirrors running different servers); "
+                   "use with --sha256")
+    g.add_argument("--history", type=Path, metavar="FILE",
+                   help=f"replica throughputs remembered between runs (default {history_path()})")
+
+
+def _config(args: Any) -> PlanConfig:
+    chunk = parse_size(args.chunk) if args.chunk else None
+    changes: dict[str, Any] = {"strategy": args.strategy, "tail": args.tail, "stall_s": args.timeout,
+                               "initial_chunk": parse_size(args.initial_chunk)}
+    if chunk is not None:
+        changes["large_chunk" if args.strategy == "mdtp" else "static_chunk"] = chunk
+    return PlanConfig(**changes)
+
+
+def main(args: Any, err: Any) -> int:
+    """``lnet-get URL ...``: the arguments are parsed by ``lnet.client.get``."""
+    def fail(code: ExitCode, message: str) -> int:
+        err.print(f"lnet-get: {message}", markup=False, soft_wrap=True)
+        if args.json:
+            print(json.dumps({"ok": False, "exit": int(code), "error": message, "path": str(args.output)}))
+        return int(code)
+
+    if args.sha256 is not None and not re.fullmatch(r"[0-9a-fA-F]{64}", args.sha256):
+        return fail(ExitCode.USAGE, f"--sha256 wants 64 hex digits, not {args.sha256!r}")
+    try:
+        config = _config(args)
+    except ValueError as exc:
+        return fail(ExitCode.USAGE, str(exc))
+    if args.output.is_dir():
+        return fail(ExitCode.USAGE, f"{args.output} is a directory: give the file's path")
+    for url in args.sources:
+        try:
+            parse_url(url)
+        except ValueError as exc:
+            return fail(ExitCode.USAGE, str(exc))
+    show = not args.no_progress and err.is_terminal
+    progress = Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
+                        TimeRemainingColumn(), console=err, disable=not show)
+    tasks: dict[int, Any] = {}
+
+    def on_start(size: int, shown: list[str]) -> None:
+        tasks[-1] = progress.add_task(args.output.name, total=size)
+        for i, url in enumerate(shown):
+            tasks[i] = progress.add_task(f"  {url.split('://', 1)[-1].split('/', 1)[0]}", total=None)
+
+    def on_progress(replica: int, nbytes: int) -> None:
+        progress.advance(tasks[-1], nbytes)
+        progress.advance(tasks[replica], nbytes)
+
+    history = args.history if args.history is not None else history_path()
+    fetch = partial(fetch_mirrors, args.sources, args.output, config=config, timeout_s=args.timeout,
+                    sha256=args.sha256, check_validators=not args.ignore_validators, history=history,
+                    on_start=on_start, on_progress=on_progress)
+    try:
+        with progress:
+            result = trio.run(fetch)
+    except MirrorError as exc:
+        return fail(exc.exit_code, str(exc))
+    except KeyboardInterrupt:
+        return fail(ExitCode.INTERRUPTED, f"interrupted; what arrived is kept in {part_path(args.output)}: run the "
+                    "same command to resume")
+    if args.json:
+        print(json.dumps(result.to_dict()))
+        return int(ExitCode.OK)
+    table = Table(title=f"{result.path}: per replica", title_justify="left")
+    for column in ("replica", "bytes", "share", "requests", "chunks (min / median / max)", "Mbit/s", "state"):
+        table.add_column(column, justify="left" if column in ("replica", "state") else "right")
+    for report in result.replicas:
+        d = report.to_dict()
+        chunks = (f"{format_size(d['chunk_min'])} / {format_size(d['chunk_median'])} / {format_size(d['chunk_max'])}"
+                  if report.chunks else "-")
+        state = report.state if not report.reason or report.state == "ok" else f"{report.state}: {report.reason}"
+        table.add_row(report.url, format_size(report.bytes), f"{report.share:.1%}", str(report.requests), chunks,
+                      f"{report.mbps:.1f}", state)
+    out = Console(highlight=False, soft_wrap=True)
+    out.print(table)
+    resumed = f", {format_size(result.resumed_bytes)} resumed" if result.resumed_bytes else ""
+    out.print(f"{result.path}: {format_size(result.size)} in {result.seconds:.2f} s ({result.mbps:.1f} Mbit/s) "
+              f"from {sum(1 for r in result.replicas if r.bytes)} replicas{resumed}, sha256 {result.sha256}",
+              markup=False)
+    return int(ExitCode.OK)

@@ -1,0 +1,215 @@
+"""``lnet-get URL ...`` end to end against real HTTP servers on loopback: several replicas of one file."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import threading
+from pathlib import Path
+
+import pytest
+import trio
+
+from lnet.client import get, mirrors
+from lnet.client.chunks import PlanConfig
+from lnet.client.exits import ExitCode
+from lnet.client.mirrors import MirrorError, Validators, fetch_mirrors, reference
+
+from .http_replicas import Replica, replicas
+
+MiB = 1024 * 1024
+DATA = os.urandom(6 * MiB + 12345)
+SHA = hashlib.sha256(DATA).hexdigest()
+# small chunks, so that a few MiB make many rounds; short stalls and back-offs, so that failures are quick
+CONFIG = PlanConfig(initial_chunk=256 * 1024, min_chunk=64 * 1024, static_chunk=512 * 1024, stall_s=2.0,
+                    backoff_s=0.2, round_min_s=0.2)
+
+
+def throttled(*rates: float, data: bytes = DATA) -> list[Replica]:
+    return [Replica(data, rate=rate) for rate in rates]
+
+
+async def test_identical_bytes_from_every_replica_over_one_connection_each(tmp_path: Path) -> None:
+    out = tmp_path / "file.bin"
+    async with replicas(*throttled(4e6, 2e6, 1e6)) as servers:
+        result = await fetch_mirrors([s.url for s in servers], out, config=CONFIG, sha256=SHA)
+    assert out.read_bytes() == DATA
+    assert result.sha256 == SHA
+    assert not mirrors.part_path(out).exists()
+    assert not mirrors.state_path(out).exists()
+    assert [r.state for r in result.replicas] == ["ok"] * 3
+    assert all(r.bytes > 0 for r in result.replicas)
+    assert result.replicas[0].bytes > result.replicas[2].bytes  # the faster, the larger its share
+    assert sum(r.bytes for r in result.replicas) == len(DATA)
+    for server, report in zip(servers, result.replicas, strict=True):
+        assert server.requests == report.requests + 1  # the probe (byte 0) and each chunk
+        assert server.connections < server.requests  # connections are kept and reused
+
+
+async def test_one_persistent_connection_per_replica_with_requests_pipelined(tmp_path: Path) -> None:
+    config = PlanConfig(**{**CONFIG.__dict__, "tail": "none"})  # a tail split closes and reopens one
+    async with replicas(*throttled(4e6, 2e6, 1e6)) as servers:
+        result = await fetch_mirrors([s.url for s in servers], tmp_path / "f", config=config)
+    for server, report in zip(servers, result.replicas, strict=True):
+        assert server.connections == 1  # the probe's connection, then every range on it
+        assert server.requests == report.requests + 1
+        assert report.requests >= 3
+
+
+async def test_every_strategy_and_tail_rule_gets_the_same_bytes(tmp_path: Path) -> None:
+    for strategy in ("mdtp", "static", "brute", "history", "aggressive"):
+        for tail in ("split", "hedge"):
+            out = tmp_path / f"{strategy}-{tail}.bin"
+            config = PlanConfig(**{**CONFIG.__dict__, "strategy": strategy, "tail": tail})
+            async with replicas(*throttled(16e6, 4e6, 2e6)) as servers:
+                result = await fetch_mirrors([s.url for s in servers], out, config=config,
+                                             history=tmp_path / "history.json")
+            assert out.read_bytes() == DATA, (strategy, tail)
+            assert result.strategy == strategy
+    remembered = json.loads((tmp_path / "history.json").read_text())
+    assert len(remembered["rates"]) >= 3  # the history strategy has rates to use
+
+
+async def test_a_replica_killed_mid_download_leaves_the_rest_to_the_others(tmp_path: Path) -> None:
+    out = tmp_path / "file.bin"
+    servers = throttled(3e6, 3e6, 3e6)
+    servers[0].kill_after = 1 * MiB
+    async with replicas(*servers):
+        result = await fetch_mirrors([s.url for s in servers], out, config=CONFIG, sha256=SHA)
+    assert out.read_bytes() == DATA
+    dead = result.replicas[0]
+    assert dead.state in ("backoff", "dead")
+    assert "connect" in dead.reason or "lost" in dead.reason or "closed" in dead.reason
+    assert dead.bytes <= 1 * MiB
+    assert result.replicas[1].bytes + result.replicas[2].bytes >= len(DATA) - 1 * MiB
+
+
+async def test_a_stalled_replica_is_given_up_on_and_its_ranges_reassigned(tmp_path: Path) -> None:
+    out = tmp_path / "file.bin"
+    servers = throttled(4e6, 4e6)
+    servers[1].stall_after = 512 * 1024
+    async with replicas(*servers):
+        result = await fetch_mirrors([s.url for s in servers], out, config=CONFIG, timeout_s=1.0)
+    assert out.read_bytes() == DATA
+    assert result.replicas[1].state in ("backoff", "dead")
+
+
+async def test_a_replica_serving_another_file_is_refused_and_none_of_its_bytes_are_used(tmp_path: Path) -> None:
+    out = tmp_path / "file.bin"
+    other = bytes(len(DATA))  # same length, other bytes, another ETag
+    servers = [*throttled(4e6, 4e6), Replica(other, etag='"something-else"', rate=8e6)]
+    async with replicas(*servers):
+        result = await fetch_mirrors([s.url for s in servers], out, config=CONFIG)
+    assert out.read_bytes() == DATA
+    refused = result.replicas[2]
+    assert refused.state == "refused"
+    assert "ETag" in refused.reason
+    assert refused.bytes == 0
+    assert servers[2].ranges == [(0, 1)]  # the probe, and nothing else was asked of it
+
+
+async def test_a_replica_with_another_length_or_no_ranges_is_refused(tmp_path: Path) -> None:
+    out = tmp_path / "file.bin"
+    servers = [*throttled(4e6, 4e6), Replica(DATA[:-1], rate=8e6), Replica(DATA, honour_range=False)]
+    async with replicas(*servers):
+        result = await fetch_mirrors([s.url for s in servers], out, config=CONFIG)
+    assert out.read_bytes() == DATA
+    assert "bytes" in result.replicas[2].reason
+    assert result.replicas[3].state == "refused"
+    assert "Range" in result.replicas[3].reason
+
+
+def test_the_reference_is_the_largest_agreeing_group() -> None:
+    a = Validators(10, '"a"', None)
+    b = Validators(10, '"b"', None)
+    assert reference([b, a, a]) == a
+    assert reference([a, b]) == a  # a tie: the earliest replica's group
+    assert reference([None, None]) is None
+    assert reference([a, b], check_validators=False) == a
+    assert a.differs(b, check_validators=False) is None
+
+
+async def test_no_replica_answering_is_an_unreachable_error(tmp_path: Path) -> None:
+    with trio.socket.socket() as s:  # a port nobody listens on
+        await s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    with pytest.raises(MirrorError, match="no replica answered") as info:
+        await fetch_mirrors([f"http://127.0.0.1:{port}/x"], tmp_path / "x", config=CONFIG, timeout_s=2.0)
+    assert info.value.exit_code == ExitCode.UNREACHABLE
+
+
+async def test_a_wrong_sha256_fails_and_leaves_no_output(tmp_path: Path) -> None:
+    out = tmp_path / "file.bin"
+    async with replicas(*throttled(8e6, 8e6)) as servers:
+        with pytest.raises(MirrorError, match="SHA-256") as info:
+            await fetch_mirrors([s.url for s in servers], out, config=CONFIG, sha256="0" * 64)
+    assert info.value.exit_code == ExitCode.INTEGRITY
+    assert not out.exists()
+    assert mirrors.part_path(out).exists()
+
+
+async def test_an_interrupted_download_resumes_with_what_it_has(tmp_path: Path) -> None:
+    out = tmp_path / "file.bin"
+    async with replicas(*throttled(2e6, 2e6)) as servers:
+        urls = [s.url for s in servers]
+        with trio.move_on_after(1.2):
+            await fetch_mirrors(urls, out, config=CONFIG)
+        assert mirrors.state_path(out).exists()
+        result = await fetch_mirrors(urls, out, config=CONFIG, sha256=SHA)
+    assert out.read_bytes() == DATA
+    assert 0 < result.resumed_bytes < len(DATA)
+
+
+async def test_depots_holding_a_copy_are_replicas_too(tmp_path: Path) -> None:
+    from lnet.client.depot_client import DepotClient
+
+    from .loopback import loopback_depots
+
+    with loopback_depots(["a", "b"], tmp_path) as depots:
+        urls = []
+        for depot in depots.values():
+            async with DepotClient(depot.url) as client:
+                allocation = await client.allocate_one(len(DATA), 3600)
+                await client.write(allocation.write, DATA)
+                urls.append(allocation.read_url)
+        result = await fetch_mirrors(urls, tmp_path / "file.bin", config=CONFIG, sha256=SHA)
+    assert (tmp_path / "file.bin").read_bytes() == DATA
+    assert all(r.bytes > 0 for r in result.replicas)
+    assert all("…" in r.url for r in result.replicas)  # capabilities are not shown whole
+
+
+def run_cli(args: list[str]) -> tuple[threading.Thread, list[int]]:
+    """``lnet-get`` in a thread (it runs trio itself) while the servers run in this test's loop."""
+    codes: list[int] = []
+    thread = threading.Thread(target=lambda: codes.append(get.main(args)))
+    thread.start()
+    return thread, codes
+
+
+async def test_the_command_prints_a_json_report(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "file.bin"
+    async with replicas(*throttled(8e6, 4e6)) as servers:
+        args = [s.url for s in servers] + ["-o", str(out), "--json", "--no-progress", "--sha256", SHA,
+                                          "--history", str(tmp_path / "h.json"), "--initial-chunk", "256KiB"]
+        thread, codes = run_cli(args)
+        await trio.to_thread.run_sync(thread.join)
+    assert codes == [0]
+    report = json.loads(capsys.readouterr().out)
+    assert report["ok"] is True
+    assert report["size"] == len(DATA)
+    assert report["sha256"] == SHA
+    assert [r["state"] for r in report["replicas"]] == ["ok", "ok"]
+    assert {"bytes", "requests", "chunk_min", "chunk_max", "mbps", "share"} <= set(report["replicas"][0])
+
+
+def test_the_command_refuses_bad_input(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = str(tmp_path / "x")
+    assert get.main(["http://127.0.0.1:1/x", "-o", out, "--sha256", "abc"]) == ExitCode.USAGE
+    assert "64 hex digits" in capsys.readouterr().err
+    assert get.main(["m.json", "http://127.0.0.1:1/x", "-o", out]) == ExitCode.USAGE
+    assert "one manifest" in capsys.readouterr().err
+    assert get.main(["http://127.0.0.1:1/x", "-o", str(tmp_path)]) == ExitCode.USAGE
+    assert "directory" in capsys.readouterr().err
+    assert get.main(["http://127.0.0.1:1/x", "http://127.0.0.1:1/x", "-o", out]) != ExitCode.OK
+    assert get.main(["http://127.0.0.1:1/x", "-o", out, "--strategy", "fastest"]) == ExitCode.USAGE
