@@ -64,6 +64,7 @@ __all__ = [
     "MirrorResult",
     "ReplicaReport",
     "Validators",
+    "Watcher",
     "fetch_mirrors",
     "history_path",
     "part_path",
@@ -256,6 +257,46 @@ class _Have:
         return sum(b - a for a, b in self.spans)
 
 
+class Watcher:
+    """Lets another task use the file while it arrives (``lnet-send --source``: replicas feed the relay).
+
+    ``started`` is set once the length is known and the part file ``path`` has its full size; ``wait_for(a, b)``
+    returns once bytes ``[a, b)`` are in it. The part file is renamed to its final name only after ``release()``,
+    so a reader that opened it by name never misses it."""
+
+    def __init__(self) -> None:
+        self.size = 0
+        self.path = Path()
+        self.started = trio.Event()
+        self._have: _Have | None = None
+        self._changed = trio.Event()
+        self._released = trio.Event()
+
+    def release(self) -> None:
+        self._released.set()
+
+    async def wait_for(self, start: int, end: int) -> None:
+        await self.started.wait()
+        while not self._covers(start, end):
+            changed = self._changed
+            await changed.wait()
+            if self._changed is changed:
+                self._changed = trio.Event()
+
+    def _covers(self, start: int, end: int) -> bool:
+        if start >= end:
+            return True
+        assert self._have is not None
+        return any(a <= start and end <= b for a, b in self._have.spans)
+
+    def _start(self, size: int, path: Path, have: _Have) -> None:
+        self.size, self.path, self._have = size, path, have
+        self.started.set()
+
+    def _added(self) -> None:
+        self._changed.set()
+
+
 @dataclass
 class _Replica:
     index: int
@@ -284,6 +325,7 @@ class _Download:
     check_validators: bool
     on_progress: Callable[[int, int], None]
     have: _Have
+    on_write: Callable[[], None] = lambda: None
     wake: trio.Event = field(default_factory=trio.Event)
 
     def kick(self) -> None:
@@ -384,6 +426,7 @@ class _Download:
                 self.have.add(pos, pos + n)
                 self.planner.received(fetch.request, n, trio.current_time())
                 self.on_progress(replica, n)
+                self.on_write()
                 pos += n
                 self.kick()
             if pos >= limit and pos < fetch.end:
@@ -526,6 +569,7 @@ async def fetch_mirrors(
     history: Path | None = None,
     on_start: Callable[[int, list[str]], None] = lambda size, urls: None,
     on_progress: Callable[[int, int], None] = lambda replica, nbytes: None,
+    watcher: Watcher | None = None,
 ) -> MirrorResult:
     """Download one file from ``urls`` (replicas of it) into ``out``; see the module's docstring."""
     if not urls:
@@ -543,7 +587,7 @@ async def fetch_mirrors(
             nursery.start_soon(_probe, rep, timeout_s)
     try:
         return await _download(replicas, out, config, timeout_s, sha256, check_validators, history, started,
-                               on_start, on_progress)
+                               on_start, on_progress, watcher)
     finally:
         with trio.CancelScope(shield=True):
             for rep in replicas:
@@ -554,7 +598,7 @@ async def fetch_mirrors(
 async def _download(
     replicas: list[_Replica], out: Path, config: PlanConfig, timeout_s: float, sha256: str | None,
     check_validators: bool, history: Path | None, started: float,
-    on_start: Callable[[int, list[str]], None], on_progress: Callable[[int, int], None],
+    on_start: Callable[[int, list[str]], None], on_progress: Callable[[int, int], None], watcher: Watcher | None,
 ) -> MirrorResult:
     ref = reference([rep.validators for rep in replicas], check_validators)
     if ref is None:
@@ -585,6 +629,9 @@ async def _download(
         on_start(ref.length, [rep.shown for rep in replicas])
         have = _Have([(a, b) for a, b in resumed.spans])
         run = _Download(planner, replicas, ref, fd, timeout_s, check_validators, on_progress, have)
+        if watcher is not None:
+            watcher._start(ref.length, part, have)
+            run.on_write = watcher._added
         hasher = _PrefixHasher(fd, have, ref.length)
         resumed_bytes = resumed.total
         try:
@@ -607,6 +654,8 @@ async def _download(
         await trio.to_thread.run_sync(os.fsync, fd)
     finally:
         os.close(fd)
+    if watcher is not None:
+        await watcher._released.wait()
     os.replace(part, out)
     with contextlib.suppress(FileNotFoundError):
         state.unlink()
@@ -651,8 +700,8 @@ def is_url(text: str) -> bool:
     return text.startswith(("http://", "https://"))
 
 
-def add_arguments(p: Any) -> None:
-    g = p.add_argument_group("replicas (URL mode)")
+def add_arguments(p: Any, title: str = "replicas (URL mode)") -> None:
+    g = p.add_argument_group(title)
     g.add_argument("--strategy", choices=STRATEGIES, default="mdtp", help="how ranges are sized (default mdtp)")
     g.add_argument("--tail", choices=TAILS, default="split", help="the tail rule (default split)")
     g.add_argument("--chunk", metavar="SIZE", help="mdtp: the fastest replica's chunk (default: 1/16 of the "
@@ -666,9 +715,10 @@ def add_arguments(p: Any) -> None:
                    help=f"replica throughputs remembered between runs (default {history_path()})")
 
 
-def _config(args: Any) -> PlanConfig:
+def plan_config(args: Any, timeout_s: float) -> PlanConfig:
+    """The planner's configuration from the options ``add_arguments`` added; a replica stalls after ``timeout_s``."""
     chunk = parse_size(args.chunk) if args.chunk else None
-    changes: dict[str, Any] = {"strategy": args.strategy, "tail": args.tail, "stall_s": args.timeout,
+    changes: dict[str, Any] = {"strategy": args.strategy, "tail": args.tail, "stall_s": timeout_s,
                                "initial_chunk": parse_size(args.initial_chunk)}
     if chunk is not None:
         changes["large_chunk" if args.strategy == "mdtp" else "static_chunk"] = chunk
@@ -686,7 +736,7 @@ def main(args: Any, err: Any) -> int:
     if args.sha256 is not None and not re.fullmatch(r"[0-9a-fA-F]{64}", args.sha256):
         return fail(ExitCode.USAGE, f"--sha256 wants 64 hex digits, not {args.sha256!r}")
     try:
-        config = _config(args)
+        config = plan_config(args, args.timeout)
     except ValueError as exc:
         return fail(ExitCode.USAGE, str(exc))
     if args.output.is_dir():

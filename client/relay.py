@@ -298,7 +298,10 @@ class Relay:
         on_event: Callable[[RelayEvent], None] | None = None,
         clock: Callable[[], float] | None = None,
         offload: Offload | None = None,
+        available: Callable[[int, int], Awaitable[None]] | None = None,
     ) -> None:
+        """``available``, when the file is still arriving (replicas feeding the first hop): returns once bytes
+        ``[start, end)`` of ``source`` are in place."""
         if (scheduler is None) == (pinned is None):
             raise ValueError("give either a scheduler or a pinned path")
         if pinned is not None and (pinned[0] != here or pinned[-1] != dest or len(set(pinned)) != len(pinned)):
@@ -312,6 +315,8 @@ class Relay:
         self.clock = clock or TrioWallClock()
         # File reads and hashing run in worker threads so that the event loop keeps every hop moving meanwhile.
         self._offload: Offload = offload or trio.to_thread.run_sync
+        self._available = available
+        self._fd = -1
         self.size = source.stat().st_size
         self.path: tuple[str, ...] = tuple(pinned) if pinned is not None else ()
         self.dead: set[str] = set()
@@ -348,7 +353,7 @@ class Relay:
             for i, offset in enumerate(range(0, self.size, self.config.block_size))
         ]
         admission = trio.CapacityLimiter(self.config.max_inflight * 4)
-        fd = os.open(self.source, os.O_RDONLY)
+        fd = self._fd = os.open(self.source, os.O_RDONLY)
         try:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(self._steer, nursery)
@@ -386,6 +391,8 @@ class Relay:
 
     async def _carry(self, block: _Block, fd: int, admission: trio.CapacityLimiter) -> None:
         try:
+            if self._available is not None:
+                await self._available(block.offset, block.offset + block.length)
             block.holders = [(self.here, None)]
             route = list(self.path)
             while True:
@@ -496,7 +503,9 @@ class Relay:
 
     async def _hash_whole_file(self) -> None:
         """The whole-file hash, in one pass of its own beside the transfer (blocks are read out of order)."""
-        self._file_hash = await self._offload(_hash_file, self.source, self.config.hash_algorithm)
+        if self._available is not None:
+            await self._available(0, self.size)
+        self._file_hash = await self._offload(_hash_file, self._fd, self.size, self.config.hash_algorithm)
         self._file_hashed.set()
 
     # -- failures -----------------------------------------------------------------------------------------------
@@ -717,11 +726,13 @@ def _read_and_hash(fd: int, offset: int, length: int, algorithm: str) -> tuple[b
     return data, hashlib.new(algorithm, data).hexdigest()
 
 
-def _hash_file(path: Path, algorithm: str) -> str:
+def _hash_file(fd: int, size: int, algorithm: str) -> str:
     hasher = hashlib.new(algorithm)
-    with path.open("rb") as source:
-        while chunk := source.read(8 * MiB):
-            hasher.update(chunk)
+    for offset in range(0, size, 8 * MiB):
+        chunk = os.pread(fd, min(8 * MiB, size - offset), offset)
+        if not chunk:
+            raise TransferFailed(f"short read at {offset}: the file shrank while being sent")
+        hasher.update(chunk)
     return hasher.hexdigest()
 
 

@@ -12,10 +12,12 @@ import argparse
 import contextlib
 import json
 import sys
+import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import trio
 from rich.console import Console
@@ -33,7 +35,7 @@ from lnet.depot.protocol import innermost
 from lnet.depot.units import format_size, parse_duration, parse_size
 from lnet.scheduler import EdgeMemory, PathScheduler, SchedulerConfig
 
-from . import report
+from . import mirrors, report
 from .depot_client import DepotClient
 from .exits import EXIT_CODES_HELP, ExitCode
 from .manifest import BlockEntry, BlockSource, Manifest
@@ -68,7 +70,14 @@ def _parser() -> argparse.ArgumentParser:
         epilog=_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("file", type=Path, metavar="FILE")
+    p.add_argument("file", type=Path, metavar="FILE", nargs="?", help="the file to send (or --source URL ...)")
+    p.add_argument(
+        "--source", action="append", metavar="URL", default=[],
+        help="instead of FILE: a replica of the file on an HTTP server (repeat for each); the replicas feed the "
+        "first hop, ranges from all at once (lnet-get's multi-source download), and the relay starts as they land",
+    )
+    p.add_argument("--spool", type=Path, metavar="DIR", help="with --source: where the arriving file is kept "
+                   "while it is sent (default: the temporary directory); removed at the end")
     p.add_argument("--to", required=True, metavar="DEPOT", help="the destination depot's name in the depots file")
     p.add_argument("--depots", type=Path, metavar="FILE", help="the depots file (TOML)")
     p.add_argument("--path", metavar="A,B,...", help="pin the chain of depots (no adaptation); DEST may be omitted")
@@ -84,6 +93,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--report", type=Path, metavar="FILE", help="write the transfer report (path attempts, timeline)")
     p.add_argument("--json", action="store_true", help="print one JSON object at the end instead of a summary")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    mirrors.add_arguments(p, "replicas (with --source)")
     return p
 
 
@@ -105,6 +115,7 @@ async def send(
     scheduler_config: SchedulerConfig | None = None,
     timeout_s: float = 30.0,
     on_event: Any = None,
+    available: Callable[[int, int], Awaitable[None]] | None = None,
 ) -> tuple[RelayResult, PathScheduler | None, list[str]]:
     """Run one transfer; returns the relay's result, the scheduler (None when pinned) and the depots skipped."""
     clock = TrioWallClock()
@@ -155,12 +166,43 @@ async def send(
             config=relay_config,
             on_event=on_event,
             clock=clock,
+            available=available,
         )
         return await relay.run(), scheduler, skipped
     finally:
         with trio.CancelScope(shield=True):
             for client in clients.values():
                 await client.aclose()
+
+
+async def send_from_replicas(
+    urls: Sequence[str], spool: Path, *, mirror_options: dict[str, Any], on_size: Callable[[int], None],
+    **options: Any,
+) -> tuple[RelayResult, PathScheduler | None, list[str], mirrors.MirrorResult]:
+    """``send`` of a file that is still arriving from its replicas into ``spool``: each block leaves as soon as
+    its bytes are in (the relay waits on the download's ``Watcher``)."""
+    watcher = mirrors.Watcher()
+    downloaded: list[mirrors.MirrorResult] = []
+
+    async def download() -> None:
+        downloaded.append(await mirrors.fetch_mirrors(urls, spool, watcher=watcher, **mirror_options))
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(download)
+        await watcher.started.wait()
+        on_size(watcher.size)
+        try:
+            result, scheduler, skipped = await send(watcher.path, available=watcher.wait_for, **options)
+        finally:
+            watcher.release()
+    return result, scheduler, skipped, downloaded[0]
+
+
+def source_name(urls: Sequence[str]) -> str:
+    """The file's name for the manifest: the last segment of the first URL's path."""
+    name = urlsplit(urls[0]).path.rstrip("/").rsplit("/", 1)[-1]
+    name = "".join(c if c.isalnum() or c in "._-" else "_" for c in name).lstrip(".")
+    return name[:200] or "download"
 
 
 def build_manifest(
@@ -302,8 +344,19 @@ def main(argv: list[str] | None = None) -> int:
     if args.to not in overlay.depots:
         return fail(ExitCode.USAGE, f"--to {args.to}: no such depot in {overlay.source} "
                     f"(known: {', '.join(overlay.depots)})")
-    if not args.file.is_file():
+    if (args.file is None) == (not args.source):
+        return fail(ExitCode.USAGE, "give the FILE to send, or its replicas with --source URL (not both)")
+    if args.file is not None and not args.file.is_file():
         return fail(ExitCode.USAGE, f"{args.file}: not a readable file")
+    bad = [url for url in args.source if not mirrors.is_url(url)]
+    if bad:
+        return fail(ExitCode.USAGE, f"--source {bad[0]}: not an http(s) URL")
+    if len(set(args.source)) != len(args.source):
+        return fail(ExitCode.USAGE, "--source: a URL is given twice")
+    try:
+        plan = mirrors.plan_config(args, timeout)
+    except ValueError as exc:
+        return fail(ExitCode.USAGE, str(exc))
     pinned: list[str] | None = None
     if args.path is not None:
         names = [name.strip() for name in args.path.split(",") if name.strip()]
@@ -317,21 +370,41 @@ def main(argv: list[str] | None = None) -> int:
         pinned = [overlay.here, *names]
     memory_path = args.memory or EdgeMemory.default_path()
     memory = EdgeMemory() if args.cold else EdgeMemory.load(memory_path)
-    size = args.file.stat().st_size
+    name = args.file.name if args.file is not None else source_name(args.source)
+    size = args.file.stat().st_size if args.file is not None else 0
     show = not args.no_progress and not args.json and console.is_terminal
     progress = _Progress(console, size, enabled=not args.json)
+    options = {"overlay": overlay, "dest": args.to, "pinned": pinned, "memory": memory, "warm": not args.cold,
+               "relay_config": relay_config, "timeout_s": timeout, "on_event": progress}
+    fed: mirrors.MirrorResult | None = None
+
+    def sized(total: int) -> None:
+        nonlocal size
+        size = total
+        progress.progress.update(progress.task, total=total)
+
+    async def from_replicas(spool: Path) -> tuple[RelayResult, PathScheduler | None, list[str]]:
+        nonlocal fed
+        mirror_options = {"config": plan, "timeout_s": timeout, "sha256": args.sha256,
+                          "check_validators": not args.ignore_validators,
+                          "history": args.history if args.history is not None else mirrors.history_path()}
+        result, scheduler, skipped, fed = await send_from_replicas(
+            args.source, spool / name, mirror_options=mirror_options, on_size=sized, **options)
+        return result, scheduler, skipped
+
     try:
         with progress.progress if show else contextlib.nullcontext():
-            result, scheduler, skipped = trio.run(
-                lambda: send(
-                    args.file, overlay, args.to, pinned=pinned, memory=memory, warm=not args.cold,
-                    relay_config=relay_config, timeout_s=timeout, on_event=progress,
-                )
-            )
+            if args.file is not None:
+                result, scheduler, skipped = trio.run(lambda: send(args.file, **options))
+            else:
+                with tempfile.TemporaryDirectory(prefix="lnet-send-", dir=args.spool) as spool:
+                    result, scheduler, skipped = trio.run(from_replicas, Path(spool))
     except KeyboardInterrupt:
         return fail(ExitCode.INTERRUPTED, "interrupted: blocks already sent expire at their depots on their own")
     except SendError as exc:
         return fail(exc.code, str(exc))
+    except mirrors.MirrorError as exc:
+        return fail(exc.exit_code, f"the replicas: {exc}")
     except IntegrityError as exc:
         return fail(ExitCode.INTEGRITY, str(exc))
     except RelayFailed as exc:
@@ -340,14 +413,16 @@ def main(argv: list[str] | None = None) -> int:
         inner = innermost(exc)
         if isinstance(inner, IntegrityError):
             return fail(ExitCode.INTEGRITY, str(inner))
+        if isinstance(inner, mirrors.MirrorError):
+            return fail(inner.exit_code, f"the replicas: {inner}")
         if isinstance(inner, RelayFailed):
             return fail(ExitCode.UNREACHABLE, str(inner))
         if isinstance(inner, OSError):
             return fail(ExitCode.FAILED, f"{args.file}: {inner}")
         raise
     final_path = list(result.paths[-1].path) if result.paths else []
-    manifest = build_manifest(args.file, overlay.depots[args.to].url, result, relay_config, final_path)
-    manifest_path = args.manifest or Path(f"{args.file.name}.manifest.json")
+    manifest = build_manifest(Path(name), overlay.depots[args.to].url, result, relay_config, final_path)
+    manifest_path = args.manifest or Path(f"{name}.manifest.json")
     manifest.save(manifest_path)
     try:
         memory.save(memory_path)
@@ -355,16 +430,22 @@ def main(argv: list[str] | None = None) -> int:
         console.print(f"lnet-send: could not save the edge memory to {memory_path}: {exc}")
     report = summary(result, scheduler, size)
     if args.report is not None:
-        save_report(args.report, args.file.name, size, report)
+        save_report(args.report, name, size, report)
+    sources = fed.to_dict()["replicas"] if fed is not None else None
     if args.json:
-        print(json.dumps({**report, "file": str(args.file), "manifest": str(manifest_path),
-                          "file_hash": result.file_hash, "path": final_path, "skipped_depots": skipped}))
+        print(json.dumps({**report, "file": str(args.file or name), "manifest": str(manifest_path),
+                          "file_hash": result.file_hash, "path": final_path, "skipped_depots": skipped,
+                          **({"sources": sources} if sources is not None else {})}))
     else:
         console.print(
             f"sent {format_size(size)} in {result.seconds:.1f} s ({report['mbps']:.1f} Mbit/s) "
             f"over {' -> '.join(final_path)}; {result.resends} block re-sends"
         )
-        console.print(f"manifest: {manifest_path} (fetch with: lnet-get {manifest_path} -o {args.file.name})")
+        if fed is not None:
+            used = sum(1 for r in fed.replicas if r.bytes)
+            console.print(f"fed from {used} of {len(fed.replicas)} replicas: " + ", ".join(
+                f"{r.url} {r.share:.0%}" for r in fed.replicas))
+        console.print(f"manifest: {manifest_path} (fetch with: lnet-get {manifest_path} -o {name})")
     return int(ExitCode.OK)
 
 

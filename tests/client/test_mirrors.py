@@ -213,3 +213,50 @@ def test_the_command_refuses_bad_input(tmp_path: Path, capsys: pytest.CaptureFix
     assert "directory" in capsys.readouterr().err
     assert get.main(["http://127.0.0.1:1/x", "http://127.0.0.1:1/x", "-o", out]) != ExitCode.OK
     assert get.main(["http://127.0.0.1:1/x", "-o", out, "--strategy", "fastest"]) == ExitCode.USAGE
+
+
+async def test_send_with_replicas_feeding_the_first_hop(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from lnet.client import send
+
+    from .loopback import depots_file, loopback_depots
+
+    manifest = tmp_path / "file.bin.manifest.json"
+    with loopback_depots(["a", "c"], tmp_path) as depots:
+        config = depots_file(tmp_path, depots)
+        async with replicas(*throttled(8e6, 4e6, 2e6)) as servers:
+            argv = ["--to", "c", "--depots", str(config), "--path", "a", "--block-size", "1MiB", "--json",
+                    "--manifest", str(manifest), "--memory", str(tmp_path / "edges.json"), "--spool", str(tmp_path),
+                    "--initial-chunk", "256KiB", "--history", str(tmp_path / "h.json"), "--sha256", SHA]
+            for server in servers:
+                argv += ["--source", server.url]
+            codes: list[int] = []
+            thread = threading.Thread(target=lambda: codes.append(send.main(argv)))
+            thread.start()
+            await trio.to_thread.run_sync(thread.join)
+        assert codes == [0]
+        summary = json.loads(capsys.readouterr().out)
+        assert summary["path"] == ["me", "a", "c"]
+        assert [r["state"] for r in summary["sources"]] == ["ok"] * 3
+        assert all(r["bytes"] > 0 for r in summary["sources"])
+        assert sum(r["bytes"] for r in summary["sources"]) == len(DATA)
+        assert not any(name.startswith("lnet-send-") for name in os.listdir(tmp_path))  # the spool is gone
+        assert json.loads(manifest.read_text())["name"] == "file.bin"
+        out = tmp_path / "fetched.bin"
+        thread, codes = run_cli([str(manifest), "-o", str(out), "--no-progress"])
+        await trio.to_thread.run_sync(thread.join)
+        assert codes == [ExitCode.OK]
+    assert out.read_bytes() == DATA
+
+
+def test_send_wants_a_file_or_sources_not_both(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from lnet.client import send
+
+    config = tmp_path / "depots.toml"
+    config.write_text('here = "me"\n[depots.c]\nurl = "http://127.0.0.1:9"\n')
+    (tmp_path / "f").write_bytes(b"x")
+    base = ["--to", "c", "--depots", str(config)]
+    assert send.main(base) == ExitCode.USAGE
+    assert send.main([str(tmp_path / "f"), *base, "--source", "http://127.0.0.1:9/f"]) == ExitCode.USAGE
+    assert "not both" in capsys.readouterr().err
+    assert send.main([*base, "--source", "ftp://x/f"]) == ExitCode.USAGE
+    assert "not an http(s) URL" in capsys.readouterr().err
