@@ -13,6 +13,7 @@ import trio
 from lnet.client.exits import ExitCode
 from lnet.client.get import (
     BlockUnavailable,
+    DepotLoad,
     IntegrityError,
     OutputError,
     PrefixHasher,
@@ -103,8 +104,12 @@ async def test_a_missing_first_source_falls_back_to_the_second(
         probe = await sunnyvale.allocate_one(1, 60)  # capabilities name nothing once freed: free block 5's
         await sunnyvale.free(probe.manage)
         manifest = _with_source(manifest, 5, 0, BlockSource(gone.depot, probe.read, gone.expires))
+        # only block 5 keeps its second source: elsewhere denver would take a share of the blocks by its rate
+        blocks = [b if b.index == 5 else BlockEntry(**{**b.__dict__, "sources": b.sources[:1]})
+                  for b in manifest.blocks]
+        manifest = Manifest(**{**manifest.__dict__, "blocks": tuple(blocks)})
         counting = Counting(routes)
-        result = await get_file(manifest, out_dir / "out.bin", parallel=2, transport=counting)
+        result = await get_file(manifest, out_dir / "out.bin", parallel=1, transport=counting)
     assert (out_dir / "out.bin").read_bytes() == DATA
     assert result.fallbacks == 1
     assert counting.reads == {"sunnyvale.test": BLOCKS, "denver.test": 1}
@@ -262,6 +267,44 @@ async def test_two_runs_on_one_out_file_do_not_mix(open_depot: MakeDepot, routes
                 await get_file(manifest, out, transport=routes)
             release.set()
     assert out.read_bytes() == DATA
+
+
+async def test_blocks_on_several_depots_are_spread_by_their_rates(
+    open_depot: MakeDepot, routes: Routes, out_dir: Path
+) -> None:
+    class Slowed(httpx.AsyncBaseTransport):
+        """Block reads from the depot ``slow`` take 8 times longer than from the other."""
+
+        def __init__(self, slow: str) -> None:
+            self.slow = slow
+
+        async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+            if request.method == "GET" and "/v1/data/" in request.url.path:
+                await trio.sleep(0.08 if request.url.host == self.slow else 0.01)
+            return await routes.handle_async_request(request)
+
+    data = os.urandom(40 * BLOCK)
+    async with open_depot("fast") as (_, fast), open_depot("slow") as (_, slow):
+        manifest = await upload_blocks(data, [slow, fast], block_size=BLOCK)  # the slow one listed first
+        result = await get_file(manifest, out_dir / "out.bin", parallel=4,
+                                transport=Slowed(httpx.URL(slow.base_url).host))
+    assert (out_dir / "out.bin").read_bytes() == data
+    by_depot = {source["depot"]: source for source in result.to_dict()["sources"]}
+    assert by_depot[fast.base_url]["blocks"] > 2 * by_depot[slow.base_url]["blocks"] > 0  # both used, by rate
+    assert sum(source["bytes"] for source in by_depot.values()) == len(data)
+
+
+def test_the_source_that_would_finish_soonest_goes_first() -> None:
+    a, b = (BlockSource(f"http://{name}:1", "A" * 32, 100) for name in "ab")
+    entry = BlockEntry(0, 0, 1000, "0" * 64, (a, b))
+    loads = {a.depot: DepotLoad(outstanding=4000, bytes=10_000, busy_s=1.0),
+             b.depot: DepotLoad(outstanding=1000, bytes=10_000, busy_s=4.0)}
+    assert source_order(entry, now=10, failing=set(), loads=loads) == [a, b]  # 0.5 s against 0.8 s
+    loads[a.depot].outstanding = 9000
+    assert source_order(entry, now=10, failing=set(), loads=loads) == [b, a]  # 1.0 s against 0.8 s
+    loads[b.depot] = DepotLoad()  # not measured yet: counts as an average one (here: as a)
+    assert source_order(entry, now=10, failing=set(), loads=loads) == [b, a]
+    assert source_order(entry, now=10, failing=set(), loads={}) == [a, b]  # nothing known: the manifest's order
 
 
 def test_sources_that_failed_or_expired_go_last() -> None:
