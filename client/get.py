@@ -581,6 +581,12 @@ def main(argv: list[str] | None = None) -> int:
             print(json.dumps({"ok": False, "exit": int(code), "error": message, "path": str(args.output)}))
         return code
 
+    from .tree import is_tree_document  # here: lnet.client.tree_transfer builds on this module
+
+    if is_tree_document(args.manifest):  # a directory tree: fetched and rebuilt by lnet.client.tree_transfer
+        from .tree_transfer import get_directory_main
+
+        return get_directory_main(args, err)
     try:
         manifest = load_manifest(args.manifest)
     except ManifestError as exc:

@@ -38,7 +38,17 @@ from .depot_client import DepotClient
 from .exits import EXIT_CODES_HELP, ExitCode
 from .manifest import BlockEntry, BlockSource, Manifest
 from .overlay import Overlay, OverlayError
-from .relay import BlockDelivered, IntegrityError, Note, PathChanged, Relay, RelayConfig, RelayEvent, RelayResult
+from .relay import (
+    BlockDelivered,
+    IntegrityError,
+    Note,
+    PathChanged,
+    Relay,
+    RelayConfig,
+    RelayEvent,
+    RelayResult,
+    Stream,
+)
 from .relay import TransferFailed as RelayFailed
 
 __all__ = ["main", "send"]
@@ -56,6 +66,8 @@ examples:
   lnet-send data.h5 --to sunnyvale --path atl,ind,kc,den  # pinned: this chain, no adaptation
   lnet-send data.h5 --to sunnyvale --cold --report run.json && lnet report run.json --plot run.png
   lnet-get data.h5.manifest.json -o data.h5               # at the far end: fetch and verify
+  lnet-send photos/ --to sunnyvale --priority '*.json'    # a tree: small files packed, priority files first
+  lnet-get photos.manifest.json -o photos                 # rebuilds the tree
 
 {EXIT_CODES_HELP}
 """
@@ -84,6 +96,13 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--report", type=Path, metavar="FILE", help="write the transfer report (path attempts, timeline)")
     p.add_argument("--json", action="store_true", help="print one JSON object at the end instead of a summary")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    # -- directory trees (lnet.client.tree_transfer; docs/client.md, "Trees and small files") --
+    p.add_argument("--priority", action="append", metavar="GLOB",
+                   help="a tree's files matching GLOB (path or name) go first; repeatable")
+    p.add_argument("--pipeline-depth", type=int, metavar="N",
+                   help="a tree: fixed pipelining depth N (N blocks in flight per hop, batches of N+1 files) "
+                   "instead of the planner's, as the seed's DEFAULT baseline")
+    p.add_argument("--bdp", metavar="SIZE", help="a tree: the first hop's bandwidth-delay product (default: measured)")
     return p
 
 
@@ -94,7 +113,7 @@ class SendError(Exception):
 
 
 async def send(
-    file: Path,
+    file: Path | Stream,
     overlay: Overlay,
     dest: str,
     *,
@@ -302,8 +321,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.to not in overlay.depots:
         return fail(ExitCode.USAGE, f"--to {args.to}: no such depot in {overlay.source} "
                     f"(known: {', '.join(overlay.depots)})")
-    if not args.file.is_file():
-        return fail(ExitCode.USAGE, f"{args.file}: not a readable file")
+    if not args.file.is_file() and not args.file.is_dir():
+        return fail(ExitCode.USAGE, f"{args.file}: not a readable file or directory")
     pinned: list[str] | None = None
     if args.path is not None:
         names = [name.strip() for name in args.path.split(",") if name.strip()]
@@ -317,6 +336,10 @@ def main(argv: list[str] | None = None) -> int:
         pinned = [overlay.here, *names]
     memory_path = args.memory or EdgeMemory.default_path()
     memory = EdgeMemory() if args.cold else EdgeMemory.load(memory_path)
+    if args.file.is_dir():  # a directory tree: planned, packed and sent by lnet.client.tree_transfer
+        from .tree_transfer import send_directory  # here: that module builds on this one
+
+        return send_directory(args, overlay, relay_config, pinned, memory, memory_path, console)
     size = args.file.stat().st_size
     show = not args.no_progress and not args.json and console.is_terminal
     progress = _Progress(console, size, enabled=not args.json)
