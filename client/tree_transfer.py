@@ -45,7 +45,7 @@ __all__ = ["ASSUMED_RATE_BPS", "FileArrivals", "get_directory", "get_directory_m
 ASSUMED_RATE_BPS = 125e6
 """Bytes/s taken for the first hop when the edge memory knows nothing of it (1 Gbit/s). Guessing high only packs
 more files together and starts with a deeper window, which the relay shrinks to what it measures."""
-RTT_SAMPLES = 3
+RTT_SAMPLES = 5
 
 
 class FileArrivals:
@@ -148,7 +148,7 @@ def send_directory(
         rate = memory.estimate(overlay.here, first_hop) or ASSUMED_RATE_BPS
         bdp = max(1, round(rate * rtt))
     else:
-        bdp = max(1, bdp_given)
+        bdp, rtt, rate = max(1, bdp_given), 0.0, 0.0
     limits = smallfiles.PlannerLimits(
         block_size=relay_config.block_size, min_depth=relay_config.min_inflight, max_depth=relay_config.max_inflight
     )
@@ -203,7 +203,8 @@ def send_directory(
     if args.report is not None:
         send.save_report(args.report, name, size, report)
     plan_summary = {
-        "bdp": plan.bdp, "pp": plan.pp, "new_pp": plan.new_pp, "times": plan.times, "big_files": plan.n_big,
+        "bdp": plan.bdp, "rtt_s": rtt, "rate_bps": rate, "pp": plan.pp, "new_pp": plan.new_pp, "times": plan.times,
+        "big_files": plan.n_big,
         "transfer": plan.transfer, "depth": plan.depth, "fixed": plan.fixed, "batches": len(plan.batches),
         "blocks": len(plan.blocks), "mean_block": mean_block,
     }
