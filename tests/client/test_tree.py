@@ -15,7 +15,8 @@ import trio
 from lnet.client import get, send, tree
 from lnet.client.exits import ExitCode
 from lnet.client.manifest import BlockEntry, BlockSource, Manifest, ManifestError, hash_bytes
-from lnet.client.tree_transfer import stream_path
+from lnet.client.smallfiles import Piece, PlannedBlock
+from lnet.client.tree_transfer import FileArrivals, stream_path
 
 from .loopback import depots_file, loopback_depots
 
@@ -243,3 +244,54 @@ def test_a_tree_manifest_saves_privately_and_loads_the_same(tmp_path: Path) -> N
     assert tree.load(path) == manifest
     assert tree.is_tree_document(path)
     assert CAPABILITY not in repr(manifest)
+
+
+# -- the send side's own parts ----------------------------------------------------------------------------------
+
+
+def test_file_arrivals_follow_the_blocks_delivered() -> None:
+    entries = [tree.Entry("d", "dir", 0o755, 0), tree.Entry("d/a", "file", 0o644, 0, 5),
+               tree.Entry("d/b", "file", 0o644, 0, 3), tree.Entry("e", "file", 0o644, 0, 0)]
+    blocks = [PlannedBlock((Piece(1, 0, 2),)), PlannedBlock((Piece(1, 2, 3), Piece(2, 0, 1))),
+              PlannedBlock((Piece(2, 1, 2),))]
+    arrivals = FileArrivals(entries, blocks)
+    arrivals.start(0.0)
+    assert arrivals.arrived == [(3, 0.0)]  # the empty file
+    arrivals.delivered(2, 1.0)  # out of order: b is still missing its first byte
+    arrivals.delivered(1, 2.0)
+    assert arrivals.arrived == [(3, 0.0), (2, 2.0)]
+    arrivals.delivered(0, 3.0)
+    assert arrivals.arrived == [(3, 0.0), (2, 2.0), (1, 3.0)]
+    assert arrivals.total_files == 3
+
+
+def test_a_fixed_pipeline_depth_is_used_as_given(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    source = tmp_path / "src"
+    source.mkdir()
+    for i in range(30):
+        (source / f"f{i}").write_bytes(os.urandom(200 * i))
+    with loopback_depots(["d"], tmp_path) as depots:
+        config = depots_file(tmp_path, depots)
+        argv = [str(source), "--to", "d", "--depots", str(config), "--memory", str(tmp_path / "m.json"), "--json",
+                "--manifest", str(tmp_path / "m.json.manifest"), "--bdp", "8KiB"]
+        assert send.main([*argv, "--pipeline-depth", "2"]) == ExitCode.OK
+        fixed = json.loads(capsys.readouterr().out)["plan"]
+        assert send.main(argv) == ExitCode.OK
+        tuned = json.loads(capsys.readouterr().out)["plan"]
+    assert (fixed["pp"], fixed["depth"], fixed["fixed"], fixed["bdp"]) == (2, 2, True, 8192)
+    assert not tuned["fixed"]
+    assert tuned["pp"] > fixed["pp"]
+    assert tuned["blocks"] < fixed["blocks"]  # larger batches: more small files per block
+
+
+def test_send_refuses_a_tree_with_a_fifo_and_a_bad_depth(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    config = tmp_path / "depots.toml"
+    config.write_text('here = "me"\n[depots.c]\nurl = "http://127.0.0.1:9"\n')
+    source = tmp_path / "src"
+    source.mkdir()
+    (source / "ok").write_bytes(b"x")
+    assert send.main([str(source), "--to", "c", "--depots", str(config), "--pipeline-depth", "0"]) == ExitCode.USAGE
+    assert "at least 1" in capsys.readouterr().err
+    os.mkfifo(source / "pipe")
+    assert send.main([str(source), "--to", "c", "--depots", str(config)]) == ExitCode.USAGE
+    assert "not a regular file, directory or symlink" in capsys.readouterr().err
