@@ -632,8 +632,12 @@ class Relay:
             meter = self.meters[edge]
             if meter.samples == 0:
                 continue
-            block = c.window_block or c.block_size
-            depth = inflight_for(meter.rate_bps, meter.shortest_cycle_s, block, c.min_inflight, c.max_inflight)
+            delay, block = meter.shortest_cycle_s, c.block_size
+            if c.window_block is not None and meter.rate_bps > 0:
+                # blocks of many sizes: the shortest cycle is a short block's, mostly round trip; a mean block
+                # takes that and its own time on the wire
+                delay, block = delay + c.window_block / meter.rate_bps, c.window_block
+            depth = inflight_for(meter.rate_bps, delay, block, c.min_inflight, c.max_inflight)
             if depth != window.total_tokens:
                 window.total_tokens = depth
 

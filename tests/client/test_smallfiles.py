@@ -180,9 +180,10 @@ def test_pack_never_mixes_batches() -> None:
 
 def test_pipeline_depth_is_the_formula_over_blocks_within_bounds() -> None:
     blocks = [PlannedBlock((Piece(0, 0, 500),))] * 4
-    assert pipeline_depth(1000, blocks, 2, 16) == 5
+    assert pipeline_depth(1000, blocks, 2, 16) == math.ceil(3 * (1000 + 500) / 500) - 1 == 8
     assert pipeline_depth(1000, blocks, 2, 4) == 4
-    assert pipeline_depth(100, blocks, 2, 16) == 2
+    assert pipeline_depth(100, blocks, 2, 16) == math.ceil(3 * 600 / 500) - 1 == 3
+    assert pipeline_depth(1, blocks, 3, 16) == 3
     assert pipeline_depth(1000, [], 2, 16) == 2
 
 
