@@ -653,6 +653,13 @@ def main(argv: list[str] | None = None) -> int:
         return mirrors.main(args, err)
     if len(args.sources) > 1:
         return fail(ExitCode.USAGE, "give one manifest, or the URLs of one or more replicas")
+    args.manifest = Path(args.sources[0])
+    from .tree import is_tree_document  # here: lnet.client.tree_transfer builds on this module
+
+    if is_tree_document(args.manifest):  # a directory tree: fetched and rebuilt by lnet.client.tree_transfer
+        from .tree_transfer import get_directory_main
+
+        return get_directory_main(args, err)
     try:
         manifest = load_manifest(Path(args.sources[0]))
     except ManifestError as exc:

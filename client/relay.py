@@ -64,6 +64,7 @@ __all__ = [
     "RelayConfig",
     "RelayEvent",
     "RelayResult",
+    "Stream",
     "TransferFailed",
     "inflight_for",
 ]
@@ -99,6 +100,9 @@ class RelayConfig:
     probe_parallel: int = 2
     probe_s: float = 4.0
     backoff_s: float = 0.5
+    window_block: int | None = None
+    """The block size the window formula divides by when most blocks are shorter than ``block_size`` (a packed
+    tree's mean block); ``block_size`` when None."""
 
     def __post_init__(self) -> None:
         if self.block_size < 1:
@@ -195,6 +199,21 @@ RelayEvent = BlockDelivered | PathChanged | Note
 
 
 @dataclass(frozen=True)
+class Stream:
+    """Bytes to carry other than one file cut into equal blocks: ``spans`` (offset, length) tile ``[0, size)`` and
+    are the blocks, in that order; ``read(offset, length)`` gives one span's bytes (it runs in a worker thread and
+    raises ``TransferFailed`` when the source changed). ``lnet.client.tree`` packs a directory into one."""
+
+    label: str
+    spans: tuple[tuple[int, int], ...]
+    read: Callable[[int, int], bytes]
+
+    @property
+    def size(self) -> int:
+        return sum(length for _, length in self.spans)
+
+
+@dataclass(frozen=True)
 class BlockRecord:
     index: int
     offset: int
@@ -286,7 +305,7 @@ class Relay:
 
     def __init__(
         self,
-        source: Path,
+        source: Path | Stream,
         here: str,
         dest: str,
         clients: Mapping[str, DepotClient],
@@ -317,7 +336,7 @@ class Relay:
         self._offload: Offload = offload or trio.to_thread.run_sync
         self._available = available
         self._fd = -1
-        self.size = source.stat().st_size
+        self.size = source.size if isinstance(source, Stream) else source.stat().st_size
         self.path: tuple[str, ...] = tuple(pinned) if pinned is not None else ()
         self.dead: set[str] = set()
         self.meters: dict[Edge, EdgeMeter] = {}
@@ -348,12 +367,14 @@ class Relay:
             self._probes_asked = tuple(first.probes)
         else:
             self._take_path(self.path, "pinned")
-        blocks = [
-            _Block(i, offset, min(self.config.block_size, self.size - offset))
-            for i, offset in enumerate(range(0, self.size, self.config.block_size))
-        ]
+        if isinstance(self.source, Stream):
+            spans = self.source.spans
+        else:
+            step = self.config.block_size
+            spans = tuple((o, min(step, self.size - o)) for o in range(0, self.size, step))
+        blocks = [_Block(i, offset, length) for i, (offset, length) in enumerate(spans)]
         admission = trio.CapacityLimiter(self.config.max_inflight * 4)
-        fd = self._fd = os.open(self.source, os.O_RDONLY)
+        fd = self._fd = -1 if isinstance(self.source, Stream) else os.open(self.source, os.O_RDONLY)
         try:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(self._steer, nursery)
@@ -369,7 +390,8 @@ class Relay:
                     await self._probes_idle.wait()
                 nursery.cancel_scope.cancel()
         finally:
-            os.close(fd)
+            if fd >= 0:
+                os.close(fd)
             with trio.CancelScope(shield=True):
                 for pool in self._pools.values():
                     await pool.drain()
@@ -459,9 +481,15 @@ class Relay:
             ok = False
             try:
                 if u == self.here:
-                    data, digest = await self._offload(
-                        _read_and_hash, fd, block.offset, block.length, self.config.hash_algorithm
-                    )
+                    if isinstance(self.source, Stream):
+                        data, digest = await self._offload(
+                            _read_span_and_hash, self.source.read, block.offset, block.length,
+                            self.config.hash_algorithm,
+                        )
+                    else:
+                        data, digest = await self._offload(
+                            _read_and_hash, fd, block.offset, block.length, self.config.hash_algorithm
+                        )
                     if block.hash and digest != block.hash:
                         raise TransferFailed(f"{self.source} changed while being sent (block {block.index})")
                     block.hash = digest
@@ -505,7 +533,10 @@ class Relay:
         """The whole-file hash, in one pass of its own beside the transfer (blocks are read out of order)."""
         if self._available is not None:
             await self._available(0, self.size)
-        self._file_hash = await self._offload(_hash_file, self._fd, self.size, self.config.hash_algorithm)
+        if isinstance(self.source, Stream):
+            self._file_hash = await self._offload(_hash_stream, self.source, self.config.hash_algorithm)
+        else:
+            self._file_hash = await self._offload(_hash_file, self._fd, self.size, self.config.hash_algorithm)
         self._file_hashed.set()
 
     # -- failures -----------------------------------------------------------------------------------------------
@@ -610,7 +641,12 @@ class Relay:
             meter = self.meters[edge]
             if meter.samples == 0:
                 continue
-            depth = inflight_for(meter.rate_bps, meter.shortest_cycle_s, c.block_size, c.min_inflight, c.max_inflight)
+            delay, block = meter.shortest_cycle_s, c.block_size
+            if c.window_block is not None and meter.rate_bps > 0:
+                # blocks of many sizes: the shortest cycle is a short block's, mostly round trip; a mean block
+                # takes that and its own time on the wire
+                delay, block = delay + c.window_block / meter.rate_bps, c.window_block
+            depth = inflight_for(meter.rate_bps, delay, block, c.min_inflight, c.max_inflight)
             if depth != window.total_tokens:
                 window.total_tokens = depth
 
@@ -724,6 +760,20 @@ def _read_and_hash(fd: int, offset: int, length: int, algorithm: str) -> tuple[b
     if len(data) != length:
         raise TransferFailed(f"short read at {offset}: the file shrank while being sent")
     return data, hashlib.new(algorithm, data).hexdigest()
+
+
+def _read_span_and_hash(
+    read: Callable[[int, int], bytes], offset: int, length: int, algorithm: str
+) -> tuple[bytes, str]:
+    data = read(offset, length)
+    return data, hashlib.new(algorithm, data).hexdigest()
+
+
+def _hash_stream(stream: Stream, algorithm: str) -> str:
+    hasher = hashlib.new(algorithm)
+    for offset, length in stream.spans:
+        hasher.update(stream.read(offset, length))
+    return hasher.hexdigest()
 
 
 def _hash_file(fd: int, size: int, algorithm: str) -> str:

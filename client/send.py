@@ -40,7 +40,17 @@ from .depot_client import DepotClient
 from .exits import EXIT_CODES_HELP, ExitCode
 from .manifest import BlockEntry, BlockSource, Manifest
 from .overlay import Overlay, OverlayError
-from .relay import BlockDelivered, IntegrityError, Note, PathChanged, Relay, RelayConfig, RelayEvent, RelayResult
+from .relay import (
+    BlockDelivered,
+    IntegrityError,
+    Note,
+    PathChanged,
+    Relay,
+    RelayConfig,
+    RelayEvent,
+    RelayResult,
+    Stream,
+)
 from .relay import TransferFailed as RelayFailed
 
 __all__ = ["main", "send"]
@@ -58,6 +68,8 @@ examples:
   lnet-send data.h5 --to sunnyvale --path atl,ind,kc,den  # pinned: this chain, no adaptation
   lnet-send data.h5 --to sunnyvale --cold --report run.json && lnet report run.json --plot run.png
   lnet-get data.h5.manifest.json -o data.h5               # at the far end: fetch and verify
+  lnet-send photos/ --to sunnyvale --priority '*.json'    # a tree: small files packed, priority files first
+  lnet-get photos.manifest.json -o photos                 # rebuilds the tree
 
 {EXIT_CODES_HELP}
 """
@@ -70,7 +82,7 @@ def _parser() -> argparse.ArgumentParser:
         epilog=_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("file", type=Path, metavar="FILE", nargs="?", help="the file to send (or --source URL ...)")
+    p.add_argument("file", type=Path, metavar="FILE", nargs="?", help="the file or directory tree to send (or --source URL ...)")
     p.add_argument(
         "--source", action="append", metavar="URL", default=[],
         help="instead of FILE: a replica of the file on an HTTP server (repeat for each); the replicas feed the "
@@ -94,6 +106,13 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print one JSON object at the end instead of a summary")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     mirrors.add_arguments(p, "replicas (with --source)")
+    # -- directory trees (lnet.client.tree_transfer; docs/client.md, "Trees and small files") --
+    p.add_argument("--priority", action="append", metavar="GLOB",
+                   help="a tree's files matching GLOB (path or name) go first; repeatable")
+    p.add_argument("--pipeline-depth", type=int, metavar="N",
+                   help="a tree: fixed pipelining depth N (N blocks in flight per hop, batches of N+1 files) "
+                   "instead of the planner's, as the seed's DEFAULT baseline")
+    p.add_argument("--bdp", metavar="SIZE", help="a tree: the first hop's bandwidth-delay product (default: measured)")
     return p
 
 
@@ -104,7 +123,7 @@ class SendError(Exception):
 
 
 async def send(
-    file: Path,
+    file: Path | Stream,
     overlay: Overlay,
     dest: str,
     *,
@@ -346,8 +365,8 @@ def main(argv: list[str] | None = None) -> int:
                     f"(known: {', '.join(overlay.depots)})")
     if (args.file is None) == (not args.source):
         return fail(ExitCode.USAGE, "give the FILE to send, or its replicas with --source URL (not both)")
-    if args.file is not None and not args.file.is_file():
-        return fail(ExitCode.USAGE, f"{args.file}: not a readable file")
+    if args.file is not None and not args.file.is_file() and not args.file.is_dir():
+        return fail(ExitCode.USAGE, f"{args.file}: not a readable file or directory")
     bad = [url for url in args.source if not mirrors.is_url(url)]
     if bad:
         return fail(ExitCode.USAGE, f"--source {bad[0]}: not an http(s) URL")
@@ -370,6 +389,10 @@ def main(argv: list[str] | None = None) -> int:
         pinned = [overlay.here, *names]
     memory_path = args.memory or EdgeMemory.default_path()
     memory = EdgeMemory() if args.cold else EdgeMemory.load(memory_path)
+    if args.file is not None and args.file.is_dir():  # a tree: planned, packed and sent by lnet.client.tree_transfer
+        from .tree_transfer import send_directory  # here: that module builds on this one
+
+        return send_directory(args, overlay, relay_config, pinned, memory, memory_path, console)
     name = args.file.name if args.file is not None else source_name(args.source)
     size = args.file.stat().st_size if args.file is not None else 0
     show = not args.no_progress and not args.json and console.is_terminal

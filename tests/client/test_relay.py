@@ -9,7 +9,16 @@ from pathlib import Path
 import pytest
 import trio
 
-from lnet.client.relay import BlockDelivered, EdgeMeter, PathChanged, Relay, RelayConfig, RelayEvent, inflight_for
+from lnet.client.relay import (
+    BlockDelivered,
+    EdgeMeter,
+    PathChanged,
+    Relay,
+    RelayConfig,
+    RelayEvent,
+    Stream,
+    inflight_for,
+)
 from lnet.scheduler import EdgeMemory, PathScheduler, SchedulerConfig
 
 from .network import MiB, Network, depots, inline
@@ -240,3 +249,36 @@ async def test_a_full_destination_fails_the_transfer_instead_of_waiting_forever(
         with pytest.raises(ExceptionGroup) as failed:
             await relay.run()
         assert failed.group_contains(TransferFailed)
+
+
+def mixed_stream(data: bytes, sizes: list[int]) -> Stream:
+    spans, offset = [], 0
+    for size in sizes:
+        spans.append((offset, size))
+        offset += size
+    assert offset == len(data)
+    return Stream("packed", tuple(spans), lambda at, length: data[at : at + length])
+
+
+async def test_a_stream_of_mixed_blocks_keeps_the_hop_busy(tmp_path: Path, autojump_clock: trio.abc.Clock) -> None:
+    # A packed tree's blocks: small packed ones among big ones. The shortest copy is a small block's, mostly round
+    # trip; sizing the window by it and the full block size leaves it at 2 (7.6 MiB/s here), and the hop idles
+    # whenever both copies wait on their answers at once. window_block adds the mean block's time on the wire.
+    sizes = [64 * 1024, MiB] * 20
+    data = os.urandom(sum(sizes))
+    stream = mixed_stream(data, sizes)
+    network = Network(default_rate=10 * MiB, latency_s=0.05)
+    mean = len(data) // len(sizes)
+    config = RelayConfig(block_size=MiB, window_block=mean)
+    async with depots(network, ["dst"], tmp_path) as clients:
+        events: list[RelayEvent] = []
+        relay = Relay(stream, "here", "dst", clients, pinned=["here", "dst"], config=config, offload=inline,
+                      on_event=events.append)
+        result = await relay.run()
+        assert await fetch(clients, result) == data
+    assert [(r.offset, r.length) for r in result.blocks] == list(stream.spans)
+    assert result.file_hash == hashlib.sha256(data).hexdigest()
+    delivered = [e for e in events if isinstance(e, BlockDelivered)]
+    steady = sum(e.nbytes for e in delivered[1:]) / (delivered[-1].at - delivered[0].at)
+    assert steady > 0.95 * 10 * MiB, f"{steady / MiB:.1f} MiB/s over a 10 MiB/s hop"
+    assert relay.windows[("here", "dst")].total_tokens > 2

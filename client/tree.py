@@ -1,0 +1,481 @@
+"""Directory trees as lnet carries them: walking a tree, the packed byte stream, the tree manifest, and rebuilding.
+
+``lnet-send DIR`` walks the tree (``walk``: symlinks recorded, never followed), lets the small-file planner
+(``lnet.client.smallfiles``) order and pack its files into blocks, and sends those blocks as one ``relay.Stream``
+(``PackedTree.stream``). The tree manifest (``"format": "lnet-tree/1"``) holds the entries (names, types, sizes,
+modes, modification times, symlink targets), which pieces of which files each block holds, and the ordinary file
+manifest of the packed stream (``lnet-manifest/1``: its blocks, hashes and read capabilities). ``lnet-get`` fetches
+that stream as it fetches a file (verified, resumable), then ``rebuild`` puts the tree in place.
+
+A manifest may come from anyone. ``parse`` refuses every entry that could land outside the target directory
+(absolute paths, ``..``, ``.``, empty components, NUL), duplicates, an entry whose parent is not a directory listed
+before it (so no path goes through a symlink or a file, including one made earlier by the same manifest), and
+packing that does not cover each file exactly. ``rebuild`` also opens every directory component relative to its
+parent with ``O_NOFOLLOW``, so a symlink already in the target is refused rather than followed; it writes each file
+under a temporary name, sets its mode and time after its content, and sets directories' modes and times last.
+
+This module does no network I/O.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from . import manifest as file_manifest
+from .documents import check_object, kind, read_json, show, write_private_file
+from .manifest import MAX_FILE_SIZE, Manifest, ManifestError
+from .relay import Stream, TransferFailed
+from .smallfiles import PlannedBlock
+
+__all__ = [
+    "FORMAT",
+    "Entry",
+    "PackedTree",
+    "RebuildError",
+    "TreeManifest",
+    "check_path",
+    "is_tree_document",
+    "load",
+    "parse",
+    "rebuild",
+    "walk",
+]
+
+FORMAT = "lnet-tree/1"
+MAX_PATH = 4096
+MAX_ENTRIES = 10_000_000
+MAX_MTIME_NS = 2**63 - 1
+PART_SUFFIX = ".lnet-part"
+EntryType = Literal["dir", "file", "symlink"]
+_ENTRY_FIELDS: dict[str, tuple[str, ...]] = {
+    "dir": ("path", "type", "mode", "mtime_ns"),
+    "file": ("path", "type", "mode", "mtime_ns", "size"),
+    "symlink": ("path", "type", "target", "mtime_ns"),
+}
+_FIELDS = ("format", "name", "created", "entries", "blocks", "stream")
+_PIECE_FIELDS = ("path", "offset", "length")
+
+
+class RebuildError(Exception):
+    """The tree cannot be put in place (an entry in the way, a symlink on the path, a disk error)."""
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One thing in the tree: ``path`` is relative, ``/``-separated; ``mode`` holds permission bits only."""
+
+    path: str
+    type: EntryType
+    mode: int
+    mtime_ns: int
+    size: int = 0
+    target: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        document: dict[str, Any] = {"path": self.path, "type": self.type}
+        if self.type == "symlink":
+            document["target"] = self.target
+        else:
+            document["mode"] = self.mode
+        document["mtime_ns"] = self.mtime_ns
+        if self.type == "file":
+            document["size"] = self.size
+        return document
+
+
+# -- walking ------------------------------------------------------------------------------------------------------
+
+
+def walk(root: Path) -> list[Entry]:
+    """Every directory, regular file and symlink under ``root`` (not ``root`` itself), parents before children,
+    names sorted; symlinks are recorded, not followed. Anything else (a socket, a device) is a ``ValueError``."""
+    entries: list[Entry] = []
+
+    def visit(directory: Path, prefix: str) -> None:
+        with os.scandir(directory) as scan:
+            names = sorted(entry.name for entry in scan)
+        for name in names:
+            relative = f"{prefix}{name}"
+            full = directory / name
+            info = os.lstat(full)
+            if stat.S_ISLNK(info.st_mode):
+                entries.append(Entry(relative, "symlink", 0, info.st_mtime_ns, target=os.readlink(full)))
+            elif stat.S_ISDIR(info.st_mode):
+                entries.append(Entry(relative, "dir", stat.S_IMODE(info.st_mode), info.st_mtime_ns))
+                visit(full, f"{relative}/")
+            elif stat.S_ISREG(info.st_mode):
+                entries.append(Entry(relative, "file", stat.S_IMODE(info.st_mode), info.st_mtime_ns, info.st_size))
+            else:
+                raise ValueError(f"{full}: not a regular file, directory or symlink")
+
+    visit(root, "")
+    return entries
+
+
+# -- the packed stream ------------------------------------------------------------------------------------------
+
+
+class PackedTree:
+    """The planner's blocks over the files of ``root``, as one stream the relay can carry."""
+
+    def __init__(self, root: Path, entries: Sequence[Entry], blocks: Sequence[PlannedBlock]) -> None:
+        self.root = root
+        self.entries = list(entries)
+        self.blocks = list(blocks)
+        spans: list[tuple[int, int]] = []
+        offset = 0
+        for block in self.blocks:
+            spans.append((offset, block.length))
+            offset += block.length
+        self.spans = tuple(spans)
+        self._by_offset = {start: i for i, (start, _) in enumerate(spans)}
+
+    @property
+    def stream(self) -> Stream:
+        return Stream(str(self.root), self.spans, self.read)
+
+    def read(self, offset: int, length: int) -> bytes:
+        """The bytes of the block at ``offset``: its pieces read from their files (never through a symlink)."""
+        block = self.blocks[self._by_offset[offset]]
+        if block.length != length:
+            raise ValueError(f"no block of {length} bytes at {offset}")
+        parts = []
+        for piece in block.pieces:
+            entry = self.entries[piece.key]
+            path = self.root / entry.path
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+            try:
+                data = os.pread(fd, piece.length, piece.offset)
+            finally:
+                os.close(fd)
+            if len(data) != piece.length:
+                raise TransferFailed(f"{path} changed while being sent (shorter than {entry.size} bytes)")
+            parts.append(data)
+        return b"".join(parts)
+
+    def block_pieces(self) -> list[list[dict[str, Any]]]:
+        """The manifest's ``blocks``: each block's pieces by file path."""
+        return [
+            [{"path": self.entries[p.key].path, "offset": p.offset, "length": p.length} for p in block.pieces]
+            for block in self.blocks
+        ]
+
+
+# -- the tree manifest -------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TreePiece:
+    path: str
+    offset: int
+    length: int
+
+
+@dataclass(frozen=True, repr=False)
+class TreeManifest:
+    """A tree as lnet delivered it: its entries, the pieces each stream block holds, and the stream's manifest."""
+
+    name: str
+    created: float
+    entries: tuple[Entry, ...]
+    blocks: tuple[tuple[TreePiece, ...], ...]
+    stream: Manifest
+
+    def __repr__(self) -> str:  # without the stream's capabilities
+        return f"TreeManifest(name={self.name!r}, entries={len(self.entries)}, stream={self.stream!r})"
+
+    @property
+    def size(self) -> int:
+        return self.stream.size
+
+    def files(self) -> list[Entry]:
+        return [entry for entry in self.entries if entry.type == "file"]
+
+    def extents(self) -> dict[str, list[tuple[int, int, int]]]:
+        """For each file path, its pieces as ``(stream offset, file offset, length)``."""
+        found: dict[str, list[tuple[int, int, int]]] = {}
+        for block, pieces in zip(self.stream.blocks, self.blocks, strict=True):
+            position = block.offset
+            for piece in pieces:
+                found.setdefault(piece.path, []).append((position, piece.offset, piece.length))
+                position += piece.length
+        return found
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "format": FORMAT,
+            "name": self.name,
+            "created": self.created,
+            "entries": [entry.to_dict() for entry in self.entries],
+            "blocks": [
+                [{"path": p.path, "offset": p.offset, "length": p.length} for p in pieces] for pieces in self.blocks
+            ],
+            "stream": self.stream.to_dict(),
+        }
+
+    def save(self, path: str | os.PathLike[str]) -> None:
+        """Write atomically, mode 0600 (the stream's read capabilities are secrets); refuses what ``load`` would."""
+        text = json.dumps(self.to_dict(), indent=1, allow_nan=False) + "\n"
+        parse(json.loads(text))
+        write_private_file(Path(path), text.encode())
+
+
+def is_tree_document(path: Path) -> bool:
+    """Whether the JSON document at ``path`` says it is a tree manifest (anything unreadable: no)."""
+    try:
+        document = read_json(path, file_manifest.MAX_MANIFEST_BYTES, ManifestError, "manifest")
+    except ManifestError:
+        return False
+    return isinstance(document, dict) and document.get("format") == FORMAT
+
+
+def load(path: str | os.PathLike[str]) -> TreeManifest:
+    path = Path(path)
+    document = read_json(path, file_manifest.MAX_MANIFEST_BYTES, ManifestError, "manifest")
+    try:
+        return parse(document)
+    except ManifestError as exc:
+        raise ManifestError(f"{path}: {exc}") from None
+
+
+def check_path(value: Any, where: str) -> str:
+    """A relative path that stays inside the target: ``/``-separated, no empty, ``.`` or ``..`` component, no NUL."""
+    if not isinstance(value, str) or not value or len(value) > MAX_PATH:
+        raise ManifestError(f"{where} must be a non-empty string of at most {MAX_PATH} characters")
+    if "\0" in value:
+        raise ManifestError(f"{where} {show(value)} contains NUL")
+    if value.startswith("/"):
+        raise ManifestError(f"{where} {show(value)} is absolute: it would land outside the target directory")
+    parts = value.split("/")
+    if ".." in parts:
+        raise ManifestError(f"{where} {show(value)} climbs with '..': it would land outside the target directory")
+    if "" in parts or "." in parts:
+        raise ManifestError(f"{where} {show(value)} has an empty or '.' component")
+    return value
+
+
+def parse(document: Any) -> TreeManifest:
+    """Validate a decoded tree manifest and build the ``TreeManifest``; any problem is a ``ManifestError``."""
+    top = check_object(document, "the manifest", _FIELDS, ManifestError)
+    if top["format"] != FORMAT:
+        raise ManifestError(f"format is {show(top['format'])}, expected {FORMAT!r}")
+    name = top["name"]
+    if not isinstance(name, str) or not name or name in (".", "..") or any(c in name for c in "/\0"):
+        raise ManifestError(f"name {show(name)} is not a plain directory name")
+    created = top["created"]
+    if not isinstance(created, int | float) or isinstance(created, bool) or not 0 <= created < 253402300800:
+        raise ManifestError(f"created is {show(created)}, not a time")
+    raw_entries = top["entries"]
+    if not isinstance(raw_entries, list) or len(raw_entries) > MAX_ENTRIES:
+        raise ManifestError(f"entries must be a list of at most {MAX_ENTRIES}")
+    entries: list[Entry] = []
+    types: dict[str, EntryType] = {}
+    for i, raw in enumerate(raw_entries):
+        entry = _entry(raw, f"entries[{i}]")
+        if entry.path in types:
+            raise ManifestError(f"entries[{i}] {show(entry.path)} is listed twice")
+        parent = entry.path.rpartition("/")[0]
+        if parent and types.get(parent) != "dir":
+            what = "a symlink" if types.get(parent) == "symlink" else "not a directory listed before it"
+            raise ManifestError(f"entries[{i}] {show(entry.path)}: its parent {show(parent)} is {what}")
+        types[entry.path] = entry.type
+        entries.append(entry)
+    try:
+        stream = file_manifest.parse(top["stream"])
+    except ManifestError as exc:
+        raise ManifestError(f"stream: {exc}") from None
+    raw_blocks = top["blocks"]
+    if not isinstance(raw_blocks, list) or len(raw_blocks) != len(stream.blocks):
+        raise ManifestError(f"blocks must be a list with one entry per stream block ({len(stream.blocks)})")
+    sizes = {entry.path: entry.size for entry in entries if entry.type == "file"}
+    filled = dict.fromkeys(sizes, 0)
+    blocks = []
+    for i, (raw, block) in enumerate(zip(raw_blocks, stream.blocks, strict=True)):
+        if not isinstance(raw, list) or not raw:
+            raise ManifestError(f"blocks[{i}] must be a non-empty list of pieces")
+        pieces = []
+        for j, raw_piece in enumerate(raw):
+            where = f"blocks[{i}][{j}]"
+            fields = check_object(raw_piece, where, _PIECE_FIELDS, ManifestError)
+            path = fields["path"]
+            if not isinstance(path, str) or path not in sizes:
+                raise ManifestError(f"{where}.path {show(path)} is not a file of the tree")
+            offset = _integer(fields["offset"], f"{where}.offset", 0, MAX_FILE_SIZE)
+            length = _integer(fields["length"], f"{where}.length", 1, MAX_FILE_SIZE)
+            if offset != filled[path] or offset + length > sizes[path]:
+                raise ManifestError(
+                    f"{where}: bytes [{offset}, {offset + length}) of {show(path)} do not follow on its "
+                    f"first {filled[path]} (of {sizes[path]})"
+                )
+            filled[path] = offset + length
+            pieces.append(TreePiece(path, offset, length))
+        if sum(p.length for p in pieces) != block.length:
+            raise ManifestError(f"blocks[{i}]: the pieces hold {sum(p.length for p in pieces)} bytes, "
+                                f"the stream's block {block.length}")
+        blocks.append(tuple(pieces))
+    short = [path for path, size in sizes.items() if filled[path] != size]
+    if short:
+        raise ManifestError(f"the blocks do not hold all of {show(short[0])} ({len(short)} file(s) short)")
+    return TreeManifest(name, float(created), tuple(entries), tuple(blocks), stream)
+
+
+def _entry(raw: Any, where: str) -> Entry:
+    if not isinstance(raw, dict):
+        raise ManifestError(f"{where} must be an object, not {kind(raw)}")
+    entry_type = raw.get("type")
+    if entry_type not in _ENTRY_FIELDS:
+        raise ManifestError(f"{where}.type is {show(entry_type)}, expected dir, file or symlink")
+    fields = check_object(raw, where, _ENTRY_FIELDS[entry_type], ManifestError)
+    path = check_path(fields["path"], f"{where}.path")
+    mtime_ns = _integer(fields["mtime_ns"], f"{where}.mtime_ns", -MAX_MTIME_NS, MAX_MTIME_NS)
+    if entry_type == "symlink":
+        target = fields["target"]
+        if not isinstance(target, str) or not target or len(target) > MAX_PATH or "\0" in target:
+            raise ManifestError(f"{where}.target must be a non-empty string without NUL")
+        return Entry(path, "symlink", 0, mtime_ns, target=target)
+    mode = _integer(fields["mode"], f"{where}.mode", 0, 0o7777)
+    if entry_type == "dir":
+        return Entry(path, "dir", mode, mtime_ns)
+    return Entry(path, "file", mode, mtime_ns, _integer(fields["size"], f"{where}.size", 0, MAX_FILE_SIZE))
+
+
+def _integer(value: Any, where: str, low: int, high: int) -> int:
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise ManifestError(f"{where} must be a whole number, not {kind(value)}")
+    if not low <= value <= high:
+        raise ManifestError(f"{where} is {show(value)}, outside [{low}, {high}]")
+    return value
+
+
+# -- rebuilding ---------------------------------------------------------------------------------------------------
+
+RESTORED_MODE_BITS = 0o1777
+"""Permission bits and the sticky bit; setuid and setgid are not restored from a manifest anyone may have made."""
+
+
+class _Directories:
+    """Open descriptors of the target's directories, each opened relative to its parent with ``O_NOFOLLOW``."""
+
+    def __init__(self, root_fd: int) -> None:
+        self.fds = {"": root_fd}
+
+    def parent_of(self, path: str) -> tuple[int, str]:
+        parent, _, name = path.rpartition("/")
+        return self.open(parent), name
+
+    def open(self, path: str) -> int:
+        if path not in self.fds:
+            parent_fd, name = self.parent_of(path)
+            try:
+                self.fds[path] = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC,
+                                         dir_fd=parent_fd)
+            except OSError as exc:
+                raise RebuildError(f"{path}: not a directory one can enter without following a symlink "
+                                   f"({exc.strerror})") from None
+        return self.fds[path]
+
+    def close(self) -> None:
+        for path, fd in self.fds.items():
+            if path:
+                os.close(fd)
+
+
+def rebuild(tree: TreeManifest, stream_path: Path, out: Path, on_file: Callable[[Entry], None] | None = None) -> None:
+    """Put ``tree`` in place under ``out`` from the verified stream at ``stream_path``.
+
+    ``out`` is made if missing; what is already there under the entries' names is replaced (a re-run after an
+    interruption finishes the job), except a directory in a file's place or a symlink on any path, which is
+    refused (``RebuildError``). Nothing is written outside ``out``."""
+    out.mkdir(exist_ok=True)
+    extents = tree.extents()
+    root_fd = os.open(out, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    directories = _Directories(root_fd)
+    source = os.open(stream_path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        for entry in tree.entries:
+            parent_fd, name = directories.parent_of(entry.path)
+            try:
+                if entry.type == "dir":
+                    _make_directory(parent_fd, name, entry)
+                    directories.open(entry.path)
+                elif entry.type == "file":
+                    _write_file(parent_fd, name, entry, source, extents.get(entry.path, []))
+                else:
+                    _make_symlink(parent_fd, name, entry)
+            except OSError as exc:
+                raise RebuildError(f"{out / entry.path}: {exc.strerror or exc}") from None
+            if on_file is not None:
+                on_file(entry)
+        # Last, deepest first: a read-only directory must not stop its children, nor a child's arrival its time.
+        for entry in reversed(tree.entries):
+            if entry.type == "dir":
+                fd = directories.open(entry.path)
+                os.chmod(fd, entry.mode & RESTORED_MODE_BITS)
+                os.utime(fd, ns=(entry.mtime_ns, entry.mtime_ns))
+    finally:
+        os.close(source)
+        directories.close()
+        os.close(root_fd)
+
+
+def _make_directory(parent_fd: int, name: str, entry: Entry) -> None:
+    try:
+        os.mkdir(name, 0o700, dir_fd=parent_fd)
+    except FileExistsError:
+        info = os.stat(name, dir_fd=parent_fd, follow_symlinks=False)
+        if not stat.S_ISDIR(info.st_mode):
+            raise RebuildError(f"{entry.path}: something that is not a directory is in the way") from None
+
+
+def _write_file(parent_fd: int, name: str, entry: Entry, source: int, extents: list[tuple[int, int, int]]) -> None:
+    part = f".{name}{PART_SUFFIX}"[:255]
+    fd = os.open(part, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=parent_fd)
+    try:
+        for stream_offset, file_offset, length in extents:
+            for chunk_offset, chunk in _chunks(source, stream_offset, length):
+                os.pwrite(fd, chunk, file_offset + chunk_offset)
+        os.ftruncate(fd, entry.size)
+        os.chmod(fd, entry.mode & RESTORED_MODE_BITS)
+        os.utime(fd, ns=(entry.mtime_ns, entry.mtime_ns))
+    except BaseException:
+        os.close(fd)
+        os.unlink(part, dir_fd=parent_fd)
+        raise
+    os.close(fd)
+    try:
+        os.rename(part, name, src_dir_fd=parent_fd, dst_dir_fd=parent_fd)
+    except IsADirectoryError:
+        os.unlink(part, dir_fd=parent_fd)
+        raise RebuildError(f"{entry.path}: a directory is in the way") from None
+
+
+def _make_symlink(parent_fd: int, name: str, entry: Entry) -> None:
+    temporary = f".{name}{PART_SUFFIX}"[:255]
+    try:
+        os.unlink(temporary, dir_fd=parent_fd)
+    except FileNotFoundError:
+        pass
+    os.symlink(entry.target, temporary, dir_fd=parent_fd)
+    os.utime(temporary, ns=(entry.mtime_ns, entry.mtime_ns), dir_fd=parent_fd, follow_symlinks=False)
+    try:
+        os.rename(temporary, name, src_dir_fd=parent_fd, dst_dir_fd=parent_fd)
+    except IsADirectoryError:
+        os.unlink(temporary, dir_fd=parent_fd)
+        raise RebuildError(f"{entry.path}: a directory is in the way") from None
+
+
+def _chunks(fd: int, offset: int, length: int, size: int = 4 * 1024 * 1024) -> Iterator[tuple[int, bytes]]:
+    done = 0
+    while done < length:
+        data = os.pread(fd, min(size, length - done), offset + done)
+        if not data:
+            raise RebuildError("the stream file is shorter than its manifest")
+        yield done, data
+        done += len(data)
+
