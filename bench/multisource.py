@@ -44,7 +44,7 @@ Targets (issue 6): lnet mdtp >= 1.15x aria2 (normal), >= 1.5x aria2 (throttled),
 replica's bytes > 0 in lnet's report, every mdtp run), >= 90% of the physical limit (shown for each scenario).
 
 Default plan: every competitor at sizes below 1 GiB, --large-competitors (aria2, mdtp) at 1 GiB and above,
-3 repetitions, medians reported; about an hour. A quick check: --sizes 64MiB --runs 1 --capacity-seconds 0.
+3 repetitions, medians reported; about 45 minutes. A quick check: --sizes 64MiB --runs 1 --capacity-seconds 0.
 Progress one line per run; at the end a table, the targets met/missed and one JSON line; everything is saved
 to bench/results/multisource-<timestamp>.json. The benchmark holds /tmp/lnet-bench.lock while it runs (it
 takes it itself unless started under `flock /tmp/lnet-bench.lock`), so two benchmarks never overlap. nginx,
