@@ -82,7 +82,8 @@ def _parser() -> argparse.ArgumentParser:
         epilog=_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("file", type=Path, metavar="FILE", nargs="?", help="the file or directory tree to send (or --source URL ...)")
+    p.add_argument("file", type=Path, metavar="FILE", nargs="?",
+                   help="the file or directory tree to send (or --source URL ...)")
     p.add_argument(
         "--source", action="append", metavar="URL", default=[],
         help="instead of FILE: a replica of the file on an HTTP server (repeat for each); the replicas feed the "
