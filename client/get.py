@@ -51,6 +51,7 @@ from lnet.client.manifest import (
     block_hasher,
 )
 from lnet.client.manifest import load as load_manifest
+from lnet.client.partfile import part_path, preallocate, state_path, write_at
 from lnet.depot.units import format_size, parse_duration
 
 __all__ = [
@@ -160,14 +161,6 @@ class GetResult:
                 for depot, load in self.depots.items()
             ],
         }
-
-
-def part_path(out: Path) -> Path:
-    return out.with_name(out.name + ".lnet-part")
-
-
-def state_path(out: Path) -> Path:
-    return out.with_name(out.name + ".lnet-part.state")
 
 
 # -- pure parts: source order and the resume state ------------------------------------------------------------
@@ -409,7 +402,7 @@ async def get_file(
         state = ResumeState(state_path(out), manifest, set())
         try:
             state.verified = await _recheck(fd, manifest, ResumeState.read(state.path, manifest))
-            _preallocate(fd, manifest.size)
+            preallocate(fd, manifest.size)
             resumed = len(state.verified)
             progress = on_progress or (lambda nbytes: None)
             progress(sum(manifest.blocks[i].length for i in state.verified))
@@ -540,30 +533,11 @@ async def _stream_block(run: _Run, block: BlockEntry, source: BlockSource, lande
             if landed.nbytes + len(chunk) > block.length:
                 raise DepotError(f"{source.depot} sent more bytes than asked for")
             hasher.update(chunk)
-            _write_at(run.fd, chunk, block.offset + landed.nbytes)
+            write_at(run.fd, chunk, block.offset + landed.nbytes)
             landed.nbytes += len(chunk)
             run.fetched_bytes += len(chunk)
             run.on_progress(len(chunk))
     return hasher.hexdigest()
-
-
-def _write_at(fd: int, data: bytes, offset: int) -> None:
-    view = memoryview(data)
-    while view:
-        written = os.pwrite(fd, view, offset)
-        view = view[written:]
-        offset += written
-
-
-def _preallocate(fd: int, size: int) -> None:
-    """Give the part file its full size now, so a full disk shows at the start and not after hours."""
-    os.ftruncate(fd, size)
-    if size > 0 and hasattr(os, "posix_fallocate"):
-        try:
-            os.posix_fallocate(fd, 0, size)
-        except OSError as exc:
-            if exc.errno not in (errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS):
-                raise
 
 
 async def _recheck(fd: int, manifest: Manifest, claimed: set[int]) -> set[int]:

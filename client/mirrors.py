@@ -58,6 +58,7 @@ from .http_range import (
     parse_url,
     redact_url,
 )
+from .partfile import part_path, preallocate, state_path, write_at
 
 __all__ = [
     "MirrorError",
@@ -422,7 +423,7 @@ class _Download:
                 raise _Close  # stopped where it was (a hedge lost) or voided
             n = min(len(data), limit - pos)
             if n > 0:
-                _write_at(self.fd, memoryview(data)[:n], pos)
+                write_at(self.fd, memoryview(data)[:n], pos)
                 self.have.add(pos, pos + n)
                 self.planner.received(fetch.request, n, trio.current_time())
                 self.on_progress(replica, n)
@@ -457,13 +458,6 @@ class _Download:
             self.wake = trio.Event()
 
 
-def _write_at(fd: int, data: memoryview, offset: int) -> None:
-    while data:
-        written = os.pwrite(fd, data, offset)
-        data = data[written:]
-        offset += written
-
-
 class _PrefixHasher:
     """SHA-256 of the part file's growing prefix, so that little is left to hash at the end."""
 
@@ -493,14 +487,6 @@ class _PrefixHasher:
 
     def hexdigest(self) -> str:
         return self._hash.hexdigest()
-
-
-def part_path(out: Path) -> Path:
-    return out.with_name(out.name + ".lnet-part")
-
-
-def state_path(out: Path) -> Path:
-    return out.with_name(out.name + ".lnet-part.state")
 
 
 def _load_state(path: Path, ref: Validators) -> list[tuple[int, int]]:
@@ -612,7 +598,7 @@ async def _download(
         raise MirrorError(f"cannot write {part}: {exc.strerror}") from None
     try:
         resumed = _Have(_load_state(state, ref) if os.fstat(fd).st_size == ref.length else [])
-        os.ftruncate(fd, ref.length)
+        preallocate(fd, ref.length)
         planner = ChunkPlanner(ref.length, len(replicas), config, history=load_history(history, urls),
                                have=[(a, b) for a, b in resumed.spans])
         now = trio.current_time()
