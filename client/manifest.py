@@ -40,6 +40,7 @@ __all__ = [
     "hash_bytes",
     "load",
     "parse",
+    "whole_number",
 ]
 
 FORMAT = "lnet-manifest/1"
@@ -198,8 +199,8 @@ def parse(document: Any) -> Manifest:
     name = _text(top["name"], "name")
     if name in (".", "..") or any(c in name for c in "/\\\0"):
         raise ManifestError(f"name {name!r} is not a plain file name")
-    size = _integer(top["size"], "size", 0, MAX_FILE_SIZE)
-    block_size = _integer(top["block_size"], "block_size", 1, MAX_BLOCK_SIZE)
+    size = whole_number(top["size"], "size", 0, MAX_FILE_SIZE)
+    block_size = whole_number(top["block_size"], "block_size", 1, MAX_BLOCK_SIZE)
     algorithm = top["hash_algorithm"]
     if not isinstance(algorithm, str) or algorithm not in HASH_ALGORITHMS:
         raise ManifestError(f"hash_algorithm is {show(algorithm)}, expected one of {', '.join(HASH_ALGORITHMS)}")
@@ -234,11 +235,11 @@ def parse(document: Any) -> Manifest:
 def _block(raw: Any, i: int, algorithm: str, block_size: int) -> BlockEntry:
     where = f"blocks[{i}]"
     fields = _object(raw, where, _BLOCK_FIELDS)
-    index = _integer(fields["index"], f"{where}.index", 0, MAX_FILE_SIZE)
+    index = whole_number(fields["index"], f"{where}.index", 0, MAX_FILE_SIZE)
     if index != i:
         raise ManifestError(f"{where}.index is {index}, expected {i} (blocks are listed in order)")
-    offset = _integer(fields["offset"], f"{where}.offset", 0, MAX_FILE_SIZE)
-    length = _integer(fields["length"], f"{where}.length", 1, block_size)
+    offset = whole_number(fields["offset"], f"{where}.offset", 0, MAX_FILE_SIZE)
+    length = whole_number(fields["length"], f"{where}.length", 1, block_size)
     digest = _digest(fields["hash"], f"{where}.hash", algorithm)
     raw_sources = fields["sources"]
     if not isinstance(raw_sources, list) or not 1 <= len(raw_sources) <= MAX_SOURCES:
@@ -280,7 +281,8 @@ def _object(value: Any, where: str, fields: tuple[str, ...]) -> dict[str, Any]:
     return check_object(value, where, fields, ManifestError)
 
 
-def _integer(value: Any, where: str, low: int, high: int) -> int:
+def whole_number(value: Any, where: str, low: int, high: int) -> int:
+    """``value`` if it is an int (not a bool) within ``[low, high]``; else a ``ManifestError`` naming ``where``."""
     if not isinstance(value, int) or isinstance(value, bool):
         raise ManifestError(f"{where} must be a whole number, not {kind(value)}")
     if not low <= value <= high:

@@ -29,7 +29,7 @@ from typing import Any, Literal
 
 from . import manifest as file_manifest
 from .documents import check_object, kind, read_json, show, write_private_file
-from .manifest import MAX_FILE_SIZE, Manifest, ManifestError
+from .manifest import MAX_FILE_SIZE, Manifest, ManifestError, whole_number
 from .relay import Stream, TransferFailed
 from .smallfiles import PlannedBlock
 
@@ -306,8 +306,8 @@ def parse(document: Any) -> TreeManifest:
             path = fields["path"]
             if not isinstance(path, str) or path not in sizes:
                 raise ManifestError(f"{where}.path {show(path)} is not a file of the tree")
-            offset = _integer(fields["offset"], f"{where}.offset", 0, MAX_FILE_SIZE)
-            length = _integer(fields["length"], f"{where}.length", 1, MAX_FILE_SIZE)
+            offset = whole_number(fields["offset"], f"{where}.offset", 0, MAX_FILE_SIZE)
+            length = whole_number(fields["length"], f"{where}.length", 1, MAX_FILE_SIZE)
             if offset != filled[path] or offset + length > sizes[path]:
                 raise ManifestError(
                     f"{where}: bytes [{offset}, {offset + length}) of {show(path)} do not follow on its "
@@ -333,24 +333,16 @@ def _entry(raw: Any, where: str) -> Entry:
         raise ManifestError(f"{where}.type is {show(entry_type)}, expected dir, file or symlink")
     fields = check_object(raw, where, _ENTRY_FIELDS[entry_type], ManifestError)
     path = check_path(fields["path"], f"{where}.path")
-    mtime_ns = _integer(fields["mtime_ns"], f"{where}.mtime_ns", -MAX_MTIME_NS, MAX_MTIME_NS)
+    mtime_ns = whole_number(fields["mtime_ns"], f"{where}.mtime_ns", -MAX_MTIME_NS, MAX_MTIME_NS)
     if entry_type == "symlink":
         target = fields["target"]
         if not isinstance(target, str) or not target or len(target) > MAX_PATH or "\0" in target:
             raise ManifestError(f"{where}.target must be a non-empty string without NUL")
         return Entry(path, "symlink", 0, mtime_ns, target=target)
-    mode = _integer(fields["mode"], f"{where}.mode", 0, 0o7777)
+    mode = whole_number(fields["mode"], f"{where}.mode", 0, 0o7777)
     if entry_type == "dir":
         return Entry(path, "dir", mode, mtime_ns)
-    return Entry(path, "file", mode, mtime_ns, _integer(fields["size"], f"{where}.size", 0, MAX_FILE_SIZE))
-
-
-def _integer(value: Any, where: str, low: int, high: int) -> int:
-    if not isinstance(value, int) or isinstance(value, bool):
-        raise ManifestError(f"{where} must be a whole number, not {kind(value)}")
-    if not low <= value <= high:
-        raise ManifestError(f"{where} is {show(value)}, outside [{low}, {high}]")
-    return value
+    return Entry(path, "file", mode, mtime_ns, whole_number(fields["size"], f"{where}.size", 0, MAX_FILE_SIZE))
 
 
 # -- rebuilding ---------------------------------------------------------------------------------------------------
