@@ -218,6 +218,23 @@ async def send_from_replicas(
     return result, scheduler, skipped, downloaded[0]
 
 
+def failure_exit(exc: BaseException, subject: Path | None) -> tuple[ExitCode, str] | None:
+    """The exit code and message for a failed transfer (a nursery's failure comes wrapped); None: not ours.
+    ``subject`` is what was being sent, named in the message of a local I/O error."""
+    inner = innermost(exc)
+    if isinstance(inner, SendError):
+        return inner.code, str(inner)
+    if isinstance(inner, mirrors.MirrorError):
+        return inner.exit_code, f"the replicas: {inner}"
+    if isinstance(inner, IntegrityError):
+        return ExitCode.INTEGRITY, str(inner)
+    if isinstance(inner, RelayFailed):
+        return ExitCode.UNREACHABLE, str(inner)
+    if isinstance(inner, OSError):
+        return ExitCode.FAILED, f"{subject}: {inner}"
+    return None
+
+
 def source_name(urls: Sequence[str]) -> str:
     """The file's name for the manifest: the last segment of the first URL's path."""
     name = urlsplit(urls[0]).path.rstrip("/").rsplit("/", 1)[-1]
@@ -425,25 +442,11 @@ def main(argv: list[str] | None = None) -> int:
                     result, scheduler, skipped = trio.run(from_replicas, Path(spool))
     except KeyboardInterrupt:
         return fail(ExitCode.INTERRUPTED, "interrupted: blocks already sent expire at their depots on their own")
-    except SendError as exc:
-        return fail(exc.code, str(exc))
-    except mirrors.MirrorError as exc:
-        return fail(exc.exit_code, f"the replicas: {exc}")
-    except IntegrityError as exc:
-        return fail(ExitCode.INTEGRITY, str(exc))
-    except RelayFailed as exc:
-        return fail(ExitCode.UNREACHABLE, str(exc))
-    except Exception as exc:  # a nursery's failure comes wrapped
-        inner = innermost(exc)
-        if isinstance(inner, IntegrityError):
-            return fail(ExitCode.INTEGRITY, str(inner))
-        if isinstance(inner, mirrors.MirrorError):
-            return fail(inner.exit_code, f"the replicas: {inner}")
-        if isinstance(inner, RelayFailed):
-            return fail(ExitCode.UNREACHABLE, str(inner))
-        if isinstance(inner, OSError):
-            return fail(ExitCode.FAILED, f"{args.file}: {inner}")
-        raise
+    except Exception as exc:
+        mapped = failure_exit(exc, args.file)
+        if mapped is None:
+            raise
+        return fail(*mapped)
     final_path = list(result.paths[-1].path) if result.paths else []
     manifest = build_manifest(Path(name), overlay.depots[args.to].url, result, relay_config, final_path)
     manifest_path = args.manifest or Path(f"{name}.manifest.json")

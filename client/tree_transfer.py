@@ -37,8 +37,7 @@ from .depot_client import DepotClient
 from .exits import ExitCode
 from .manifest import ManifestError, block_hasher
 from .overlay import Overlay
-from .relay import BlockDelivered, IntegrityError, Note, PathChanged, RelayConfig, RelayEvent
-from .relay import TransferFailed as RelayFailed
+from .relay import BlockDelivered, Note, PathChanged, RelayConfig, RelayEvent
 
 __all__ = ["ASSUMED_RATE_BPS", "FileArrivals", "get_directory", "get_directory_main", "send_directory"]
 
@@ -174,17 +173,11 @@ def send_directory(
             )
     except KeyboardInterrupt:
         return fail(ExitCode.INTERRUPTED, "interrupted: blocks already sent expire at their depots on their own")
-    except Exception as exc:  # noqa: BLE001 - mapped to exit codes as for a file; anything else re-raised
-        inner = innermost(exc)
-        if isinstance(inner, send.SendError):
-            return fail(inner.code, str(inner))
-        if isinstance(inner, IntegrityError):
-            return fail(ExitCode.INTEGRITY, str(inner))
-        if isinstance(inner, RelayFailed):
-            return fail(ExitCode.UNREACHABLE, str(inner))
-        if isinstance(inner, OSError):
-            return fail(ExitCode.FAILED, f"{root}: {inner}")
-        raise
+    except Exception as exc:
+        mapped = send.failure_exit(exc, root)  # as for a file; anything else re-raised
+        if mapped is None:
+            raise
+        return fail(*mapped)
     final_path = list(result.paths[-1].path) if result.paths else []
     name = root.resolve().name or "tree"
     stream_manifest = send.build_manifest(Path(name), overlay.depots[args.to].url, result, config, final_path)
