@@ -317,9 +317,6 @@ class ChunkPlanner:
     def stats(self) -> list[ReplicaStats]:
         return [rep.stats for rep in self._replicas]
 
-    def rates(self) -> list[float | None]:
-        return [rep.rate for rep in self._replicas]
-
     def outstanding(self, replica: int) -> list[tuple[int, int, int]]:
         """The replica's requests as ``(id, pos, end)``, in the order sent."""
         return [(r, self._requests[r].pos, self._requests[r].end) for r in self._replicas[replica].queue]
