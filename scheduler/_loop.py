@@ -8,7 +8,7 @@ operation in ``lnet.scheduler``'s docstring.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
@@ -34,12 +34,16 @@ __all__ = [
     "Path",
     "PathAttempt",
     "PathScheduler",
+    "ProbeDone",
     "SchedulerConfig",
     "SwitchReason",
     "Switch",
 ]
 
 Path = tuple[str, ...]
+
+SHARED_DROP = 0.1
+"""How much slower a hop of the path must run while a probe runs for the two to count as sharing a link."""
 SwitchReason = Literal["start", "explore", "better", "settle", "failure"]
 
 
@@ -65,14 +69,21 @@ class SchedulerConfig:
     """A remembered estimate (from before this transfer started, not aged since) that this transfer measures more
     than this fraction below, or the inverse above, discredits every remembered estimate this transfer has not
     confirmed: they count as unknown from then on."""
-    probes_per_round: int = 8
+    probes_per_round: int = 1
     """0: explore as the seed does, by moving the transfer onto paths with unknown edges. More: never move the
-    transfer onto an unknown edge; instead, at each re-evaluation, ask the engine to probe up to this many
-    unknown edges (the ones on the paths that could beat the best known) with small copies beside the transfer.
-    An engine that ignores ``probes`` is noticed (no probe ever reported back within ``probe_s``) and the loop
-    falls back to the seed's way."""
+    transfer onto an unknown edge; instead keep up to this many probes running at once beside the transfer, each
+    a stream of the transfer's own block size on one unknown edge (the ones on the paths that could beat the best
+    known), a new one asked at the first tick after one ends (``ProbeDone``, or ``3 * probe_s`` without news).
+    Few at once, because probes that share a bottleneck see only what the others leave. An engine that ignores
+    ``probes`` is noticed (no probe ever reported back within ``probe_s``) and the loop falls back to the seed's
+    way."""
     probe_s: float = 4.0
-    """How long the engine runs one probe, reporting measurements as for a hop of the path."""
+    """How long the engine runs one probe, reporting measurements as for a hop of the path. The engine owns a
+    probe's warm-up (it knows which copy ran on a cold connection): every probe sample it reports is learnt."""
+    streams: int = 1
+    """Blocks the transfer keeps in flight on one hop. Measurements are per stream (bytes over the seconds each
+    copy took), and an edge's weight is ``streams`` times its per-stream rate: what this transfer would get on
+    it. A path's predicted throughput is in the transfer's own bytes/s."""
 
     def __post_init__(self) -> None:
         for name in ("reevaluate_s", "min_attempt_s", "age_after_s"):
@@ -84,6 +95,8 @@ class SchedulerConfig:
             raise ValueError("hysteresis, age_percent and age_max_per_round must not be negative")
         if self.probes_per_round < 0 or not self.probe_s > self.warmup_s:
             raise ValueError("probes_per_round must not be negative, and probe_s must exceed warmup_s")
+        if self.streams < 1:
+            raise ValueError("streams must be at least 1")
         if self.max_explorations is not None and self.max_explorations < 0:
             raise ValueError("max_explorations must not be negative")
         if not 0 < self.memory_mismatch < 1:
@@ -95,7 +108,13 @@ class SchedulerConfig:
 
 @dataclass(frozen=True, slots=True)
 class Measurement:
-    """``bytes`` crossed ``edge`` in ``seconds``, ending at ``at``."""
+    """``bytes`` crossed ``edge`` in ``seconds`` of stream time, ending at ``at``.
+
+    ``seconds`` is the sum of the durations of the copies that carried the bytes, each timed by whoever moved
+    the data (a depot's own push time, the client's own write time), so ``bytes / seconds`` is the rate of one
+    stream, whatever number of copies ran at once: the unit the scheduler compares (see the theory of
+    operation, "Comparable measurements").
+    """
 
     edge: Edge
     bytes: int
@@ -123,7 +142,15 @@ class DepotFailure:
     at: float
 
 
-Event = Measurement | HopFailure | DepotFailure
+@dataclass(frozen=True, slots=True)
+class ProbeDone:
+    """The engine finished probing ``edge`` (its measurements, if any, came before): the probe's place is free."""
+
+    edge: Edge
+    at: float
+
+
+Event = Measurement | HopFailure | DepotFailure | ProbeDone
 
 
 # -- decisions out ---------------------------------------------------------------------------------------
@@ -169,7 +196,8 @@ class PathAttempt:
     end: float | None
     """None while the attempt is still going on."""
     throughput_bps: float
-    """Achieved: the slowest hop's bytes over its seconds during the attempt; 0.0 if a hop never reported."""
+    """Achieved, predicted the way paths are: ``streams`` times the slowest hop's per-stream rate during the
+    attempt; 0.0 if a hop never reported."""
     reason: SwitchReason
 
 
@@ -186,17 +214,17 @@ class _Attempt:
     reason: SwitchReason
     flows: dict[Edge, _Flow] = field(default_factory=dict)
 
-    def throughput(self) -> float:
+    def throughput(self, streams: int) -> float:
         rates = []
         for edge in zip(self.path, self.path[1:], strict=False):
             flow = self.flows.get(edge)
             if flow is None or flow.seconds <= 0:
                 return 0.0
-            rates.append(flow.bytes / flow.seconds)
+            rates.append(streams * flow.bytes / flow.seconds)
         return min(rates, default=0.0)
 
-    def freeze(self, end: float | None) -> PathAttempt:
-        return PathAttempt(self.path, self.start, end, self.throughput(), self.reason)
+    def freeze(self, end: float | None, streams: int) -> PathAttempt:
+        return PathAttempt(self.path, self.start, end, self.throughput(streams), self.reason)
 
 
 def edges_of(path: Sequence[str]) -> list[Edge]:
@@ -219,8 +247,13 @@ class PathScheduler:
         dst: str,
         memory: EdgeMemory,
         config: SchedulerConfig | None = None,
+        *,
+        rtt_s: Mapping[str, float] | None = None,
     ) -> None:
+        """``rtt_s``: the round-trip time from ``src`` to each vertex it knows it for (seconds), measured by the
+        engine with a small request; it orders exploration (``_prior``), and is never a measurement of rate."""
         self.vertices: tuple[str, ...] = tuple(dict.fromkeys(vertices))
+        self.rtt_s = {v: t for v, t in (rtt_s or {}).items() if t > 0 and math.isfinite(t)}
         if src not in self.vertices or dst not in self.vertices or src == dst:
             raise ValueError("src and dst must be two different vertices among vertices")
         self.src = src
@@ -237,6 +270,7 @@ class PathScheduler:
         self._history: list[PathAttempt] = []
         self._edge_since: dict[Edge, float] = {}
         self._probe_since: dict[Edge, float] = {}
+        self._probe_baseline: dict[Edge, dict[Edge, float]] = {}
         self._probing = self.config.probes_per_round > 0
         self._probe_answered = False
         self._last_evaluation = -math.inf
@@ -252,7 +286,7 @@ class PathScheduler:
     @property
     def attempts(self) -> list[PathAttempt]:
         """Every path attempt so far, the current one last (with ``end`` None)."""
-        current = [] if self._attempt is None else [self._attempt.freeze(None)]
+        current = [] if self._attempt is None else [self._attempt.freeze(None, self.config.streams)]
         return [*self._history, *current]
 
     @property
@@ -266,12 +300,15 @@ class PathScheduler:
         return self._memory_discredited
 
     def graph(self, *, with_aging: bool = True) -> nx.DiGraph:
-        """What this transfer believes: the memory's mesh, less remembered estimates it has discredited."""
+        """What this transfer believes, in its own bytes/s: the memory's per-stream mesh times ``streams``, less
+        remembered estimates it has discredited."""
         graph = self.memory.to_graph(self.vertices, with_aging=with_aging)
-        if self._memory_discredited:
-            for u, v, attrs in graph.edges(data=True):
-                if (u, v) not in self._confirmed:
-                    attrs.pop(THROUGHPUT, None)
+        streams = self.config.streams
+        for u, v, attrs in graph.edges(data=True):
+            if self._memory_discredited and (u, v) not in self._confirmed:
+                attrs.pop(THROUGHPUT, None)
+            elif THROUGHPUT in attrs:
+                attrs[THROUGHPUT] *= streams
         return graph
 
     # -- events in ----------------------------------------------------------------------------------------
@@ -294,6 +331,10 @@ class PathScheduler:
                 self._measured(edge, nbytes, seconds, at)
             case HopFailure(edge=edge, at=at):
                 self._failed(edge, at)
+            case ProbeDone(edge=edge):
+                self._probe_baseline.pop(edge, None)
+                if self._probe_since.pop(edge, None) is not None:
+                    self._probe_answered = True
             case DepotFailure(depot=depot, at=at):
                 for other in self.vertices:
                     if other != depot:
@@ -315,7 +356,7 @@ class PathScheduler:
         if self._broken:
             return self._reevaluate(now, failure=True)
         if now - self._last_evaluation < self.config.reevaluate_s:
-            return Keep(self._attempt.path)
+            return Keep(self._attempt.path, self._probes(now))
         self._last_evaluation = now
         self.memory.age_stale_weights(
             now,
@@ -339,8 +380,9 @@ class PathScheduler:
             flow.seconds += seconds
         if edge in self._probe_since:
             self._probe_answered = True
-        since = self._edge_since.get(edge, self._probe_since.get(edge))
-        if since is not None and at - seconds < since + self.config.warmup_s:
+        # A path's hop warms up while the transfer runs on it; a probe's warm-up is the engine's (probe_s).
+        since = self._edge_since.get(edge)
+        if since is not None and edge not in self._probe_since and at - seconds < since + self.config.warmup_s:
             return
         u, v = edge
         if edge not in self._confirmed:
@@ -352,7 +394,38 @@ class PathScheduler:
                     self._memory_discredited = True
                     self.memory.forget(u, v)
             self._confirmed.add(edge)
+        if edge in self._probe_since and self._attempt is not None:
+            nbytes, seconds = self._freed_share(edge, nbytes, seconds)
         self.memory.observe(u, v, nbytes, seconds, at)
+
+    def _freed_share(self, edge: Edge, nbytes: int, seconds: float) -> tuple[int, float]:
+        """A probe's sample as the rate it stands for: what the edge would give if the transfer moved there.
+
+        A probe that shares a bottleneck with the transfer sees only what the transfer leaves (on a backbone
+        such as Abilene's, every overlay edge crosses links the transfer uses). The sign of it is the
+        transfer's own hop slowing down while the probe runs: a hop of the current path measured more than
+        ``SHARED_DROP`` below what it did when the probe started. Then moving the transfer there would free
+        the hop's share, and the probe's per-stream figure becomes ``(probe + hop) / streams``. A probe that
+        slowed nothing is taken as it is: its stream ran at its own pace. Window-limited hops that stay under
+        their fair share are not slowed and so do not show the sharing; their leftover is then what the probe
+        got, which is close to right.
+        """
+        baseline = self._probe_baseline.get(edge)
+        streams = self.config.streams
+        if not baseline or streams == 1:
+            return nbytes, seconds
+        probe = nbytes / seconds
+        freed = probe
+        assert self._attempt is not None
+        on_path = edges_of(self._attempt.path)
+        for hop, before in baseline.items():
+            entry = self.memory.entry(*hop)
+            if hop not in on_path:
+                continue  # the path moved since the probe started: that hop says nothing any more
+            if entry is None or entry.failed or not entry.throughput_bps < before * (1 - SHARED_DROP):
+                continue
+            freed = max(freed, (probe + entry.throughput_bps * streams) / streams)
+        return round(freed * seconds), seconds
 
     def _failed(self, edge: Edge, at: float) -> None:
         self.memory.fail(*edge, at)
@@ -410,7 +483,7 @@ class PathScheduler:
             self.explorations += 1
         old = self._attempt
         if old is not None:
-            self._history.append(old.freeze(now))
+            self._history.append(old.freeze(now, self.config.streams))
         # A hop the new path keeps is already warm.
         self._edge_since = {edge: self._edge_since.get(edge, now) for edge in edges_of(path)}
         self._attempt = _Attempt(path, now, reason)
@@ -426,35 +499,79 @@ class PathScheduler:
         """
         if not self._probing or self._attempt is None:
             return ()
-        expired = [e for e, t in self._probe_since.items() if now - t >= self.config.probe_s]
-        if expired and not self._probe_answered:
+        overdue = any(now - t >= self.config.probe_s for t in self._probe_since.values())
+        if overdue and not self._probe_answered:
             # The engine does not probe: explore by moving the transfer, as the seed does.
             self._probing = False
             self._probe_since.clear()
             return ()
-        for edge in expired:
-            del self._probe_since[edge]
+        for edge in [e for e, t in self._probe_since.items() if now - t >= 3 * self.config.probe_s]:
+            del self._probe_since[edge]  # the engine never said it was done: its place is free again
+            self._probe_baseline.pop(edge, None)
+        free = self.config.probes_per_round - len(self._probe_since)
+        if free <= 0:
+            return ()
         measured = self.graph(with_aging=False)
         known = self._best_known(measured)
         bar = 0.0 if _has_unknown(measured, known) else path_throughput(measured, known)
         graph = self.graph()
+        self._apply_priors(graph)
         for edge in self._probe_since:
             if self._unverified(edge):
                 graph.edges[edge][THROUGHPUT] = 0.0
         for edge in edges_of(self._attempt.path):
             graph.edges[edge].setdefault(THROUGHPUT, 0.0)
         chosen: list[Edge] = []
-        while len(chosen) < self.config.probes_per_round:
+        while len(chosen) < free:
             path = widest_path(graph, self.src, self.dst)
             wanted = [edge for edge in edges_of(path) if edge not in self._probe_since and self._unverified(edge)]
             wanted = [edge for edge in wanted if edge not in chosen]
             if not wanted or not path_throughput(graph, path) > bar * (1 + self.config.hysteresis):
                 break
-            for edge in wanted[: self.config.probes_per_round - len(chosen)]:
+            for edge in wanted[: free - len(chosen)]:
                 chosen.append(edge)
                 graph.edges[edge][THROUGHPUT] = 0.0
         self._probe_since.update((edge, now) for edge in chosen)
+        for edge in chosen:
+            # What the path's hops ran at before the probe started: a hop that slows down while it runs shares
+            # a link with it.
+            self._probe_baseline[edge] = {
+                hop: entry.throughput_bps
+                for hop in edges_of(self._attempt.path)
+                if hop != edge
+                and (entry := self.memory.entry(*hop)) is not None and not entry.failed and entry.samples > 0
+            }
         return tuple(chosen)
+
+    def _apply_priors(self, graph: nx.DiGraph) -> None:
+        """Give unknown edges an optimistic guess from round-trip times, so that exploration goes first where
+        a fast chain most likely is, not breadth-first through every two-hop path.
+
+        A stream's rate falls with its round trip (window over RTT; loss-limited TCP too), and the client's
+        round trips bound every other: ``rtt(u, v) >= |rtt(src, v) - rtt(src, u)|``. The guess for an unknown
+        edge is ``K / that bound``, with ``K`` the largest rate x bound among measured edges: as fast as the
+        best-placed measured edge would be at that distance. Depots in the direction of the destination thus
+        look promising, ones behind the source do not. Without round trips (or before any edge is measured)
+        unknown edges stay infinitely fast.
+        """
+        rtt = self.rtt_s
+        floor = min(rtt.values(), default=0.0) / 4
+
+        def bound(u: str, v: str) -> float | None:
+            if u not in rtt and u != self.src or v not in rtt and v != self.src:
+                return None
+            return max(abs(rtt.get(v, 0.0) - rtt.get(u, 0.0)), floor, 1e-4)
+
+        scale = 0.0
+        for u, v, attrs in graph.edges(data=True):
+            b = bound(u, v)
+            if THROUGHPUT in attrs and b is not None and (entry := self.memory.entry(u, v)) and entry.samples:
+                scale = max(scale, attrs[THROUGHPUT] * b)
+        if scale <= 0:
+            return
+        for u, v, attrs in graph.edges(data=True):
+            if THROUGHPUT not in attrs and (b := bound(u, v)) is not None:
+                attrs[THROUGHPUT] = scale / b
 
     def _unverified(self, edge: Edge) -> bool:
         entry = self.memory.entry(*edge)

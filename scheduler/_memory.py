@@ -43,14 +43,17 @@ DEFAULT_AGE_PERCENT = 20.0
 DEFAULT_AGE_MAX_PER_ROUND = 2
 
 _FORMAT = "lnet-edge-memory"
-_VERSION = 1
+_VERSION = 2
+"""2: estimates are per-stream rates (bytes over the seconds each copy took); 1 held busy-time aggregates,
+which mean something else, so a version-1 file is ignored like a foreign one."""
 
 
 @dataclass(frozen=True, slots=True)
 class EdgeEstimate:
     """One edge's record.
 
-    ``throughput_bps`` is the smoothed measured estimate (bytes/s). ``boost`` is what aging has multiplied it by
+    ``throughput_bps`` is the smoothed measured estimate (bytes/s of one stream: see ``Measurement``).
+    ``boost`` is what aging has multiplied it by
     since (1.0 when fresh); keeping the two apart lets a caller tell a measured weight from a second chance.
     While ``failed`` the weight is 0 and ``throughput_bps`` is the estimate from before the failure, kept so
     that aging can hand it back. ``samples`` counts the measurements behind the estimate (0 for an edge that

@@ -1,10 +1,19 @@
 """A deterministic network simulator to run the decision loop against, in simulated time.
 
-Ground truth is a capacity per ordered pair of vertices (bytes/s). A transfer on a path runs at its slowest hop;
-a hop that joins the path starts from nothing and reaches its capacity linearly over its ramp time (TCP opening
-its window). Every step, each hop reports a measurement of its own rate with seeded multiplicative noise, as a
-depot's copy timings would; a hop of capacity 0 reports a failure, a failed vertex on the path a depot failure.
-Events change the truth at given times. Same network, scheduler settings and seed: same run, bit for bit.
+Ground truth is a capacity per ordered pair of vertices (bytes/s): what one TCP stream gets on that edge alone
+(its window over its round trip, say). Optionally the overlay edges run over shared physical links: each edge
+names the links its route crosses, each link has a capacity, and all the streams on a link share it max-min
+fairly (each stream also capped by its edge's own rate), which is how a probe beside the transfer comes to see
+only what the transfer leaves, and how two overlay edges over one backbone link slow each other down.
+
+A transfer keeps ``streams`` copies in flight on every hop of its path; a probe is one stream. The path runs at
+its slowest hop's aggregate rate; a hop that joins the path starts from nothing and reaches its rate linearly
+over its ramp time (TCP opening its window). Every step, each hop reports a measurement with seeded
+multiplicative noise, in the engine's convention: ``"stream"`` (lnet's: bytes over the seconds each copy took,
+so a per-stream rate) or ``"busy"`` (the convention before issue 11: a hop's bytes over the time it was busy, an
+aggregate of all its streams, while a probe reported its one stream; kept to show what went wrong). A hop of
+capacity 0 reports a failure, a failed vertex on the path a depot failure. Events change the truth at given
+times. Same network, scheduler settings and seed: same run, bit for bit.
 
 No wall clock, no sleeps, no I/O: it is for tests and ``bench/scheduler.py``.
 """
@@ -15,6 +24,7 @@ import math
 import random
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Literal
 
 from ._loop import (
     DepotFailure,
@@ -26,6 +36,7 @@ from ._loop import (
     Path,
     PathAttempt,
     PathScheduler,
+    ProbeDone,
     Switch,
     edges_of,
 )
@@ -43,6 +54,7 @@ __all__ = [
     "SimResult",
     "SimSample",
     "abilene",
+    "abilene_shared",
     "mbit",
     "random_topology",
     "simulate_transfer",
@@ -86,11 +98,57 @@ class SimNetwork:
     noise: float = 0.03
     """Relative standard deviation of a measurement."""
     events: tuple[SimEvent, ...] = ()
+    links: Mapping[str, float] = field(default_factory=dict)
+    """Physical links (any names) and their capacities in bytes/s, shared by the streams whose routes cross them."""
+    routes: Mapping[Edge, tuple[str, ...]] = field(default_factory=dict)
+    """The physical links each overlay edge crosses; an edge without a route shares nothing."""
+    rtts: Mapping[Edge, float] = field(default_factory=dict)
+    """Round-trip times (seconds) of the overlay edges, where the topology has them."""
+
+    def rtts_from(self, src: str) -> dict[str, float]:
+        """The round trip from ``src`` to every vertex it is known for: what an engine would measure."""
+        return {v: t for (u, v), t in self.rtts.items() if u == src}
 
     def __post_init__(self) -> None:
         missing = [(u, v) for u in self.vertices for v in self.vertices if u != v and (u, v) not in self.capacities]
         if missing:
             raise ValueError(f"no capacity for {missing[:3]}...")
+        unknown = {link for route in self.routes.values() for link in route} - set(self.links)
+        if unknown:
+            raise ValueError(f"routes cross links with no capacity: {sorted(unknown)[:3]}")
+
+    def share(self, flows: Mapping[Edge, int], now: float) -> dict[Edge, float]:
+        """The aggregate rate (bytes/s) each flow gets when ``flows[edge]`` streams run on every edge at once.
+
+        Water-filling: every stream's rate rises together until it reaches its edge's own rate or a link it
+        crosses is full; those streams stop there and the rest go on rising (max-min fairness).
+        """
+        per: dict[Edge, float] = {}
+        active = {edge: count for edge, count in flows.items() if count > 0 and self.capacity(edge, now) > 0}
+        left = dict(self.links)
+        while active:
+            crossing: dict[str, int] = {}
+            for edge, count in active.items():
+                for link in self.routes.get(edge, ()):
+                    crossing[link] = crossing.get(link, 0) + count
+            rise = min(
+                [self.capacity(edge, now) - per.get(edge, 0.0) for edge in active]
+                + [left[link] / n for link, n in crossing.items()]
+            )
+            rise = max(rise, 0.0)
+            for edge in active:
+                per[edge] = per.get(edge, 0.0) + rise
+            for link, n in crossing.items():
+                left[link] -= rise * n
+            full = {link for link, n in crossing.items() if left[link] <= 1e-9 * max(1.0, self.links[link])}
+            done = [
+                edge
+                for edge in active
+                if per[edge] >= self.capacity(edge, now) * (1 - 1e-12) or full & set(self.routes.get(edge, ()))
+            ]
+            for edge in done:
+                del active[edge]
+        return {edge: per.get(edge, 0.0) * count for edge, count in flows.items()}
 
     def capacity(self, edge: Edge, now: float) -> float:
         """The edge's capacity at ``now``, after the events up to then; 0 through a failed vertex."""
@@ -174,13 +232,17 @@ def simulate_transfer(
     size_bytes: float | None = None,
     step_s: float = 0.5,
     seed: int = 0,
+    streams: int | None = None,
+    measure: Literal["stream", "busy"] = "stream",
 ) -> SimResult:
     """Run ``scheduler`` against ``network`` from ``start_s`` for ``duration_s`` or until ``size_bytes`` arrived.
 
-    Each step the hops of the current path, and the edges being probed, report one measurement each (or a
-    failure); then the scheduler is ticked, and its decision takes effect for the next step. Hops kept across
-    a switch stay ramped up; a probe runs for the scheduler's ``probe_s``.
+    Each step the hops of the current path (``streams`` each, by default the scheduler's), and the edges being
+    probed (one stream each), share the network and report one measurement each (or a failure); then the
+    scheduler is ticked, and its decision takes effect for the next step. Hops kept across a switch stay ramped
+    up; a probe runs for the scheduler's ``probe_s``, its first ``warmup_s`` not reported (the engine's warm-up).
     """
+    n = scheduler.config.streams if streams is None else streams
     rng = random.Random(seed)
     t = start_s
     first = scheduler.start(t)
@@ -194,28 +256,48 @@ def simulate_transfer(
     finished_at: float | None = None
     end = start_s + duration_s
 
-    def run_hop(edge: Edge, started: float, events: list[Event], *, report_failure: bool) -> float | None:
-        """The hop's true rate during this step (None if it is dead); its sample or failure goes to ``events``."""
-        capacity = network.capacity(edge, t)
-        if capacity <= 0:
-            if report_failure:
+    warmup_s = scheduler.config.warmup_s
+
+    def run_hop(
+        edge: Edge, started: float, shared: float, count: int, events: list[Event], *, report: bool
+    ) -> float | None:
+        """The hop's true aggregate rate during this step (None if it is dead); its sample or failure goes to
+        ``events`` when ``report``."""
+        if network.capacity(edge, t) <= 0:
+            if report:
                 events.append(HopFailure(edge, t + step_s))
             return None
-        rate = capacity * _ramp_average(t - started, step_s, network.ramp(edge))
+        rate = shared * _ramp_average(t - started, step_s, network.ramp(edge))
         measured = rate * max(0.01, 1.0 + rng.gauss(0.0, network.noise))
-        events.append(Measurement(edge, round(measured * step_s), step_s, t + step_s))
+        if report:
+            seconds = step_s * (count if measure == "stream" else 1)
+            events.append(Measurement(edge, round(measured * step_s), seconds, t + step_s))
         return rate
 
     while t < end - 1e-9:
         events: list[Event] = []
         down = [v for v in path if network.failed(v, t)]
         events.extend(DepotFailure(v, t + step_s) for v in down)
-        # A dead hop through a dead depot is reported as the depot's failure, not the hop's.
-        rates = [run_hop(edge, since[edge], events, report_failure=not down) or 0.0 for edge in edges_of(path)]
-        # Probes run beside the transfer, each on a connection of its own that starts cold; they are assumed
-        # to take nothing from it (they are short and mostly on other hosts' links).
         for edge, started in list(probing.items()):
-            if t - started >= probe_s or run_hop(edge, started, events, report_failure=True) is None:
+            if t - started >= probe_s:
+                del probing[edge]
+                events.append(ProbeDone(edge, t))
+        flows = dict.fromkeys(edges_of(path), n)
+        for edge in probing:
+            flows[edge] = flows.get(edge, 0) + 1
+        shares = network.share(flows, t)
+        # A dead hop through a dead depot is reported as the depot's failure, not the hop's.
+        rates = [
+            run_hop(edge, since[edge], shares[edge] * n / flows[edge], n, events, report=not down) or 0.0
+            for edge in edges_of(path)
+        ]
+        # Probes run beside the transfer, one stream each on a connection of its own that starts cold.
+        for edge, started in list(probing.items()):
+            warm = t - started >= warmup_s
+            if run_hop(edge, started, shares[edge] / flows[edge], 1, events, report=warm) is None:
+                if not warm:
+                    events.append(HopFailure(edge, t + step_s))
+                events.append(ProbeDone(edge, t + step_s))
                 del probing[edge]
         rate = min(rates, default=0.0)
         samples.append(SimSample(t, path, rate))
@@ -333,3 +415,70 @@ def random_topology(
             capacities[(u, v)] = min(link_bps, window_bytes / rtt) * rng.lognormvariate(0.0, 0.4)
             ramps[(u, v)] = 10 * rtt
     return SimNetwork(names, capacities, ramps, noise=noise)
+
+
+# The emulated Abilene testbed (deploy/topologies/abilene.toml), as physical links: one-way delay (ms) and rate
+# (Mbit/s) of each link, each host's TCP window (KiB; a host's window caps what it receives). Overlay edges
+# follow the shortest route by delay, so every chain to Sunnyvale shares the Denver-Sunnyvale link with the
+# direct route, as on the real backbone.
+_ABILENE_LINKS: dict[tuple[str, str], tuple[float, float]] = {
+    ("ornl", "atl"): (3.0, 36.0),
+    ("atl", "ind"): (5.0, 24.0),
+    ("ind", "kc"): (5.0, 24.0),
+    ("kc", "den"): (5.0, 24.0),
+    ("den", "svl"): (14.0, 20.0),
+    ("ornl", "wdc"): (6.0, 40.0),
+    ("wdc", "nyc"): (3.0, 40.0),
+    ("nyc", "ind"): (10.0, 3.6),
+}
+_ABILENE_WINDOW_KIB = {"ind": 17, "kc": 21, "den": 21, "nyc": 12, "wdc": 12}
+_ABILENE_HOSTS = ("ornl", "atl", "ind", "kc", "den", "svl", "nyc", "wdc")
+
+
+def abilene_shared(*, noise: float = 0.03, ramp_rtts: float = 10.0) -> SimNetwork:
+    """The emulated Abilene testbed: window-limited streams over shared backbone links (see ``SimNetwork``).
+
+    Direct ORNL -> Sunnyvale is one 40 KiB window over 64 ms (5.1 Mbit/s a stream); the four-depot chain's
+    narrowest hop is Denver -> Sunnyvale (11.7 a stream), and with two streams a hop the chain fills the 20 Mbit/s
+    Denver-Sunnyvale link that the direct route also crosses.
+    """
+    adjacency: dict[str, dict[str, float]] = {host: {} for host in _ABILENE_HOSTS}
+    for (a, b), (delay_ms, _) in _ABILENE_LINKS.items():
+        adjacency[a][b] = adjacency[b][a] = delay_ms / 1000
+    links = {}
+    for (a, b), (_, rate) in _ABILENE_LINKS.items():
+        links[f"{a}>{b}"] = links[f"{b}>{a}"] = mbit(rate)
+    capacities: dict[Edge, float] = {}
+    routes: dict[Edge, tuple[str, ...]] = {}
+    ramps: dict[Edge, float] = {}
+    rtts: dict[Edge, float] = {}
+    for u in _ABILENE_HOSTS:
+        delay, hops = _shortest_routes(adjacency, u)
+        for v in _ABILENE_HOSTS:
+            if u == v:
+                continue
+            rtt = 2 * delay[v]
+            window = _ABILENE_WINDOW_KIB.get(v, 40) * 1024
+            route = hops[v]
+            capacities[(u, v)] = min([window / rtt] + [links[link] for link in route])
+            routes[(u, v)] = route
+            ramps[(u, v)] = ramp_rtts * rtt
+            rtts[(u, v)] = rtt
+    return SimNetwork(_ABILENE_HOSTS, capacities, ramps, noise=noise, links=links, routes=routes, rtts=rtts)
+
+
+def _shortest_routes(
+    adjacency: Mapping[str, Mapping[str, float]], src: str
+) -> tuple[dict[str, float], dict[str, tuple[str, ...]]]:
+    """Dijkstra by delay from ``src``: the one-way delay to every host and the directed links on the way."""
+    delay = {src: 0.0}
+    route: dict[str, tuple[str, ...]] = {src: ()}
+    todo = set(adjacency)
+    while todo:
+        here = min((h for h in todo if h in delay), key=delay.__getitem__)
+        todo.discard(here)
+        for there, d in adjacency[here].items():
+            if there in todo and delay[here] + d < delay.get(there, math.inf):
+                delay[there] = delay[here] + d
+                route[there] = (*route[here], f"{here}>{there}")
+    return delay, route

@@ -14,6 +14,7 @@ from lnet.scheduler import (
     Keep,
     Measurement,
     PathScheduler,
+    ProbeDone,
     SchedulerConfig,
     Switch,
     edges_of,
@@ -177,9 +178,26 @@ def test_probes_ask_for_the_unknown_edges_that_could_beat_the_best_known_path() 
     for t in (3.0, 4.0):
         scheduler.measure(Measurement(("s", "b"), 5, 1.0, t))
         scheduler.measure(Measurement(("b", "d"), 100, 1.0, t))
+    # Both probes still hold their places until the engine says they are done (or 3 x probe_s pass).
+    assert scheduler.tick(5.0).probes == ()
+    scheduler.measure(ProbeDone(("s", "b"), 5.5))
+    scheduler.measure(ProbeDone(("b", "d"), 5.5))
     # s-b-d is worth 5; what could still beat the direct path's 10 goes through a: a-d, then a-b (to b-d).
-    assert scheduler.tick(5.0).probes == (("a", "d"), ("a", "b"))
+    assert scheduler.tick(6.0).probes == (("a", "d"), ("a", "b"))
     assert scheduler.tick(10.0).probes == ()  # those two are still running, and nothing else could win
+    # The engine never reported on them: after 3 x probe_s their places are free, and they are asked again.
+    assert scheduler.tick(30.0).probes == (("a", "d"), ("a", "b"))
+
+
+def test_probes_run_a_few_at_a_time_and_a_finished_one_makes_room_at_the_next_tick() -> None:
+    scheduler = PathScheduler(VERTICES, "s", "d", EdgeMemory(), replace(PROBING, probes_per_round=1))
+    assert scheduler.start(0.0).probes == (("s", "a"),)
+    scheduler.measure(Measurement(("s", "a"), 500, 1.0, 1.0))
+    assert scheduler.tick(1.0).probes == ()  # its place is taken until it is done
+    scheduler.measure(ProbeDone(("s", "a"), 1.5))
+    following = scheduler.tick(1.5).probes  # no need to wait for a re-evaluation
+    assert len(following) == 1
+    assert following != (("s", "a"),)
 
 
 def test_a_probed_path_is_taken_once_measured_better() -> None:
@@ -188,8 +206,8 @@ def test_a_probed_path_is_taken_once_measured_better() -> None:
     scheduler = PathScheduler(["s", "a", "d"], "s", "d", memory, PROBING)
     assert scheduler.start(0.0).probes == (("a", "d"),)
     feed(scheduler, ("s", "d"), 10.0, 0.0, 10.0)
-    for t in (1.0, 2.0, 3.0, 4.0):  # the probe's first two seconds are warm-up, not learnt
-        scheduler.measure(Measurement(("a", "d"), 40 if t < 3.0 else 80, 1.0, t))
+    for t in (3.0, 4.0):  # the engine reports a probe's samples after its own warm-up: all are learnt
+        scheduler.measure(Measurement(("a", "d"), 80, 1.0, t))
     assert memory.estimate("a", "d") == 80.0
     decision = scheduler.tick(10.0)
     assert isinstance(decision, Switch)

@@ -1,0 +1,122 @@
+"""The measurement model on a network whose overlay edges share physical links (issue 11).
+
+Every weight the scheduler compares is the rate this transfer would get on an edge at its own number of streams
+per hop: a per-stream rate (bytes over the seconds each copy took) times ``streams``. These tests run the loop
+against ``abilene_shared()``, the emulated Abilene testbed as physical links, where the direct route and every
+chain share the backbone.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from lnet.scheduler import EdgeMemory, Measurement, PathScheduler, ProbeDone, SchedulerConfig
+from lnet.scheduler.simulator import SimNetwork, abilene_shared, mbit, simulate_transfer
+
+CHAIN = ("ornl", "atl", "ind", "kc", "den", "svl")
+
+
+def test_streams_share_a_link_max_min_fairly_within_their_own_caps() -> None:
+    network = SimNetwork(
+        ("a", "b", "c"),
+        {("a", "b"): 5.0, ("b", "a"): 5.0, ("a", "c"): 100.0, ("c", "a"): 100.0, ("b", "c"): 100.0, ("c", "b"): 1.0},
+        links={"x": 20.0},
+        routes={("a", "b"): ("x",), ("a", "c"): ("x",)},
+    )
+    shares = network.share({("a", "b"): 2, ("a", "c"): 1, ("b", "c"): 3}, 0.0)
+    # a-b's two streams stop at their own 5 each; a-c takes what is left of x; b-c shares nothing.
+    assert shares == {
+        ("a", "b"): pytest.approx(10.0), ("a", "c"): pytest.approx(10.0), ("b", "c"): pytest.approx(300.0)
+    }
+    assert network.share({("a", "c"): 4}, 0.0) == {("a", "c"): pytest.approx(20.0)}
+
+
+def test_the_emulated_abilene_has_the_testbeds_numbers() -> None:
+    network = abilene_shared(noise=0.0)
+    assert network.capacities[("ornl", "svl")] * 8 / 1e6 == pytest.approx(5.12)  # 40 KiB over 64 ms
+    assert network.capacities[("den", "svl")] * 8 / 1e6 == pytest.approx(11.70, abs=0.01)  # 40 KiB over 28 ms
+    assert set(network.routes[("ornl", "svl")]) >= {"den>svl", "ind>kc"}  # direct crosses the chain's links
+    # Two streams a hop: the direct route is window-limited at 10.2, the chain fills Denver-Sunnyvale at 20.
+    assert network.share({("ornl", "svl"): 2}, 0.0)[("ornl", "svl")] * 8 / 1e6 == pytest.approx(10.24)
+    assert network.share({("den", "svl"): 2}, 0.0)[("den", "svl")] * 8 / 1e6 == pytest.approx(20.0)
+
+
+def test_weights_are_per_stream_rates_times_the_streams_per_hop() -> None:
+    memory = EdgeMemory()
+    scheduler = PathScheduler(["s", "a", "d"], "s", "d", memory, SchedulerConfig(streams=4, probes_per_round=0))
+    scheduler.start(0.0)
+    # Two copies at once for 1 s each moved 200 bytes: 100 per stream-second, whatever ran beside them.
+    scheduler.measure(Measurement(("s", "d"), 200, 2.0, 5.0))
+    assert memory.estimate("s", "d") == 100.0
+    assert scheduler.graph().edges["s", "d"]["throughput"] == 400.0
+
+
+def cold_start(*, streams: int, measure: str, scheduler_streams: int, probes: int, rtts: bool) -> list[tuple[str, ...]]:
+    network = abilene_shared()
+    config = SchedulerConfig(streams=scheduler_streams, probes_per_round=probes, probe_s=3.0)
+    rtt = network.rtts_from("ornl") if rtts else None
+    scheduler = PathScheduler(list(network.vertices), "ornl", "svl", EdgeMemory(), config, rtt_s=rtt)
+    result = simulate_transfer(network, scheduler, duration_s=90.0, streams=streams, measure=measure)  # type: ignore[arg-type]
+    return [a.path for a in result.attempts]
+
+
+def test_a_cold_start_on_shared_abilene_leaves_the_direct_route_for_the_four_depot_chain() -> None:
+    paths = cold_start(streams=2, measure="stream", scheduler_streams=2, probes=1, rtts=True)
+    assert paths[0] == ("ornl", "svl")
+    assert paths[-1] == CHAIN
+
+
+def test_the_old_measurements_kept_the_transfer_on_the_direct_route() -> None:
+    # Before issue 11: a hop reported its aggregate over the time it was busy (two streams), a probe its one
+    # stream, eight probes at once beside the transfer. Every chain looked slower than direct.
+    paths = cold_start(streams=2, measure="busy", scheduler_streams=1, probes=8, rtts=False)
+    assert paths == [("ornl", "svl")]
+
+
+def test_with_many_streams_a_hop_the_direct_route_fills_the_shared_link_and_is_kept() -> None:
+    # At 16 streams a hop the direct route fills Denver-Sunnyvale too: no chain can beat it, none is taken.
+    paths = cold_start(streams=16, measure="stream", scheduler_streams=16, probes=1, rtts=True)
+    assert paths == [("ornl", "svl")]
+
+
+def probing_beside(direct_per_stream_mbit: float) -> tuple[PathScheduler, EdgeMemory]:
+    memory = EdgeMemory()
+    memory.observe("s", "b", mbit(100), 1.0, 0.0)
+    memory.observe("s", "d", mbit(direct_per_stream_mbit), 1.0, 0.0)
+    config = SchedulerConfig(streams=2, probes_per_round=1, reevaluate_s=100.0, min_attempt_s=200.0)
+    scheduler = PathScheduler(["s", "b", "d"], "s", "d", memory, config)
+    assert scheduler.start(0.0).probes == (("b", "d"),)
+    return scheduler, memory
+
+
+def test_a_probe_that_slows_the_transfer_down_stands_for_the_share_it_would_free() -> None:
+    scheduler, memory = probing_beside(10.0)
+    # While it runs, the path's streams fall from 10 to 6 each and the probe's one stream gets 6: they share
+    # a link of 18, and the transfer moved over would have all of it.
+    for t in (2.5, 3.0, 3.5, 4.0, 4.5, 5.0):
+        scheduler.measure(Measurement(("s", "d"), round(mbit(6) * 0.5), 0.5, t))
+    scheduler.measure(Measurement(("b", "d"), round(mbit(6)), 1.0, 5.0))
+    scheduler.measure(ProbeDone(("b", "d"), 5.0))
+    estimate = memory.estimate("b", "d")
+    assert estimate is not None
+    assert mbit(9.0) < estimate < mbit(10.5)  # (6 + 2 x ~6.9) / 2 a stream, not 6
+
+
+def test_a_probe_that_slows_nothing_is_taken_as_it_is() -> None:
+    scheduler, memory = probing_beside(10.0)
+    for t in (2.5, 3.0, 3.5, 4.0, 4.5, 5.0):
+        scheduler.measure(Measurement(("s", "d"), round(mbit(10) * 0.5), 0.5, t))
+    scheduler.measure(Measurement(("b", "d"), round(mbit(6)), 1.0, 5.0))
+    assert memory.estimate("b", "d") == pytest.approx(mbit(6), rel=1e-6)
+
+
+@pytest.mark.parametrize(("rtt", "first"), [({"z": 0.035, "a": 0.020, "d": 0.040}, ("s", "a")), (None, ("s", "z"))])
+def test_round_trips_send_exploration_towards_the_destination_first(
+    rtt: dict[str, float] | None, first: tuple[str, str]
+) -> None:
+    # Depot a lies half way to d (20 of the 40 ms), z far out (35 ms, so its hop from the source is long): with
+    # the client's round trips the path through a is the promising one; without them the vertex order decides.
+    memory = EdgeMemory()
+    memory.observe("s", "d", 1000, 1.0, 0.0)
+    scheduler = PathScheduler(["s", "z", "a", "d"], "s", "d", memory, SchedulerConfig(streams=2), rtt_s=rtt)
+    assert scheduler.start(0.0).probes == (first,)
