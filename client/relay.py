@@ -29,6 +29,7 @@ from __future__ import annotations
 import hashlib
 import math
 import os
+import secrets
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -46,6 +47,7 @@ from lnet.scheduler import (
     Measurement,
     NoPathError,
     PathScheduler,
+    ProbeDone,
     Switch,
     widest_path,
 )
@@ -96,9 +98,13 @@ class RelayConfig:
     tick_s: float = 0.5
     retries: int = 8
     hash_algorithm: str = "sha256"
-    probe_bytes: int = 256 * 1024
-    probe_parallel: int = 2
+    probe_bytes: int | None = None
+    """Bytes a probe copies at once: the transfer's block size when None, so that a probe's figure means what
+    the transfer's would (small copies are mostly slow start and round trips)."""
     probe_s: float = 4.0
+    lane_extra: int = 2
+    """Copies asked of a depot beyond the hop's window: the depot queues them in the hop's lane and starts each
+    the moment a push ends, so the client's control round trip overlaps the data (docs/protocol.md, lanes)."""
     backoff_s: float = 0.5
     window_block: int | None = None
     """The block size the window formula divides by when most blocks are shorter than ``block_size`` (a packed
@@ -125,13 +131,15 @@ def inflight_for(rate_bps: float, delay_s: float, block: int, low: int, high: in
 
 
 class EdgeMeter:
-    """Bytes that crossed an edge over the time it was busy; pure, fed ``now`` by the caller."""
+    """What crossed an edge: bytes over the time it was busy (for the hop's window) and bytes over the seconds
+    each copy took (the per-stream rate the scheduler compares); pure, fed ``now`` by the caller."""
 
     def __init__(self) -> None:
         self.in_flight = 0
         self._mark = 0.0
         self._busy = 0.0
         self._bytes = 0
+        self._stream_seconds = 0.0
         self.shortest_cycle_s = math.inf
         self.total_bytes = 0
         self.samples = 0
@@ -145,11 +153,16 @@ class EdgeMeter:
             self._mark = now
         self.in_flight += 1
 
-    def finished(self, nbytes: int, started: float, now: float, *, ok: bool = True) -> None:
+    def finished(
+        self, nbytes: int, started: float, now: float, *, ok: bool = True, seconds: float | None = None
+    ) -> None:
+        """One copy ended; ``seconds`` is how long it moved data as timed by whoever moved it (a depot's push
+        time), else ``now - started``."""
         self.in_flight -= 1
         if ok:
             self._busy += now - self._mark
             self._bytes += nbytes
+            self._stream_seconds += seconds if seconds is not None and seconds > 0 else now - started
             self.total_bytes += nbytes
             self.shortest_cycle_s = min(self.shortest_cycle_s, now - started)
         # A failed copy moved nothing that can be measured: the time since the mark is not counted.
@@ -161,14 +174,15 @@ class EdgeMeter:
         return self._decayed_bytes / self._decayed_seconds if self._decayed_seconds > 0 else 0.0
 
     def flush(self) -> tuple[int, float] | None:
-        """The bytes and busy seconds since the last flush (None when nothing completed)."""
-        if self._bytes == 0 or self._busy <= 0:
+        """The bytes and stream seconds (the sum of each copy's own time) since the last flush, None when
+        nothing completed: ``bytes / seconds`` is the rate of one stream, however many ran at once."""
+        if self._bytes == 0 or self._busy <= 0 or self._stream_seconds <= 0:
             return None
-        sample = (self._bytes, self._busy)
+        sample = (self._bytes, self._stream_seconds)
         self._decayed_bytes = 0.7 * self._decayed_bytes + self._bytes
         self._decayed_seconds = 0.7 * self._decayed_seconds + self._busy
         self.samples += 1
-        self._bytes, self._busy = 0, 0.0
+        self._bytes, self._busy, self._stream_seconds = 0, 0.0, 0.0
         return sample
 
 
@@ -341,6 +355,11 @@ class Relay:
         self.dead: set[str] = set()
         self.meters: dict[Edge, EdgeMeter] = {}
         self.windows: dict[Edge, trio.CapacityLimiter] = {}
+        self._depths: dict[Edge, int] = {}
+        # Names this transfer's copy lanes at the depots; random so that two transfers never share one.
+        self._lane = secrets.token_hex(8)
+        self._probe_blocks: dict[str, Allocation] = {}
+        self._payload = b""
         self._pools: dict[str, _Pool] = {}
         self._probing: set[Edge] = set()
         self._records: dict[int, BlockRecord] = {}
@@ -395,6 +414,8 @@ class Relay:
             with trio.CancelScope(shield=True):
                 for pool in self._pools.values():
                     await pool.drain()
+                for node, alloc in self._probe_blocks.items():
+                    await self._release((node, alloc))
         elapsed = trio.current_time() - self._started
         self._close_path_attempt()
         self._sample_timeline()
@@ -479,6 +500,7 @@ class Relay:
             started = trio.current_time()
             meter.started(started)
             ok = False
+            pushed: float | None = None
             try:
                 if u == self.here:
                     if isinstance(self.source, Stream):
@@ -493,11 +515,16 @@ class Relay:
                     if block.hash and digest != block.hash:
                         raise TransferFailed(f"{self.source} changed while being sent (block {block.index})")
                     block.hash = digest
+                    started = trio.current_time()  # the write is timed from its first byte, not the read
                     await self.clients[v].write(target.write, data)
                 else:
                     holder = block.holders[-1][1]
                     assert holder is not None
-                    await self.clients[u].copy(holder.read, target.write_url, length=block.length)
+                    copied = await self.clients[u].copy(
+                        holder.read, target.write_url, length=block.length,
+                        lane=f"{self._lane}:{v}", lane_width=self._depth(edge),
+                    )
+                    pushed = copied.seconds
                 ok = True
             except (DepotError, DepotUnreachable) as exc:
                 await self._blame(edge, exc)
@@ -505,7 +532,7 @@ class Relay:
                     await self._release((v, target))
                 raise _HopFailed(f"{u} -> {v}: {exc}") from None
             finally:
-                meter.finished(block.length, started, trio.current_time(), ok=ok)
+                meter.finished(block.length, started, trio.current_time(), ok=ok, seconds=pushed)
         return target
 
     async def _verify_at_destination(self, block: _Block) -> None:
@@ -608,7 +635,7 @@ class Relay:
                 nursery.start_soon(self._probe, edge)
         self._probes_asked = ()
 
-    def _tell(self, event: Measurement | HopFailure | DepotFailure) -> None:
+    def _tell(self, event: Measurement | HopFailure | DepotFailure | ProbeDone) -> None:
         if self.scheduler is not None:
             self.scheduler.measure(event)
         elif isinstance(event, Measurement):
@@ -647,13 +674,23 @@ class Relay:
                 # takes that and its own time on the wire
                 delay, block = delay + c.window_block / meter.rate_bps, c.window_block
             depth = inflight_for(meter.rate_bps, delay, block, c.min_inflight, c.max_inflight)
-            if depth != window.total_tokens:
-                window.total_tokens = depth
+            self._depths[edge] = depth
+            tokens = depth + self._extra(edge)
+            if tokens != window.total_tokens:
+                window.total_tokens = tokens
+
+    def _depth(self, edge: Edge) -> int:
+        """How many blocks cross ``edge`` at once (the depot's lane width for a copy)."""
+        return self._depths.get(edge, self.config.initial_inflight)
+
+    def _extra(self, edge: Edge) -> int:
+        """Copies queued at the depot beyond the hop's depth; the client's own writes have no lane."""
+        return 0 if edge[0] == self.here else self.config.lane_extra
 
     # -- probes: unknown edges measured beside the transfer ---------------------------------------------------------
 
     async def _probe(self, edge: Edge) -> None:
-        """Measure ``edge`` beside the transfer: a few copies of one small block, for the scheduler's probe_s.
+        """Measure ``edge`` beside the transfer the way the transfer would use it, and tell the scheduler when done.
 
         Best effort: a probe's failure is news about the edge, never the transfer's failure."""
         made: list[tuple[str, Allocation]] = []
@@ -670,56 +707,65 @@ class Relay:
                 for node, alloc in made:
                     await self._release((node, alloc))
             self._probing.discard(edge)
+            self._tell(ProbeDone(edge, self.clock()))
             if not self._probing:
                 self._probes_idle.set()
 
     async def _run_probe(self, edge: Edge, made: list[tuple[str, Allocation]]) -> None:
+        """One stream of copies of one block of the transfer's size, back to back on one connection, for the
+        scheduler's ``probe_s`` and at least two copies. The first ran on a cold connection (slow start) and is
+        not reported unless it is the only one; the rest are, timed as the transfer's are (the depot's own push
+        time), so the figure is comparable with the path's."""
         u, v = edge
-        size = min(self.config.probe_bytes, self.config.block_size)
+        size = self.config.probe_bytes or self.config.block_size
         probe_s = self.scheduler.config.probe_s if self.scheduler is not None else self.config.probe_s
-        source: Allocation | None = None
-        if u != self.here:
-            source = await self.clients[u].allocate_one(size, 600)
-            made.append((u, source))
-            await self.clients[u].write(source.write, os.urandom(size))
-        targets = await self.clients[v].allocate(size, 600, count=self.config.probe_parallel)
-        made += [(v, t) for t in targets]
-        meter = self._meter(edge)
-        payload = os.urandom(size) if source is None else b""
+        source = None if u == self.here else await self._probe_source(u, size)
+        target = await self.clients[v].allocate_one(size, self.config.hold_s)
+        made.append((v, target))
+        samples: list[float] = []
         started = trio.current_time()
-        moved = 0
-
-        async def stream(target: Allocation) -> None:
-            nonlocal moved
-            while trio.current_time() < started + probe_s and not self._done.is_set():
-                begun = trio.current_time()
-                meter.started(begun)
-                ok = False
-                try:
-                    if source is None:
-                        await self.clients[v].write(target.write, payload, offset=0)
-                    else:
-                        await self.clients[u].copy(source.read, target.write_url, dest_offset=0)
-                    ok = True
-                    moved += size
-                finally:
-                    meter.finished(size, begun, trio.current_time(), ok=ok)
-
-        # A copy still going when the probe's time is up is cut off: an edge that slow is slow, whatever it is.
+        # A copy still going at twice the probe's time is cut off: an edge that slow is slow, whatever it is.
         with trio.move_on_after(2 * probe_s):
-            async with trio.open_nursery() as streams:
-                for target in targets:
-                    streams.start_soon(stream, target)
-        if moved == 0 and not self._done.is_set():
+            while not self._done.is_set() and (len(samples) < 2 or trio.current_time() < started + probe_s):
+                begun = trio.current_time()
+                if source is None:
+                    await self.clients[v].write(target.write, self._probe_payload(size), offset=0)
+                    samples.append(trio.current_time() - begun)
+                else:
+                    copied = await self.clients[u].copy(source.read, target.write_url, dest_offset=0)
+                    samples.append(copied.seconds if copied.seconds > 0 else trio.current_time() - begun)
+        if self._done.is_set():
+            return
+        if not samples:
             # Not one copy in twice the probe's time: tell the scheduler the most this edge can be doing.
-            elapsed = trio.current_time() - started
-            self._tell(Measurement(edge, size, elapsed, self.clock()))
+            self._tell(Measurement(edge, size, trio.current_time() - started, self.clock()))
+            return
+        learnt = samples[1:] or samples
+        self._tell(Measurement(edge, size * len(learnt), sum(learnt), self.clock()))
+        if v not in self._probe_blocks and v != self.dest:
+            # Keep the block where it landed: the source of the next probe out of v, with no write from here.
+            self._probe_blocks[v] = target
+            made.remove((v, target))
+
+    async def _probe_source(self, node: str, size: int) -> Allocation:
+        """A block of ``size`` held at ``node`` to copy from: one a probe left there, else written now."""
+        held = self._probe_blocks.get(node)
+        if held is None:
+            held = await self.clients[node].allocate_one(size, self.config.hold_s)
+            self._probe_blocks[node] = held
+            await self.clients[node].write(held.write, self._probe_payload(size))
+        return held
+
+    def _probe_payload(self, size: int) -> bytes:
+        if len(self._payload) != size:
+            self._payload = os.urandom(size)
+        return self._payload
 
     # -- plumbing ---------------------------------------------------------------------------------------------
 
     def _window(self, edge: Edge) -> trio.CapacityLimiter:
         if edge not in self.windows:
-            self.windows[edge] = trio.CapacityLimiter(self.config.initial_inflight)
+            self.windows[edge] = trio.CapacityLimiter(self._depth(edge) + self._extra(edge))
         return self.windows[edge]
 
     def _meter(self, edge: Edge) -> EdgeMeter:

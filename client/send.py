@@ -15,6 +15,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -145,6 +146,7 @@ async def send(
     try:
         alive: dict[str, bool] = {}
         statuses: dict[str, dict[str, Any]] = {}
+        rtt_s: dict[str, float] = {}
 
         async def check(name: str) -> None:
             try:
@@ -152,6 +154,11 @@ async def send(
                 alive[name] = True
             except Exception:  # noqa: BLE001 - any failure here means: do not use this depot
                 alive[name] = False
+                return
+            # The round trip on the now open connection: it orders the scheduler's exploration.
+            began = trio.current_time()
+            if await clients[name].healthy():
+                rtt_s[name] = trio.current_time() - began
 
         async with trio.open_nursery() as nursery:
             for name in clients:
@@ -174,7 +181,9 @@ async def send(
         scheduler = None
         if pinned is None:
             vertices = [overlay.here, *(name for name in clients if alive[name])]
-            scheduler = PathScheduler(vertices, overlay.here, dest, memory, scheduler_config)
+            # Weights are per stream, times the blocks the relay keeps in flight on a hop.
+            config = replace(scheduler_config or SchedulerConfig(), streams=relay_config.max_inflight)
+            scheduler = PathScheduler(vertices, overlay.here, dest, memory, config, rtt_s=rtt_s)
         relay = Relay(
             file,
             overlay.here,

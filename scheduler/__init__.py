@@ -57,13 +57,54 @@ Where lnet departs from the seed, and why
    rate. Aging lets a transfer find the capacity again once others leave.
 8. Probes (``probes_per_round``, on by default): the seed explores by moving the whole transfer onto a path with
    unknown edges, so a cold start on V vertices costs at least V attempts at a fraction of the best throughput
-   (13 on the seed's 8). lnet keeps the transfer on the best *measured* path and, at each re-evaluation, asks
-   the engine to probe a few edges beside it with small copies: the unknown or aged edges on the optimistic
-   paths (unknown = infinite, aged = raised) that could beat that path by the hysteresis margin. Probe samples
-   in their first ``warmup_s`` are not learnt from, like a path's. In the simulator this reaches 90% of the
-   best path in 3 attempts instead of 13 on Abilene, and in 5 (median) on 32 vertices where the seed's way
-   never gets there in 600 s (``bench/scheduler.py``). An engine that never answers a probe is noticed after
-   ``probe_s`` and the loop falls back to the seed's exploration.
+   (13 on the seed's 8). lnet keeps the transfer on the best *measured* path and keeps a few probes running
+   beside it (``probes_per_round`` at once, one by default), each on one unknown or aged edge of the optimistic
+   paths (unknown = the round-trip guess of 10, aged = raised) that could beat that path by the hysteresis
+   margin, a new one at the first tick after one ends (``ProbeDone``). The engine owns a probe's warm-up. An
+   engine that never answers a probe is noticed after ``probe_s`` and the loop falls back to the seed's way.
+9. Comparable measurements (issue 11). Every weight the loop compares means one thing: the throughput this
+   transfer can expect on the edge with its own block size and ``streams`` blocks in flight per hop. How TCP
+   behaves on these paths decides how to get it:
+
+   - A stream is held back by its window (window / RTT), by loss (about MSS / (RTT sqrt(p))), or by the
+     narrowest link it crosses. The first two are limits *per stream*: n streams get n times as much, until
+     the link is full. A full link is shared max-min: streams under their fair share keep their rate, the
+     others split what is left.
+   - So a measurement is a *per-stream* rate: bytes over stream-seconds, the sum of the durations of the copies
+     that carried them, each timed by whoever moved the data (a depot's own push time: the client's control
+     round trip and a copy's wait in its lane are not the edge's). A hop whose n copies fill its link reports
+     C / n a stream, one that does not reports its streams' own rate; both mean the same thing, and the
+     weight of the edge is ``streams`` x that: exactly C for the edges the transfer runs on, exactly n x
+     (window / RTT) for an edge measured with one stream that n streams would not fill, and optimistic where
+     they would, until the transfer moves there and measures it at n (one attempt, as a seed exploration).
+     Busy-time aggregates (bytes over the time the hop had anything in flight), which lnet used before,
+     compared n streams on the path with one on a probe, and every chain looked slower than direct.
+   - Slow start dominates a short copy, so a probe copies a block of the transfer's own size, several times
+     back to back on one connection, and the engine drops the first (cold) copy.
+   - A probe that shares a bottleneck with the transfer sees only what the transfer leaves, and probes beside
+     each other see only what the others leave: Abilene's overlay paths all share its backbone. Hence few
+     probes at once (one by default), and a correction: when a hop of the current path slows by more than
+     ``SHARED_DROP`` while a probe runs, the two share a link, and moving the transfer there would free the
+     hop's share, so the probe stands for ``(probe + hop) / streams`` a stream. Window-limited hops below their
+     fair share do not slow down, and then the probe's own figure (what they leave) is close to right.
+   - The regime changes the answer, not the rule. At a fixed 2 blocks a hop (``--max-inflight 2``, the seed's
+     setting) the long direct route is window-limited, and short hops win: on the emulated Abilene the
+     four-depot chain fills the Denver-Sunnyvale link at 20 Mbit/s where direct gets 10. With the default
+     in-flight rule a hop keeps up to 16 blocks, a window-limited direct route fills the same link, and no
+     chain through it can win: the gain then comes only from routing around a narrow or lossy link.
+     ``tests/scheduler/test_shared_links.py`` runs both on ``simulator.abilene_shared()``.
+10. Exploration that reaches the middle of a chain. With unknown edges infinitely fast and ties to fewer hops,
+   exploration walks breadth-first through every two-hop path before it measures an edge that touches neither
+   end. lnet orders it with the one thing the engine measures for free, the client's round trip to every
+   depot (``rtt_s``): a stream's rate falls with its round trip, and ``rtt(u, v) >= |rtt(src, v) -
+   rtt(src, u)|``, so an unknown edge is guessed at ``K / that bound``, ``K`` the largest rate x bound of a
+   measured edge. Depots towards the destination look promising, ones behind the source do not, and the
+   probes go down the chain first. The guess only orders probes; the transfer moves on measurements alone.
+   On the simulated shared Abilene a cold start at 2 streams a hop measures the whole chain and moves onto it
+   within about 45 s (one probe at a time); without the guess it had not in 80 s.
+11. Depots' weather: a depot publishes what its own pushes measured, per peer, in the same per-stream unit,
+   with the age and the number of streams (``/v1/status`` ``links``); a first transfer on a new client starts
+   warm from it (``EdgeMemory.seed_from_links``), and the mismatch rule (6) guards against stale weather.
 """
 
 from ._loop import (
