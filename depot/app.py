@@ -388,12 +388,13 @@ class Depot:
             self.metrics.busy.inc()
             raise Busy(f"{exc}: try again later", retry_after=self.config.busy_retry_after) from None
         started = trio.current_time()
+        queued_s = 0.0
         try:
             if not ticket.granted:
                 gone = False
                 with trio.move_on_after(self.config.copy_timeout):
                     gone = not await _granted_unless_gone(granted, request.receive)
-                if not ticket.granted:
+                if not granted.is_set():  # set exactly when the ticket is granted, be it at the last moment
                     waited = trio.current_time() - started
                     if gone:
                         raise BadRequest(f"client went away after waiting {waited:.1f}s in its copy lane")
@@ -404,7 +405,8 @@ class Depot:
                         retry_after=self.config.busy_retry_after,
                         queued_s=waited,
                     )
-            yield trio.current_time() - started
+                queued_s = trio.current_time() - started
+            yield queued_s
         finally:
             self.lanes.leave(ticket)
 

@@ -273,7 +273,11 @@ def _peer(url: str, token: str | None) -> WeatherPeer:
         raise ValueError(f"a peer is a base URL with no path, query or credentials: {parts.netloc[:80]!r}")
     if token is not None and not token.strip():
         raise ValueError(f"empty token for peer {parts.netloc!r}")
-    return WeatherPeer(f"{parts.scheme}://{parts.netloc}", token.strip() if token is not None else None)
+    # Spelt as the depot spells a copy's target in ``links`` (host in lower case), so that a peer's probes and
+    # copies meet under one name.
+    host = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname
+    port = f":{parts.port}" if parts.port is not None else ""
+    return WeatherPeer(f"{parts.scheme}://{host}{port}", token.strip() if token is not None else None)
 
 
 _CONVERTERS: dict[str, Callable[[Any], Any]] = {

@@ -154,7 +154,7 @@ class HourlyBudget:
 
     def spent(self, now: float) -> int:
         """Bytes spent in the period up to ``now``."""
-        while self._spent and self._spent[0][0] <= now - self.period:
+        while self._spent and self._spent[0][0] < now - self.period:  # the hour is closed at both ends
             self._spent.popleft()
         return sum(n for _, n in self._spent)
 

@@ -47,6 +47,7 @@ log = logging.getLogger("lnet.depot.weather")
 # Random bytes are made this much at a time, with a checkpoint between, so that filling a block never holds the
 # event loop for long (os.urandom makes about 100 MB/s).
 _RANDOM_PIECE = 256 * 1024
+_FREE_TIMEOUT = 10.0
 
 
 class WeatherProbes:
@@ -121,7 +122,9 @@ class WeatherProbes:
                     depot.links.record(peer.url, "probe", sample)
             depot.metrics.weather_probes.labels("ok").inc()
         finally:
-            with trio.move_on_after(self.timeout, shield=True):
+            # Shielded, so that a probe cut short by shutdown still frees its block; bounded more tightly than the
+            # other steps, so that a dead peer does not hold the shutdown long (the block expires anyway).
+            with trio.move_on_after(min(self.timeout, _FREE_TIMEOUT), shield=True):
                 await self._free_at(http, peer, manage)
 
     async def _fill_random(self, alloc: Allocation) -> None:
