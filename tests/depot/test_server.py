@@ -234,3 +234,31 @@ async def test_a_copy_waiting_in_its_lane_leaves_when_its_client_goes(tmp_path: 
                         await trio.sleep(0.05)
             assert await waiting_and_lanes(one) == ("0.0", "0.0")
         servers.cancel_scope.cancel()
+
+
+async def test_weather_probes_between_depot_processes(tmp_path: Path) -> None:
+    async with depot_process("--data-dir", str(tmp_path / "b"), "--operator-token", TOKEN) as b:
+        async with (
+            depot_process(
+                "--data-dir", str(tmp_path / "a"), "--weather-bytes-per-hour", "8MiB", "--weather-block", "1MiB",
+                "--weather-interval", "1h", "--log-level", "debug",
+                env={"LNET_DEPOT_WEATHER_PEERS": f"{b.url}={TOKEN}"},
+            ) as a,
+            DepotClient(a.url) as one,
+        ):
+            with trio.fail_after(10):
+                for _ in range(200):  # the first round starts with the depot
+                    links = (await one.status())["links"]
+                    if links:
+                        break
+                    await trio.sleep(0.05)
+            [probe] = links
+            assert (probe["to"], probe["source"], probe["count"], probe["bytes"]) == (b.url, "probe", 1, 1024 * 1024)
+            assert probe["failures"] == 0
+            if sys.platform.startswith("linux"):
+                assert 0 < probe["rtt_ms"] < 1000
+            assert (await one.status())["used"] == 0
+            async with DepotClient(b.url) as two:
+                assert (await two.status())["used"] == 0  # the peer's probe block was freed
+    for line in a.log + b.log:
+        assert TOKEN not in line
