@@ -102,8 +102,12 @@ class Allocation:
 
 @dataclass(frozen=True)
 class CopyResult:
+    """A finished copy: ``seconds`` is the depot's own push time (per-stream: it leaves out ``queued_s``, the
+    time the copy waited in its lane for a place)."""
+
     nbytes: int
     seconds: float
+    queued_s: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -273,14 +277,24 @@ class DepotClient:
         offset: int | None = None,
         length: int | None = None,
         dest_offset: int | None = None,
+        lane: str | None = None,
+        lane_width: int | None = None,
     ) -> CopyResult:
-        """Have the depot push its bytes to ``to``, another depot's write URL (``Allocation.write_url``)."""
+        """Have the depot push its bytes to ``to``, another depot's write URL (``Allocation.write_url``).
+
+        With ``lane`` (a name the caller picks, e.g. a transfer id and the target) and ``lane_width``, the depot
+        runs at most ``lane_width`` pushes of that lane at once and queues the others in order, so a caller may
+        keep a few more copies outstanding than it wants pushes moving. A queued copy waits at most the depot's
+        ``copy_timeout`` (then ``Busy``): this client's own timeout must cover the wait and the push."""
         body: dict[str, Any] = {"to": to}
-        for key, value in (("offset", offset), ("length", length), ("dest_offset", dest_offset)):
+        for key, value in (
+            ("offset", offset), ("length", length), ("dest_offset", dest_offset), ("lane", lane),
+            ("lane_width", lane_width),
+        ):
             if value is not None:
                 body[key] = value
         answer = await self._control("POST", f"/v1/copy/{read}", body)
-        return CopyResult(int(answer["bytes"]), float(answer["seconds"]))
+        return CopyResult(int(answer["bytes"]), float(answer["seconds"]), float(answer.get("queued_s", 0.0)))
 
     async def digest(
         self, read: str, algorithm: str = "sha256", *, offset: int | None = None, length: int | None = None

@@ -1,9 +1,10 @@
 """The depot as an ASGI application: the routes of PROTOCOL.md over a ``Store``.
 
-``Depot`` owns what a running depot needs besides the store (the copy client, the reaper, the links log,
-metrics) and is an async context manager, so that tests run it in process through ``httpx.ASGITransport``
-exactly as ``serve`` runs it behind hypercorn. It must not block the event loop: every byte moves in bounded
-chunks between awaits, and every network wait of a copy is bounded by ``copy_timeout``.
+``Depot`` owns what a running depot needs besides the store (the copy client and its lanes, the reaper, the
+links log and the weather probes, metrics) and is an async context manager, so that tests run it in process
+through ``httpx.ASGITransport`` exactly as ``serve`` runs it behind hypercorn. It must not block the event loop:
+every byte moves in bounded chunks between awaits, and every network wait of a copy, and every wait of a copy for
+a place in its lane, is bounded by ``copy_timeout``.
 """
 
 from __future__ import annotations
@@ -14,9 +15,10 @@ import hmac
 import logging
 import math
 import re
-from collections import deque
+import socket
+import weakref
+from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
-from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
 from urllib.parse import urlsplit
@@ -32,6 +34,7 @@ from starlette.routing import Route
 from . import __version__, h11_receive
 from .clock import TrioWallClock
 from .config import DepotConfig
+from .lanes import LANE_NAME, MAX_LANE_WIDTH, CopyLanes, TooManyLanes
 from .metrics import DepotMetrics
 from .protocol import (
     PROTOCOL_VERSION,
@@ -53,6 +56,8 @@ from .protocol import (
     redact_capabilities,
 )
 from .store import Allocation, Kind, Reliability, Store
+from .weather import TCP_INFO_LENGTH, LinkLog, PushSample, Source, parse_tcp_info
+from .weather_probes import WeatherProbes
 
 __all__ = ["Depot", "TrioWallClock"]
 
@@ -73,43 +78,7 @@ STREAM_CHUNK = 1024 * 1024
 MAX_CONTROL_BODY = 64 * 1024
 _WRITE_URL = re.compile(r"/v1/data/([A-Za-z0-9_-]+)")
 _RANGE = re.compile(r"^bytes=(\d*)-(\d*)$")
-
-
-@dataclass(frozen=True)
-class LinkSample:
-    at: float
-    nbytes: int
-    seconds: float
-
-
-class LinkLog:
-    """Recent copies to each peer: the network weather ``/v1/status`` reports as ``links``."""
-
-    def __init__(self, window: float, per_peer: int = 256) -> None:
-        self.window = window
-        self._samples: dict[str, deque[LinkSample]] = {}
-        self._per_peer = per_peer
-
-    def record(self, peer: str, nbytes: int, seconds: float, now: float) -> None:
-        self._samples.setdefault(peer, deque(maxlen=self._per_peer)).append(LinkSample(now, nbytes, seconds))
-
-    def summary(self, now: float) -> list[dict[str, Any]]:
-        out = []
-        for peer in list(self._samples):
-            samples = self._samples[peer]
-            while samples and samples[0].at < now - self.window:
-                samples.popleft()
-            if not samples:
-                del self._samples[peer]
-                continue
-            nbytes = sum(s.nbytes for s in samples)
-            seconds = sum(s.seconds for s in samples)
-            mbps = nbytes * 8 / seconds / 1e6 if seconds > 0 else 0.0
-            out.append(
-                {"to": peer, "bytes": nbytes, "seconds": seconds, "mbps": mbps, "at": samples[-1].at,
-                 "count": len(samples)}
-            )
-        return out
+_TCP_INFO: int | None = getattr(socket, "TCP_INFO", None)  # Linux only
 
 
 def operation_of(method: str, path: str) -> str:
@@ -149,10 +118,15 @@ class Depot:
             max_count=config.max_count,
             data_dir=config.data_dir,
         )
-        self.metrics = DepotMetrics(self.store)
+        self.lanes = CopyLanes(config.max_lanes)
+        self.metrics = DepotMetrics(self.store, self.lanes)
         self.links = LinkLog(config.links_window)
         self.in_flight = 0
-        self._copy_transport = copy_transport
+        self.copy_transport = copy_transport
+        # Pushes running to each peer (the ``streams`` of the weather), and each connection's retransmission count
+        # when last read (TCP_INFO counts over a connection's life; a push's share is the difference).
+        self._pushing: Counter[str] = Counter()
+        self._retrans_seen: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
         self._http: httpx.AsyncClient | None = None
         self._exit_stack = contextlib.AsyncExitStack()
         self._started_at = 0.0
@@ -167,7 +141,7 @@ class Depot:
             log.info("restored %d hard allocations from %s", restored, self.config.data_dir)
         timeout = httpx.Timeout(self.config.copy_timeout)
         self._http = httpx.AsyncClient(
-            transport=self._copy_transport,
+            transport=self.copy_transport,
             timeout=timeout,
             limits=httpx.Limits(max_connections=256, max_keepalive_connections=64),
             follow_redirects=False,
@@ -175,6 +149,8 @@ class Depot:
         )
         nursery = await self._exit_stack.enter_async_context(trio.open_nursery())
         nursery.start_soon(self._reap_forever)
+        if self.config.weather_enabled:
+            nursery.start_soon(WeatherProbes(self).run)
         self._nursery = nursery
         return self
 
@@ -368,7 +344,7 @@ class Depot:
     async def copy(self, request: Request) -> Response:
         alloc = self._lookup(request, Kind.READ)
         body = await _control_body(request)
-        _only_keys(body, {"to", "offset", "length", "dest_offset"})
+        _only_keys(body, {"to", "offset", "length", "dest_offset", "lane", "lane_width"})
         target = body.get("to")
         if not isinstance(target, str):
             raise BadRequest("'to' must be the URL of another depot's write capability")
@@ -382,8 +358,75 @@ class Depot:
             raise BadRequest("offset, length and dest_offset cannot be negative")
         if offset + length > alloc.length:
             raise RangeNotSatisfiable(f"bytes {offset}..{offset + length} are past the {alloc.length} written")
+        lane, width = _lane(body)
         url = target if dest_offset is None else f"{target}?offset={dest_offset}"
-        assert self._http is not None
+        async with self._lane_place(request, lane, width) as queued_s:
+            if lane is not None:  # it waited: the allocation may have been freed or expired meanwhile
+                alloc = self._lookup(request, Kind.READ)
+            try:
+                sample = await self.push(alloc, offset, length, url, peer)
+            except Upstream as exc:
+                if "target_status" not in exc.details:  # the network failed, not the target's judgement
+                    self.links.record_failure(peer, "copy", exc.message, self.clock())
+                raise
+        self.links.record(peer, "copy", sample)
+        return _respond(request, {"bytes": length, "seconds": sample.seconds, "queued_s": queued_s})
+
+    @contextlib.asynccontextmanager
+    async def _lane_place(self, request: Request, lane: str | None, width: int) -> AsyncIterator[float]:
+        """Hold a place in the copy's lane (if it names one) while the body runs; yields the seconds it waited.
+
+        The wait is bounded by ``copy_timeout`` (then ``503 busy``) and ends when the client goes away; whatever
+        ends it, the ticket leaves the lane, giving back only what it held."""
+        if lane is None:
+            yield 0.0
+            return
+        granted = trio.Event()
+        try:
+            ticket = self.lanes.enter(lane, width, granted.set)
+        except TooManyLanes as exc:
+            self.metrics.busy.inc()
+            raise Busy(f"{exc}: try again later", retry_after=self.config.busy_retry_after) from None
+        started = trio.current_time()
+        queued_s = 0.0
+        try:
+            if not ticket.granted:
+                gone = False
+                with trio.move_on_after(self.config.copy_timeout):
+                    gone = not await _granted_unless_gone(granted, request.receive)
+                if not granted.is_set():  # set exactly when the ticket is granted, be it at the last moment
+                    waited = trio.current_time() - started
+                    if gone:
+                        raise BadRequest(f"client went away after waiting {waited:.1f}s in its copy lane")
+                    self.metrics.lane_timeouts.inc()
+                    raise Busy(
+                        f"copy waited {waited:g}s (copy_timeout) in lane {lane!r} for one of its "
+                        f"{self.lanes.width(lane)} places at this depot",
+                        retry_after=self.config.busy_retry_after,
+                        queued_s=waited,
+                    )
+                queued_s = trio.current_time() - started
+            yield queued_s
+        finally:
+            self.lanes.leave(ticket)
+
+    async def push(
+        self,
+        alloc: Allocation,
+        offset: int,
+        length: int,
+        url: str,
+        peer: str,
+        *,
+        http: httpx.AsyncClient | None = None,
+        source: Source = "copy",
+    ) -> PushSample:
+        """Push ``length`` bytes of ``alloc`` from ``offset`` to ``url`` (a write URL at ``peer``): the one copy
+        path, for clients' copies and the weather probes alike. Returns what the push measured; records nothing.
+        Raises ``Upstream``: with ``target_status`` when the target answered an error, without it when the network
+        failed (or stalled past ``copy_timeout``)."""
+        client = http or self._http
+        assert client is not None
 
         async def chunks() -> AsyncIterator[memoryview]:
             position, stop = offset, offset + length
@@ -395,19 +438,25 @@ class Depot:
                     view.release()
                 position += STREAM_CHUNK
 
+        self._pushing[peer] += 1
+        streams = self._pushing[peer]
         started = trio.current_time()
-        with self.store.pinned(alloc):
-            try:
-                answer = await self._http.put(
+        try:
+            with self.store.pinned(alloc):
+                answer = await client.put(
                     url,
                     content=chunks(),  # type: ignore[arg-type]  # httpx writes any buffer; views avoid a copy
                     headers={"Content-Length": str(length), "Content-Type": "application/octet-stream",
                              "Accept": "application/msgpack"},
                 )
-            except httpx.TimeoutException:
-                raise Upstream(f"copy to {peer} timed out (copy_timeout {self.config.copy_timeout:g}s)") from None
-            except httpx.HTTPError as exc:
-                raise Upstream(f"copy to {peer} failed: {describe_error(exc)}") from None
+        except httpx.TimeoutException:
+            raise Upstream(f"copy to {peer} timed out (copy_timeout {self.config.copy_timeout:g}s)") from None
+        except httpx.HTTPError as exc:
+            raise Upstream(f"copy to {peer} failed: {describe_error(exc)}") from None
+        finally:
+            self._pushing[peer] -= 1
+            if self._pushing[peer] <= 0:
+                del self._pushing[peer]
         seconds = trio.current_time() - started
         if answer.status_code >= 300:
             retry = answer.headers.get("retry-after")
@@ -421,10 +470,30 @@ class Depot:
                 retry_after=float(retry) if retry and retry.isdigit() else None,
                 target_status=answer.status_code,
             )
-        self.metrics.bytes_out.labels("copy").inc(length)
-        self.metrics.copy_seconds.observe(seconds)
-        self.links.record(peer, length, seconds, self.clock())
-        return _respond(request, {"bytes": length, "seconds": seconds})
+        self.metrics.bytes_out.labels(source).inc(length)
+        if source == "copy":
+            self.metrics.copy_seconds.observe(seconds)
+        rtt_us, retrans = self._tcp_figures(answer)
+        return PushSample(self.clock(), length, seconds, streams, rtt_us, retrans)
+
+    def _tcp_figures(self, answer: httpx.Response) -> tuple[int | None, int | None]:
+        """The connection's smoothed round trip (microseconds) and the segments it retransmitted since this depot
+        last looked, from Linux's TCP_INFO on the push's socket; (None, None) where there is no socket to ask
+        (another OS, an in-process transport) or the connection is gone."""
+        stream = answer.extensions.get("network_stream")
+        if stream is None or _TCP_INFO is None:
+            return None, None
+        try:
+            sock = stream.get_extra_info("socket")
+            info = parse_tcp_info(sock.getsockopt(socket.IPPROTO_TCP, _TCP_INFO, TCP_INFO_LENGTH))
+            if info is None:
+                return None, None
+            retrans = max(0, info.total_retrans - self._retrans_seen.get(stream, 0))
+            self._retrans_seen[stream] = info.total_retrans
+        except Exception as exc:  # instrumentation only: whatever goes wrong here must not fail the push
+            log.debug("no TCP_INFO for a push: %s", describe_error(exc))
+            return None, None
+        return info.rtt_us, retrans
 
     async def digest(self, request: Request) -> Response:
         """The hash of written bytes, computed here: a client checks a block that reached a far depot without
@@ -566,6 +635,42 @@ async def _control_body(request: Request) -> dict[str, Any]:
     if not isinstance(body, dict):
         raise BadRequest("the body must be a map")
     return body
+
+
+async def _granted_unless_gone(granted: trio.Event, receive: Receive) -> bool:
+    """Wait for ``granted``; False if the client goes away first. (Hypercorn does not cancel a request whose
+    client left: it hands the application an ``http.disconnect``, which only a task reading ``receive`` sees.)"""
+    gone = False
+    async with trio.open_nursery() as nursery:
+
+        async def watch() -> None:
+            nonlocal gone
+            while (await receive())["type"] != "http.disconnect":
+                pass  # the body was read whole already; nothing else is expected
+            gone = True
+            nursery.cancel_scope.cancel()
+
+        nursery.start_soon(watch)
+        await granted.wait()
+        nursery.cancel_scope.cancel()
+    return not gone
+
+
+def _lane(body: dict[str, Any]) -> tuple[str | None, int]:
+    """The copy lane a copy names, and its width; (None, 0) for none."""
+    lane = body.get("lane")
+    if lane is None:
+        if body.get("lane_width") is not None:
+            raise BadRequest("'lane_width' goes with 'lane'")
+        return None, 0
+    if not isinstance(lane, str) or LANE_NAME.fullmatch(lane) is None:
+        raise BadRequest("'lane' must be 1 to 128 characters of A-Z, a-z, 0-9, '.', '_', ':' and '-'")
+    if body.get("lane_width") is None:
+        raise BadRequest("'lane_width' is required with 'lane'")
+    width = _integer(body, "lane_width")
+    if not 1 <= width <= MAX_LANE_WIDTH:
+        raise BadRequest(f"'lane_width' must be from 1 to {MAX_LANE_WIDTH}")
+    return lane, width
 
 
 def _only_keys(body: dict[str, Any], allowed: set[str]) -> None:

@@ -31,6 +31,11 @@ examples:
   lnet-depot --listen 0.0.0.0:{DEFAULT_PORT} --capacity 8GiB --max-allocation 64MiB
   lnet-depot --config /etc/lnet/depot.toml
   LNET_DEPOT_OPERATOR_TOKEN=$(cat /etc/lnet/token) lnet-depot --listen 0.0.0.0:{DEFAULT_PORT}
+  lnet-depot --weather-peer http://atl.example.org:{DEFAULT_PORT} --weather-bytes-per-hour 64MiB
+
+Network weather probes are off unless peers and a byte budget per hour are both given; peers come as
+URL[=TOKEN], several separated by commas in LNET_DEPOT_WEATHER_PEERS, or as [[weather.peers]] tables
+(url, token) in the TOML file.
 
 Without an operator token anyone who reaches the port may allocate (up to the capacity): on a public
 address, set one. SIGTERM or Ctrl-C stops the depot gracefully; hard allocations survive a restart.
@@ -62,6 +67,18 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--copy-timeout", metavar="TIME", help="bound on each network wait of a copy (60s)")
     p.add_argument("--read-timeout", metavar="TIME", help="bound on each wait for a client's bytes (60s)")
     p.add_argument("--graceful-timeout", metavar="TIME", help="time in-flight requests get at shutdown (10s)")
+    p.add_argument("--max-lanes", metavar="N", help="copy lanes in use at once before 503 busy (1024)")
+    p.add_argument(
+        "--weather-peer", action="append", metavar="URL[=TOKEN]",
+        help="probe this peer depot in the background (repeat for several; a token here shows in ps: prefer "
+        "the file or LNET_DEPOT_WEATHER_PEERS)",
+    )
+    p.add_argument(
+        "--weather-bytes-per-hour", metavar="SIZE",
+        help="hard cap on the bytes the weather probes push in any hour (0: probes off, the default)",
+    )
+    p.add_argument("--weather-interval", metavar="TIME", help="time between rounds of weather probes (300s)")
+    p.add_argument("--weather-block", metavar="SIZE", help="bytes of each probe push (4MiB)")
     p.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
     p.add_argument("--print-config", action="store_true", help="print the effective configuration and exit")
     p.add_argument("--version", action="version", version=f"lnet-depot {__version__}")
@@ -74,9 +91,10 @@ def load_config(args: argparse.Namespace, environ: dict[str, str]) -> DepotConfi
         for key in (
             "listen", "name", "capacity", "max_allocation", "max_duration", "operator_token", "data_dir",
             "certfile", "keyfile", "max_concurrent_requests", "copy_timeout", "read_timeout", "graceful_timeout",
-            "log_level",
+            "log_level", "max_lanes", "weather_bytes_per_hour", "weather_interval", "weather_block",
         )
     }
+    overrides["weather_peers"] = args.weather_peer
     if args.operator_token_file is not None:
         try:
             overrides["operator_token"] = args.operator_token_file.read_text().strip()

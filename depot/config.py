@@ -13,12 +13,13 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import platformdirs
 
 from .units import parse_duration, parse_size
 
-__all__ = ["DEFAULT_PORT", "ConfigError", "DepotConfig"]
+__all__ = ["DEFAULT_PORT", "ConfigError", "DepotConfig", "WeatherPeer"]
 
 DEFAULT_PORT = 6714
 KiB = 1024
@@ -36,6 +37,18 @@ class ConfigError(ValueError):
 
 def _default_data_dir() -> Path:
     return platformdirs.user_data_path("lnet") / "depot"
+
+
+@dataclass(frozen=True)
+class WeatherPeer:
+    """A depot this one probes in the background: its base URL, and the operator token to allocate there."""
+
+    url: str
+    token: str | None = field(default=None, repr=False)
+
+    def __repr__(self) -> str:  # the token is a secret: never print it whole
+        token = "" if self.token is None else f", token={self.token[:4]}…"
+        return f"WeatherPeer({self.url!r}{token})"
 
 
 @dataclass(frozen=True)
@@ -64,6 +77,14 @@ class DepotConfig:
     busy_retry_after: float = 1 * SECONDS
     full_retry_after: float = 5 * SECONDS
     log_level: str = "info"
+    # Copy lanes (an lnet extension): lanes with a push running or waiting at once; beyond it, 503 busy.
+    max_lanes: int = 1024
+    # Network weather probes: off unless both peers and a budget are given. The budget is a hard cap on the
+    # bytes the probes push in any hour; each probe pushes two blocks of weather_block to one peer.
+    weather_peers: tuple[WeatherPeer, ...] = ()
+    weather_bytes_per_hour: int = 0
+    weather_interval: float = 5 * MINUTES
+    weather_block: int = 4 * MiB
 
     def __post_init__(self) -> None:
         problems: list[str] = []
@@ -81,7 +102,13 @@ class DepotConfig:
             problems.append("max_count must be at least 1")
         if self.max_concurrent_requests < 1:
             problems.append("max_concurrent_requests must be at least 1")
-        for name in ("read_timeout", "keep_alive_timeout", "copy_timeout", "graceful_timeout", "links_window"):
+        if self.max_lanes < 1:
+            problems.append("max_lanes must be at least 1")
+        problems += self._weather_problems()
+        for name in (
+            "read_timeout", "keep_alive_timeout", "copy_timeout", "graceful_timeout", "links_window",
+            "weather_interval",
+        ):
             if getattr(self, name) <= 0:
                 problems.append(f"{name} must be more than 0")
         if (self.certfile is None) != (self.keyfile is None):
@@ -96,6 +123,28 @@ class DepotConfig:
             problems.append(str(exc))
         if problems:
             raise ConfigError("; ".join(problems))
+
+    def _weather_problems(self) -> list[str]:
+        problems = []
+        if self.weather_block < 1:
+            problems.append("weather_block must be at least 1 byte")
+        urls = [peer.url for peer in self.weather_peers]
+        if len(set(urls)) != len(urls):
+            problems.append("weather_peers names a peer twice")
+        if self.weather_enabled:
+            if self.weather_block > self.max_allocation:
+                problems.append(
+                    f"weather_block ({self.weather_block}) exceeds max_allocation ({self.max_allocation})"
+                )
+            if self.weather_bytes_per_hour < 2 * self.weather_block:
+                problems.append(
+                    "weather_bytes_per_hour must be 0 (off) or at least 2 x weather_block (one probe pushes two)"
+                )
+        return problems
+
+    @property
+    def weather_enabled(self) -> bool:
+        return bool(self.weather_peers) and self.weather_bytes_per_hour > 0
 
     @property
     def host_port(self) -> tuple[str, int]:
@@ -123,7 +172,7 @@ class DepotConfig:
                 table = tomllib.loads(Path(file).read_text())
             except (OSError, tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
                 raise ConfigError(f"cannot read config file {file}: {exc}") from None
-            table = table.get("depot", table)
+            table = _flatten_weather(table, file)
             for key, raw in table.items():
                 name = key.replace("-", "_")
                 if name not in keys:
@@ -146,6 +195,25 @@ class DepotConfig:
             raise ConfigError(str(exc)) from None
 
 
+def _flatten_weather(document: dict[str, Any], file: Path) -> dict[str, Any]:
+    """The depot's keys of a TOML document: the ``[depot]`` table or the top level, with a ``[weather]`` table
+    (at the top level or as ``[depot.weather]``) turned into ``weather_*`` keys."""
+    table = dict(document.get("depot", document))
+    weather = table.pop("weather", None)
+    if weather is None and "depot" in document:
+        weather = document.get("weather")
+    if weather is None:
+        return table
+    if not isinstance(weather, dict):
+        raise ConfigError(f"{file}: weather must be a table ([weather], with [[weather.peers]])")
+    for key, raw in weather.items():
+        name = "weather_" + key.replace("-", "_")
+        if name in table:
+            raise ConfigError(f"{file}: {name} is given twice (as weather.{key} too)")
+        table[name] = raw
+    return table
+
+
 def _as_str(raw: Any) -> str:
     if not isinstance(raw, str):
         raise ValueError(f"expected a string, got {raw!r}")
@@ -160,6 +228,56 @@ def _as_int(raw: Any) -> int:
 
 def _as_path(raw: Any) -> Path:
     return Path(_as_str(raw)).expanduser()
+
+
+def _as_peers(raw: Any) -> tuple[WeatherPeer, ...]:
+    """Weather peers from TOML (a list of tables ``{url, token?}`` or of strings) or from the environment and
+    flags (``URL[=TOKEN]``, several separated by commas)."""
+    if isinstance(raw, str):
+        raw = [item for item in raw.split(",") if item.strip()]
+    if not isinstance(raw, list | tuple):
+        raise ValueError(f"expected a list of peers, got {type(raw).__name__}")
+    peers = []
+    for item in raw:
+        if isinstance(item, WeatherPeer):
+            peers.append(item)
+            continue
+        if isinstance(item, str):
+            url, sep, given = item.strip().partition("=")
+            peers.append(_peer(url, given if sep else None))
+        elif isinstance(item, dict):
+            unknown = sorted(set(item) - {"url", "token"})
+            if unknown:
+                raise ValueError(f"unknown peer key(s) {', '.join(unknown)}: a peer has url and token")
+            if not isinstance(item.get("url"), str):
+                raise ValueError("each peer needs a url")
+            token: Any = item.get("token")
+            if token is not None and not isinstance(token, str):
+                raise ValueError("a peer's token must be a string")
+            peers.append(_peer(item["url"], token))
+        else:
+            raise ValueError(f"a peer is a URL or a table {{url, token}}, not {type(item).__name__}")
+    return tuple(peers)
+
+
+def _peer(url: str, token: str | None) -> WeatherPeer:
+    """A peer's base URL, checked: http(s), a host, maybe a port, nothing else."""
+    try:
+        parts = urlsplit(url.strip())
+        _ = parts.port
+    except ValueError:
+        raise ValueError(f"not a URL: {url[:80]!r}") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError(f"a peer is an http(s) base URL like http://host:6714, not {url[:80]!r}")
+    if parts.username or parts.password or parts.query or parts.fragment or parts.path not in ("", "/"):
+        raise ValueError(f"a peer is a base URL with no path, query or credentials: {parts.netloc[:80]!r}")
+    if token is not None and not token.strip():
+        raise ValueError(f"empty token for peer {parts.netloc!r}")
+    # Spelt as the depot spells a copy's target in ``links`` (host in lower case), so that a peer's probes and
+    # copies meet under one name.
+    host = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname
+    port = f":{parts.port}" if parts.port is not None else ""
+    return WeatherPeer(f"{parts.scheme}://{host}{port}", token.strip() if token is not None else None)
 
 
 _CONVERTERS: dict[str, Callable[[Any], Any]] = {
@@ -182,6 +300,11 @@ _CONVERTERS: dict[str, Callable[[Any], Any]] = {
     "busy_retry_after": parse_duration,
     "full_retry_after": parse_duration,
     "log_level": _as_str,
+    "max_lanes": _as_int,
+    "weather_peers": _as_peers,
+    "weather_bytes_per_hour": parse_size,
+    "weather_interval": parse_duration,
+    "weather_block": parse_size,
 }
 
 

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
+from .lanes import CopyLanes
 from .store import Reliability, Store
 
 __all__ = ["DepotMetrics"]
 
 
 class DepotMetrics:
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: Store, lanes: CopyLanes) -> None:
         self.registry = CollectorRegistry()
         reg = self.registry
         capacity = Gauge("lnet_depot_capacity_bytes", "Bytes the depot may lend in all", registry=reg)
@@ -28,7 +29,18 @@ class DepotMetrics:
         )
         self.bytes_in = Counter("lnet_depot_bytes_in", "Bytes written into allocations", registry=reg)
         self.bytes_out = Counter(
-            "lnet_depot_bytes_out", "Bytes sent out of allocations, by read or copy", ["kind"], registry=reg
+            "lnet_depot_bytes_out", "Bytes sent out of allocations, by read, copy or (weather) probe", ["kind"],
+            registry=reg,
+        )
+        waiting = Gauge("lnet_depot_copies_waiting", "Copies waiting for a place in their lane", registry=reg)
+        waiting.set_function(lambda: lanes.waiting)
+        lanes_in_use = Gauge("lnet_depot_copy_lanes", "Copy lanes with a push running or waiting", registry=reg)
+        lanes_in_use.set_function(lambda: lanes.lanes)
+        self.lane_timeouts = Counter(
+            "lnet_depot_lane_timeouts", "Copies that waited copy_timeout in their lane and were refused", registry=reg
+        )
+        self.weather_probes = Counter(
+            "lnet_depot_weather_probes", "Weather probes to peers, by outcome", ["outcome"], registry=reg
         )
         self.copy_seconds = Histogram(
             "lnet_depot_copy_seconds",

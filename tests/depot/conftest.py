@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -9,6 +10,7 @@ from typing import Any
 
 import httpx
 import pytest
+import trio
 
 from lnet.client.depot_client import DepotClient
 from lnet.depot import Depot, DepotConfig
@@ -17,10 +19,17 @@ MiB = 1024 * 1024
 
 
 class Routes(httpx.AsyncBaseTransport):
-    """Sends each request to the in-process depot whose base URL it names: depot-to-depot copies in process."""
+    """Sends each request to the in-process depot whose base URL it names: depot-to-depot copies in process.
+
+    It watches the pushes (PUTs) as a target depot's network would: when each began, to which depot, how many
+    bytes, and how many ran at once; ``put_delay`` makes each take that long on the (trio) clock."""
 
     def __init__(self) -> None:
         self.apps: dict[str, httpx.ASGITransport] = {}
+        self.put_delay = 0.0
+        self.puts: list[tuple[float, str, int]] = []  # (trio time, base URL, Content-Length)
+        self.puts_running: Counter[str] = Counter()
+        self.most_puts_running: Counter[str] = Counter()
 
     def add(self, base_url: str, depot: Depot) -> None:
         self.apps[base_url] = httpx.ASGITransport(app=depot.app)
@@ -30,7 +39,16 @@ class Routes(httpx.AsyncBaseTransport):
         transport = self.apps.get(base)
         if transport is None:
             raise httpx.ConnectError(f"no depot at {base}", request=request)
-        return await transport.handle_async_request(request)
+        if request.method != "PUT":
+            return await transport.handle_async_request(request)
+        self.puts.append((trio.current_time(), base, int(request.headers["content-length"])))
+        self.puts_running[base] += 1
+        self.most_puts_running[base] = max(self.most_puts_running[base], self.puts_running[base])
+        try:
+            await trio.sleep(self.put_delay)
+            return await transport.handle_async_request(request)
+        finally:
+            self.puts_running[base] -= 1
 
 
 MakeDepot = Callable[..., Any]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import signal
 import subprocess
@@ -46,11 +47,16 @@ async def _pump(depot: DepotProcess, ready: trio.Event) -> None:
 
 
 @asynccontextmanager
-async def depot_process(*args: str, startup_timeout: float = 20) -> AsyncIterator[DepotProcess]:
-    """Run ``lnet-depot --listen 127.0.0.1:0 ARGS`` until the block ends (then SIGKILL if still running)."""
+async def depot_process(
+    *args: str, startup_timeout: float = 20, env: dict[str, str] | None = None
+) -> AsyncIterator[DepotProcess]:
+    """Run ``lnet-depot --listen 127.0.0.1:0 ARGS`` until the block ends (then SIGKILL if still running);
+    ``env`` adds to the environment."""
     argv = [sys.executable, "-m", "lnet.depot.cli", "--listen", "127.0.0.1:0", *args]
     async with trio.open_nursery() as nursery:
-        process = await trio.lowlevel.open_process(argv, stdin=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        process = await trio.lowlevel.open_process(
+            argv, stdin=subprocess.DEVNULL, stderr=subprocess.PIPE, env={**os.environ, **(env or {})}
+        )
         depot = DepotProcess(process)
         ready = trio.Event()
         nursery.start_soon(_pump, depot, ready)

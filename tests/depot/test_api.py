@@ -312,11 +312,18 @@ async def test_copy_between_depots_records_the_link(open_depot: MakeDepot) -> No
         part = await one.copy(source.read, second.write_url, offset=10, length=20, dest_offset=5)
         assert part.nbytes == 20
         assert await two.read(second.read) == b"head:" + payload[10:30]
+        assert (result.queued_s, part.queued_s) == (0.0, 0.0)  # no lane, no wait
         links = (await one.status())["links"]
         assert [(link["to"], link["bytes"], link["count"]) for link in links] == [
             ("http://d2.test:6714", len(payload) + 20, 2)
         ]
-        assert links[0]["mbps"] > 0
+        [link] = links
+        assert link["mbps"] > 0
+        assert link["seconds"] == pytest.approx(result.seconds + part.seconds)  # per push: a per-stream rate
+        assert (link["source"], link["streams"], link["block_bytes"], link["failures"], link["error"]) == (
+            "copy", 1.0, 20, 0, None)  # one at a time; the median of (len(payload), 20) taken low
+        assert 0 <= link["age_s"] < 5
+        assert (link["rtt_ms"], link["retrans"]) == (None, None)  # no socket in process: nothing made up
         assert two_depot.store.used == 8 * MiB
 
 
@@ -358,6 +365,12 @@ async def test_copy_failures_are_upstream_errors(open_depot: MakeDepot) -> None:
         with pytest.raises(RangeNotSatisfiable):
             await one.copy(source.read, small.write_url, offset=40, length=20)
         assert await two.read(small.read) == b""
+        # the network's failure is weather; the target's refusal (416) is not
+        [failed] = (await one.status())["links"]
+        assert (failed["to"], failed["source"], failed["count"], failed["failures"]) == (
+            "http://nowhere.test:1", "copy", 0, 1)
+        assert "no depot at http://nowhere.test:1" in failed["error"]
+        assert "A" * 32 not in failed["error"]
 
 
 async def test_busy_beyond_the_concurrency_limit(open_depot: MakeDepot) -> None:

@@ -59,3 +59,24 @@ def test_a_busy_port_exits_1(tmp_path: Path, capsys: pytest.CaptureFixture[str])
         code = main(["--listen", f"127.0.0.1:{port}", "--data-dir", str(tmp_path / "d"), "--log-level", "error"])
     assert code == 1
     assert "cannot serve" in capsys.readouterr().err
+
+
+def test_weather_flags_and_a_hidden_peer_token(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("LNET_DEPOT_WEATHER_PEERS", "http://a.example:6714=peer-token-secret-value")
+    code = main(["--weather-bytes-per-hour", "64MiB", "--weather-interval", "2m", "--weather-block", "1MiB",
+                 "--max-lanes", "8", "--print-config"])
+    assert code == 0
+    out = capsys.readouterr().out
+    assert "weather_peers = (WeatherPeer('http://a.example:6714', token=peer…),)" in out
+    assert "peer-token-secret-value" not in out
+    assert "weather_bytes_per_hour = 67108864" in out
+    assert "weather_interval = 120.0" in out
+    assert "max_lanes = 8" in out
+    code = main(["--weather-peer", "http://b.example:6714", "--weather-peer", "http://c.example:6714",
+                 "--print-config"])
+    assert code == 0
+    assert "WeatherPeer('http://b.example:6714'), WeatherPeer('http://c.example:6714')" in capsys.readouterr().out
+    assert main(["--weather-peer", "nowhere"]) == 2
+    assert "--weather-peer" in capsys.readouterr().err

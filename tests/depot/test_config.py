@@ -2,7 +2,9 @@ from pathlib import Path
 
 import pytest
 
-from lnet.depot.config import ConfigError, DepotConfig
+from lnet.depot.config import ConfigError, DepotConfig, WeatherPeer
+
+MiB = 1024 * 1024
 
 
 def test_flags_win_over_environment_over_file(tmp_path: Path) -> None:
@@ -61,3 +63,72 @@ def test_the_shipped_example_configuration_loads() -> None:
     example = Path(__file__).resolve().parents[2] / "deploy" / "depot.example.toml"
     config = DepotConfig.load(example)
     assert (config.name, config.capacity, config.max_allocation) == ("atl", 8 * 2**30, 64 * 2**20)
+
+
+def test_weather_peers_from_a_toml_table(tmp_path: Path) -> None:
+    file = tmp_path / "depot.toml"
+    file.write_text(
+        '[depot]\nname = "atl"\nmax_lanes = 16\n\n'
+        '[weather]\nbytes_per_hour = "64MiB"\ninterval = "10m"\nblock = "2MiB"\n\n'
+        '[[weather.peers]]\nurl = "http://ORNL.example.org:6714/"\ntoken = "ornl-operator-token-01234"\n\n'
+        '[[weather.peers]]\nurl = "https://[2001:db8::1]:6714"\n'
+    )
+    config = DepotConfig.load(file)
+    assert config.weather_peers == (
+        WeatherPeer("http://ornl.example.org:6714", "ornl-operator-token-01234"),
+        WeatherPeer("https://[2001:db8::1]:6714"),
+    )
+    assert (config.weather_bytes_per_hour, config.weather_interval, config.weather_block) == (64 * MiB, 600.0,
+                                                                                             2 * MiB)
+    assert config.weather_enabled
+    assert config.max_lanes == 16
+    assert "ornl-operator-token-01234" not in repr(config)  # print-config and logs show it cut short
+    nested = tmp_path / "nested.toml"
+    nested.write_text('[depot.weather]\nbytes_per_hour = "8MiB"\npeers = ["http://a.example:6714"]\n')
+    assert DepotConfig.load(nested).weather_peers == (WeatherPeer("http://a.example:6714"),)
+
+
+def test_weather_from_the_environment_and_flags() -> None:
+    config = DepotConfig.load(
+        None,
+        {"LNET_DEPOT_WEATHER_PEERS": "http://a.example:6714=tok-a-0123456789, http://b.example:6714",
+         "LNET_DEPOT_WEATHER_BYTES_PER_HOUR": "100MiB"},
+        {"weather_interval": "1m", "weather_peers": None},
+    )
+    assert config.weather_peers == (WeatherPeer("http://a.example:6714", "tok-a-0123456789"),
+                                    WeatherPeer("http://b.example:6714"))
+    assert config.weather_interval == 60.0
+    flags = DepotConfig.load(None, {}, {"weather_peers": ["http://c.example:6714"]})
+    assert flags.weather_peers == (WeatherPeer("http://c.example:6714"),)
+    assert not flags.weather_enabled  # a peer but no budget: probes stay off
+    assert DepotConfig().weather_enabled is False
+
+
+@pytest.mark.parametrize(
+    ("environ", "needle"),
+    [
+        ({"LNET_DEPOT_WEATHER_PEERS": "ftp://a.example"}, "http(s) base URL"),
+        ({"LNET_DEPOT_WEATHER_PEERS": "http://a.example:6714/v1/data/x"}, "no path"),
+        ({"LNET_DEPOT_WEATHER_PEERS": "http://u:p@a.example:6714"}, "credentials"),
+        ({"LNET_DEPOT_WEATHER_PEERS": "http://a.example:6714="}, "empty token"),
+        ({"LNET_DEPOT_WEATHER_PEERS": "http://a.example:6714,http://a.example:6714"}, "twice"),
+        ({"LNET_DEPOT_WEATHER_PEERS": "http://a:6714", "LNET_DEPOT_WEATHER_BYTES_PER_HOUR": "7MiB"}, "2 x weather"),
+        ({"LNET_DEPOT_WEATHER_PEERS": "http://a:6714", "LNET_DEPOT_WEATHER_BYTES_PER_HOUR": "1GiB",
+          "LNET_DEPOT_WEATHER_BLOCK": "512MiB"}, "exceeds max_allocation"),
+        ({"LNET_DEPOT_WEATHER_INTERVAL": "0"}, "weather_interval"),
+        ({"LNET_DEPOT_MAX_LANES": "0"}, "max_lanes"),
+    ],
+)
+def test_bad_weather_settings_name_the_problem(environ: dict[str, str], needle: str) -> None:
+    with pytest.raises(ConfigError, match=needle.replace("(", r"\(").replace(")", r"\)")):
+        DepotConfig.load(None, environ)
+
+
+def test_bad_weather_tables(tmp_path: Path) -> None:
+    file = tmp_path / "depot.toml"
+    file.write_text('[[weather.peers]]\nurl = "http://a:6714"\ncolour = "red"\n')
+    with pytest.raises(ConfigError, match="unknown peer key"):
+        DepotConfig.load(file)
+    file.write_text('weather_block = "1MiB"\n[weather]\nblock = "2MiB"\n')
+    with pytest.raises(ConfigError, match="given twice"):
+        DepotConfig.load(file)

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import ssl
+import sys
 from pathlib import Path
 
 import pytest
@@ -47,6 +49,9 @@ async def test_two_depot_processes_copy_between_them(tmp_path: Path) -> None:
         links = (await one.status())["links"]
         assert [link["to"] for link in links] == [b.url]
         assert links[0]["bytes"] == len(payload)
+        if sys.platform.startswith("linux"):  # TCP_INFO from the push's own socket
+            assert 0 < links[0]["rtt_ms"] < 1000
+            assert links[0]["retrans"] == 0  # loopback loses nothing
         assert (await two.status())["name"] == "b"
     for line in a.log + b.log:  # the access log and httpx's lines hold no capability whole
         for secret in (source.read, source.write, target.write, target.read):
@@ -184,3 +189,76 @@ async def test_tls(tmp_path: Path) -> None:
             with pytest.raises(DepotUnreachable, match="CERTIFICATE_VERIFY_FAILED|certificate"):
                 await untrusting.status()
         nursery.cancel_scope.cancel()
+
+
+async def test_a_copy_waiting_in_its_lane_leaves_when_its_client_goes(tmp_path: Path) -> None:
+    """Behind hypercorn a departed client is not a cancellation: the depot must notice the disconnect itself."""
+    listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
+    port = listeners[0].socket.getsockname()[1]
+
+    async def stall(stream: trio.SocketStream) -> None:  # takes a push's bytes and never answers
+        async with stream:
+            with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
+                while await stream.receive_some(65536):
+                    pass
+
+    async def waiting_and_lanes(client: DepotClient) -> tuple[str, str]:
+        text = (await client._http.get("/metrics")).text
+        values = dict(line.split(" ") for line in text.splitlines() if line.startswith("lnet_depot_cop"))
+        return values["lnet_depot_copies_waiting"], values["lnet_depot_copy_lanes"]
+
+    async with trio.open_nursery() as servers:
+        servers.start_soon(trio.serve_listeners, stall, listeners)
+        async with (
+            depot_process("--data-dir", str(tmp_path / "a"), "--copy-timeout", "3s") as a,
+            DepotClient(a.url) as one,
+            DepotClient(a.url, timeout=0.8) as impatient,
+        ):
+            source = await one.allocate_one(100, 60)
+            await one.write(source.write, b"x" * 100)
+            stalled = f"http://127.0.0.1:{port}/v1/data/" + "A" * 32
+            async with trio.open_nursery() as copies:
+
+                async def hold_the_lane() -> None:
+                    with pytest.raises(Upstream, match="timed out"):
+                        await one.copy(source.read, stalled, lane="l", lane_width=1)
+
+                copies.start_soon(hold_the_lane)
+                await trio.sleep(0.3)
+                with pytest.raises(DepotTimeout):
+                    await impatient.copy(source.read, stalled, lane="l", lane_width=1)
+                with trio.fail_after(1.5):  # well before the first copy's 3 s copy_timeout frees the place
+                    for _ in range(100):  # another process: nothing to wait on but its answers
+                        if await waiting_and_lanes(one) == ("0.0", "1.0"):
+                            break
+                        await trio.sleep(0.05)
+            assert await waiting_and_lanes(one) == ("0.0", "0.0")
+        servers.cancel_scope.cancel()
+
+
+async def test_weather_probes_between_depot_processes(tmp_path: Path) -> None:
+    async with depot_process("--data-dir", str(tmp_path / "b"), "--operator-token", TOKEN) as b:
+        async with (
+            depot_process(
+                "--data-dir", str(tmp_path / "a"), "--weather-bytes-per-hour", "8MiB", "--weather-block", "1MiB",
+                "--weather-interval", "1h", "--log-level", "debug",
+                env={"LNET_DEPOT_WEATHER_PEERS": f"{b.url}={TOKEN}"},
+            ) as a,
+            DepotClient(a.url) as one,
+        ):
+            with trio.fail_after(10):
+                for _ in range(200):  # the first round starts with the depot
+                    links = (await one.status())["links"]
+                    if links:
+                        break
+                    await trio.sleep(0.05)
+            [probe] = links
+            assert (probe["to"], probe["source"], probe["count"], probe["bytes"]) == (b.url, "probe", 1, 1024 * 1024)
+            assert probe["failures"] == 0
+            if sys.platform.startswith("linux"):
+                assert 0 < probe["rtt_ms"] < 1000
+            assert (await one.status())["used"] == 0
+            async with DepotClient(b.url) as two:
+                assert (await two.status())["used"] == 0  # the peer's probe block was freed
+    for line in a.log + b.log:
+        assert TOKEN not in line
