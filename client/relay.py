@@ -459,13 +459,16 @@ class Relay:
         """Move ``block`` from its nearest live holder (``route[0]``) to the destination.
 
         A block follows the current path from wherever it is on it, so a switch moves every block that has not
-        yet left a depot of the new path; a block already off the new path finishes along ``route``."""
+        yet left a depot of the new path; a block held by a depot off the new path goes on by the widest way
+        the scheduler knows from there (pinned: along ``route``)."""
         if self.dest in self.dead:
             raise TransferFailed(f"the destination {self.dest} does not answer any more")
         while block.holders and block.holders[-1][0] != route[0]:
             block.holders.pop()  # holders past the point we restart from are dead or unusable
         while (u := block.holders[-1][0]) != self.dest:
-            if u in self.path:
+            if u in self.path or self.scheduler is not None:
+                # On the path: the rest of it. Left behind by a switch: the widest way on from where it is now,
+                # not the old path's next hop (which may be the degraded edge the switch left).
                 route = self._route_from(u)
             if u not in route or route.index(u) + 1 >= len(route):
                 raise _HopFailed(f"no way on from {u}")

@@ -45,15 +45,16 @@ def test_inflight_follows_the_bandwidth_delay_product() -> None:
     assert inflight_for(0, 1.0, MiB, 2, 16) == 2
 
 
-def test_edge_meter_counts_busy_time_only() -> None:
+def test_edge_meter_reports_stream_seconds_and_keeps_busy_time_for_the_window() -> None:
     meter = EdgeMeter()
     meter.started(0.0)
     meter.started(0.0)
     meter.finished(100, 0.0, 1.0)
-    meter.finished(100, 0.0, 2.0)  # two copies side by side: 200 bytes in 2 busy seconds
-    meter.started(10.0)  # idle from 2 to 10 does not count
-    meter.finished(100, 10.0, 11.0)
-    assert meter.flush() == (300, 3.0)
+    meter.finished(100, 0.0, 2.0)  # two copies side by side: 200 bytes in 2 busy seconds, 3 stream seconds
+    meter.started(10.0)  # idle from 2 to 10 counts for nothing
+    meter.finished(100, 10.0, 11.0, seconds=0.5)  # the depot pushed for half a second of the 1 s request
+    assert meter.flush() == (300, 3.5)  # per stream: 300 bytes over 1 + 2 + 0.5 copy-seconds
+    assert meter.rate_bps == 100.0  # the hop's own rate for its window: 300 bytes over 3 busy seconds
     assert meter.flush() is None
     meter.started(20.0)
     meter.finished(100, 20.0, 25.0, ok=False)
