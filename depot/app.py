@@ -361,7 +361,7 @@ class Depot:
         lane, width = _lane(body)
         url = target if dest_offset is None else f"{target}?offset={dest_offset}"
         async with self._lane_place(request, lane, width) as queued_s:
-            if lane is not None:  # it waited: the allocation may have been freed or expired meanwhile
+            if queued_s > 0:  # it waited: the allocation may have been freed or expired meanwhile
                 alloc = self._lookup(request, Kind.READ)
             try:
                 sample = await self.push(alloc, offset, length, url, peer)
@@ -400,7 +400,7 @@ class Depot:
                         raise BadRequest(f"client went away after waiting {waited:.1f}s in its copy lane")
                     self.metrics.lane_timeouts.inc()
                     raise Busy(
-                        f"copy waited {waited:g}s (copy_timeout) in lane {lane!r} for one of its "
+                        f"copy waited {self.config.copy_timeout:g}s (copy_timeout) in lane {lane!r} for one of its "
                         f"{self.lanes.width(lane)} places at this depot",
                         retry_after=self.config.busy_retry_after,
                         queued_s=waited,
