@@ -207,7 +207,9 @@ class EdgeMemory:
         """Learn from a depot's ``GET /v1/status`` ``links``: what ``src_vertex`` measured pushing to its peers.
 
         Each link ``{to, bytes, seconds, mbps, at}`` is one sample of edge ``src_vertex -> url_to_vertex[to]``
-        (URLs compared without a trailing slash). Links to unknown URLs, malformed links, and links no newer
+        (URLs compared without a trailing slash): ``seconds`` is the sum of the pushes' own times, so the rate is
+        per stream, the unit the scheduler compares. Links to unknown URLs, malformed links, failure-only
+        entries (no ``at``), pushes smaller than ``MIN_WEATHER_BLOCK`` (``block_bytes``), and links no newer
         than what the memory already holds are skipped. ``at`` is clamped to ``now`` against clock skew.
         Returns the edges learnt.
         """
@@ -319,8 +321,16 @@ def _parse(document: object) -> dict[Edge, EdgeEstimate]:
     return edges
 
 
+MIN_WEATHER_BLOCK = 256 * 1024
+"""Depot weather from pushes smaller than this is not learnt: such a copy is mostly slow start and round trips,
+and says little of what a transfer's blocks would get."""
+
+
 def _link_sample(link: object) -> tuple[str, int, float, float] | None:
     if not isinstance(link, Mapping):
+        return None
+    block = link.get("block_bytes")
+    if isinstance(block, int | float) and not isinstance(block, bool) and block < MIN_WEATHER_BLOCK:
         return None
     try:
         url, nbytes, seconds, at = link["to"], link["bytes"], link["seconds"], _finite(link["at"])

@@ -186,3 +186,21 @@ def test_seed_from_links_clamps_a_future_time_to_now() -> None:
     entry = memory.entry("a", "b")
     assert entry is not None
     assert entry.measured_at == 1000.0
+
+
+def test_seed_from_links_takes_per_stream_weather_and_skips_small_pushes_and_failures() -> None:
+    memory = EdgeMemory()
+    urls = {"http://den:6714": "den", "http://kc:6714": "kc", "http://ind:6714": "ind"}
+    links = [
+        # Three pushes of 4 MiB, 2 s of push time in all: 6 MiB/s a stream, whatever ran beside them.
+        {"to": "http://den:6714", "source": "copy", "bytes": 12 * 2**20, "seconds": 2.0, "at": 900.0,
+         "streams": 2.0, "block_bytes": 4 * 2**20, "count": 3},
+        # Probes of 64 KiB are mostly slow start: not learnt.
+        {"to": "http://kc:6714", "source": "probe", "bytes": 2**17, "seconds": 0.5, "at": 900.0,
+         "block_bytes": 2**16, "count": 2},
+        # A peer that only ever failed: no rate to learn.
+        {"to": "http://ind:6714", "source": "probe", "bytes": 0, "seconds": 0.0, "at": None, "count": 0,
+         "failures": 3, "error": "connection refused"},
+    ]
+    assert memory.seed_from_links("atl", links, urls, now=1000.0) == [("atl", "den")]
+    assert memory.estimate("atl", "den") == 6 * 2**20
