@@ -15,7 +15,7 @@ import random
 import statistics
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import networkx as nx
@@ -27,6 +27,7 @@ from lnet.scheduler.simulator import (
     SimNetwork,
     SimResult,
     abilene,
+    abilene_shared,
     random_topology,
     simulate_transfer,
 )
@@ -74,18 +75,34 @@ def convergence(result: SimResult, best_bps: float, start_s: float) -> Convergen
     return Convergence(attempts, None if at is None else at - start_s, len(result.attempts))
 
 
+def best_rate(network: SimNetwork, src: str, dst: str, streams: int) -> float:
+    """The oracle: the best path's rate with ``streams`` a hop and nothing else running (every simple path
+    tried where links are shared; the widest path over the capacities where they are not)."""
+    if not network.links:
+        return network.truth(src, dst)[1] * streams
+    graph = nx.complete_graph(network.vertices, nx.DiGraph)
+    best = 0.0
+    for path in nx.all_simple_paths(graph, src, dst):
+        hops = list(zip(path, path[1:], strict=False))
+        shares = network.share(dict.fromkeys(hops, streams), 0.0)
+        best = max(best, min(shares[hop] for hop in hops))
+    return best
+
+
 def cold_and_warm(
     network: SimNetwork, src: str, dst: str, config: SchedulerConfig, duration_s: float, seed: int
 ) -> tuple[Convergence, Convergence]:
     """A cold transfer, then a warm one starting where it ended, with the memory it left."""
-    _, best = network.truth(src, dst)
+    best = best_rate(network, src, dst, config.streams)
     memory = EdgeMemory()
+    rtt = network.rtts_from(src) or None
     cold = simulate_transfer(
-        network, PathScheduler(network.vertices, src, dst, memory, config), duration_s=duration_s, seed=seed
+        network, PathScheduler(network.vertices, src, dst, memory, config, rtt_s=rtt), duration_s=duration_s,
+        seed=seed,
     )
     warm = simulate_transfer(
         network,
-        PathScheduler(network.vertices, src, dst, memory, config),
+        PathScheduler(network.vertices, src, dst, memory, config, rtt_s=rtt),
         start_s=duration_s,
         duration_s=duration_s,
         seed=seed + 1,
@@ -132,12 +149,15 @@ def main(argv: list[str] | None = None) -> int:
     print(header)
     cases: list[tuple[str, list[tuple[SimNetwork, str, str]]]] = [
         ("abilene", [(abilene(), ABILENE_SRC, ABILENE_DST)]),
+        ("ab-shared", [(abilene_shared(), "ornl", "svl")]),
     ]
     for n in (8, 16, 32):
         networks = [random_topology(n, seed) for seed in range(args.seeds)]
         cases.append((f"random-{n}", [(net, net.vertices[0], net.vertices[-1]) for net in networks]))
     for name, networks in cases:
         for mode, config in MODES.items():
+            if name == "ab-shared":  # the emulated testbed at the demo's 2 blocks a hop, links shared
+                config = replace(config, streams=2)
             runs = [
                 cold_and_warm(net, src, dst, config, args.duration_s, seed)
                 for seed, (net, src, dst) in enumerate(networks)

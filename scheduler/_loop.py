@@ -69,14 +69,14 @@ class SchedulerConfig:
     """A remembered estimate (from before this transfer started, not aged since) that this transfer measures more
     than this fraction below, or the inverse above, discredits every remembered estimate this transfer has not
     confirmed: they count as unknown from then on."""
-    probes_per_round: int = 1
+    probes_per_round: int = 4
     """0: explore as the seed does, by moving the transfer onto paths with unknown edges. More: never move the
     transfer onto an unknown edge; instead keep up to this many probes running at once beside the transfer, each
     a stream of the transfer's own block size on one unknown edge (the ones on the paths that could beat the best
     known), a new one asked at the first tick after one ends (``ProbeDone``, or ``3 * probe_s`` without news).
-    Few at once, because probes that share a bottleneck see only what the others leave. An engine that ignores
-    ``probes`` is noticed (no probe ever reported back within ``probe_s``) and the loop falls back to the seed's
-    way."""
+    Few at once, because probes that share a bottleneck see only what the others leave (4 did best in the
+    simulator across shared and unshared topologies, ``bench/scheduler.py``). An engine that ignores ``probes``
+    is noticed (no probe ever reported back within ``3 * probe_s``) and the loop falls back to the seed's way."""
     probe_s: float = 4.0
     """How long the engine runs one probe, reporting measurements as for a hop of the path. The engine owns a
     probe's warm-up (it knows which copy ran on a cold connection): every probe sample it reports is learnt."""
@@ -499,7 +499,9 @@ class PathScheduler:
         """
         if not self._probing or self._attempt is None:
             return ()
-        overdue = any(now - t >= self.config.probe_s for t in self._probe_since.values())
+        # A probe reports after its own warm-up and at least two copies: give it the time the engine may take
+        # (up to 3 x probe_s) before deciding that the engine does not probe at all.
+        overdue = any(now - t >= 3 * self.config.probe_s for t in self._probe_since.values())
         if overdue and not self._probe_answered:
             # The engine does not probe: explore by moving the transfer, as the seed does.
             self._probing = False

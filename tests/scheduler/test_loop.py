@@ -218,9 +218,12 @@ def test_a_probed_path_is_taken_once_measured_better() -> None:
 def test_an_engine_that_ignores_probes_gets_the_seeds_exploration() -> None:
     scheduler = PathScheduler(VERTICES, "s", "d", EdgeMemory(), PROBING)
     assert scheduler.start(0.0).probes
-    feed(scheduler, ("s", "d"), 10.0, 0.0, 10.0)
+    feed(scheduler, ("s", "d"), 10.0, 0.0, 15.0)
     assert scheduler.tick(5.0) == Keep(("s", "d"))  # probes not yet due
-    decision = scheduler.tick(10.0)
-    assert not scheduler.probing
+    assert scheduler.tick(10.0) == Keep(("s", "d"))  # a probe may take up to 3 x probe_s to report
+    assert scheduler.probing
+    scheduler.tick(12.0)
+    assert not scheduler.probing  # noticed at once; the next re-evaluation explores as the seed does
+    decision = scheduler.tick(15.0)
     assert isinstance(decision, Switch)
     assert (decision.path, decision.reason) == (("s", "a", "d"), "explore")

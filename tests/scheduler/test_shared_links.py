@@ -118,5 +118,6 @@ def test_round_trips_send_exploration_towards_the_destination_first(
     # the client's round trips the path through a is the promising one; without them the vertex order decides.
     memory = EdgeMemory()
     memory.observe("s", "d", 1000, 1.0, 0.0)
-    scheduler = PathScheduler(["s", "z", "a", "d"], "s", "d", memory, SchedulerConfig(streams=2), rtt_s=rtt)
+    config = SchedulerConfig(streams=2, probes_per_round=1)
+    scheduler = PathScheduler(["s", "z", "a", "d"], "s", "d", memory, config, rtt_s=rtt)
     assert scheduler.start(0.0).probes == (first,)
