@@ -44,6 +44,9 @@ Path = tuple[str, ...]
 
 SHARED_DROP = 0.1
 """How much slower a hop of the path must run while a probe runs for the two to count as sharing a link."""
+FAIR_SHARE_GAP = 0.2
+"""Streams that meet on a full link get about the same rate each. A probe whose stream got this much less than the
+slowed hop's streams was limited by something else (its own window, loss, another link): its figure stands."""
 SwitchReason = Literal["start", "explore", "better", "settle", "failure"]
 
 
@@ -405,8 +408,10 @@ class PathScheduler:
         such as Abilene's, every overlay edge crosses links the transfer uses). The sign of it is the
         transfer's own hop slowing down while the probe runs: a hop of the current path measured more than
         ``SHARED_DROP`` below what it did when the probe started. Then moving the transfer there would free
-        the hop's share, and the probe's per-stream figure becomes ``(probe + hop) / streams``. A probe that
-        slowed nothing is taken as it is: its stream ran at its own pace. Window-limited hops that stay under
+        the hop's share, and the probe's per-stream figure becomes ``(probe + hop) / streams``, provided the
+        probe's stream got about what each of the hop's did (``FAIR_SHARE_GAP``): streams that meet on a full
+        link get about equal shares, and one that got much less was held back by something of its own. A probe
+        that slowed nothing is taken as it is: its stream ran at its own pace. Window-limited hops that stay under
         their fair share are not slowed and so do not show the sharing; their leftover is then what the probe
         got, which is close to right.
         """
@@ -424,6 +429,8 @@ class PathScheduler:
                 continue  # the path moved since the probe started: that hop says nothing any more
             if entry is None or entry.failed or not entry.throughput_bps < before * (1 - SHARED_DROP):
                 continue
+            if probe < entry.throughput_bps * (1 - FAIR_SHARE_GAP):
+                continue  # the probe's stream was held back by something of its own, not by the shared link
             freed = max(freed, (probe + entry.throughput_bps * streams) / streams)
         return round(freed * seconds), seconds
 
