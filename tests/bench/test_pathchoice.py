@@ -135,3 +135,14 @@ def test_figures_and_targets() -> None:
     f = pc.figures_of(direct, result)
     assert math.isinf(f["cold_seconds_to_90pct"])
     assert f["targets"]["cold_seconds_to_90pct"] is False
+
+
+def test_the_oracle_also_runs_a_direct_path_that_nearly_ties() -> None:
+    case = pc.CASES["direct"](11)
+    figures = {edge: 0.0 for edge in case.edges()}
+    figures.update({("src", "n1"): 40.0, ("n1", "dst"): 24.0, ("src", "n2"): 24.0, ("n2", "dst"): 40.0,
+                    ("n1", "n2"): 24.0, ("src", "dst"): 21.0})
+    paths = [path for path, _ in pc.oracle_candidates(case, figures)]
+    assert paths == [["src", "n1", "dst"], ["src", "n2", "dst"], ["src", "n1", "n2", "dst"], ["src", "dst"]]
+    figures[("src", "dst")] = 20.0  # below 85% of 24: not run
+    assert len(pc.oracle_candidates(case, figures)) == 3
