@@ -7,20 +7,26 @@ describes every field. ``load`` validates everything and raises ``ReportError`` 
 
 The renderers build a rich ``Table`` (``attempts_table``, ``edges_table``) and a PNG (``plot``, with matplotlib,
 an optional extra imported only when a plot is asked for, on the Agg backend without touching pyplot's global
-state). Nothing here does network I/O or reads the clock.
+state). The plot draws rates over a sliding window of seconds computed from the cumulative bytes
+(``windowed_rates``): the timeline's own per-tick rates jump between zero and twice the mean as whole blocks
+land. Nothing here does network I/O or reads the clock.
 """
 
 from __future__ import annotations
 
+import bisect
 import json
 import math
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.table import Table
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 from lnet.client.documents import check_object, kind, read_json, show, write_private_file
 from lnet.depot.units import format_size
@@ -30,20 +36,26 @@ __all__ = [
     "EdgeRate",
     "PathAttempt",
     "PlotUnavailable",
+    "RateWindow",
     "Report",
     "ReportError",
     "TimelinePoint",
     "attempts_table",
     "edges_table",
+    "figure",
+    "first_reaching",
     "format_path",
     "load",
     "plot",
+    "short_path",
+    "windowed_rates",
 ]
 
 FORMAT = "lnet-report/1"
 MAX_REPORT_BYTES = 256 * 1024 * 1024
 MAX_SIZE = 2**53
 PLOT_INSTALL_HINT = "pip install 'lnet[plot]'"
+PLOT_WINDOW_S = 5.0
 
 
 class ReportError(ValueError):
@@ -189,12 +201,86 @@ def parse(document: Any) -> Report:
     )
 
 
+# -- rates over time --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RateWindow:
+    """The mean rate over ``[start, end]`` (seconds since the transfer began), the window of the sample at ``at``."""
+
+    at: float
+    start: float
+    end: float
+    mbps: float
+
+
+def windowed_rates(
+    timeline: Sequence[TimelinePoint], window_s: float, *, centred: bool = False
+) -> list[RateWindow]:
+    """For each timeline sample after the start: the mean rate over a window of ``window_s`` seconds, from the
+    cumulative bytes.
+
+    Bytes arrive a block at a time, so the timeline's count is a staircase, and a window over it swings by a
+    whole block as a step enters or leaves it. Between arrivals the count is therefore drawn as a ramp: the bytes
+    that arrived at a sample are spread over the time since the previous arrival (the transfer starts at
+    ``t = 0`` with nothing arrived; after the last arrival the count stays flat).
+
+    Trailing (the default) is the window ending at the sample, ``[t - window_s, t]``: what had been achieved by
+    then, to judge when a rate was reached. Centred is ``[t - window_s/2, t + window_s/2]``: a change shows where
+    it happened, for plots. Windows are cut at the start and the last sample, so the first and last are
+    shorter."""
+    if not window_s > 0:
+        raise ValueError("window_s must be more than 0")
+    samples = [point.t for point in timeline if point.t > 0]
+    if not samples:
+        return []
+    times, counts = [0.0], [0]
+    for point in timeline:
+        if point.nbytes > counts[-1] and point.t > times[-1]:
+            times.append(point.t)
+            counts.append(point.nbytes)
+        elif point.nbytes > counts[-1]:  # more bytes at the same moment
+            counts[-1] = point.nbytes
+    end = samples[-1]
+    if end > times[-1]:
+        times.append(end)
+        counts.append(counts[-1])
+
+    def arrived(t: float) -> float:
+        return _interpolate(times, counts, t)
+
+    windows = []
+    for t in samples:
+        if centred:
+            low, high = max(0.0, t - window_s / 2), min(end, t + window_s / 2)
+        else:
+            low, high = max(0.0, t - window_s), t
+        mbps = (arrived(high) - arrived(low)) * 8 / 1e6 / (high - low)
+        windows.append(RateWindow(t, low, high, mbps))
+    return windows
+
+
+def first_reaching(timeline: Sequence[TimelinePoint], mbps: float, window_s: float) -> float | None:
+    """When the rate over the trailing ``window_s`` seconds first reached ``mbps``: the end of that window, in
+    seconds since the start; None if it never did."""
+    for window in windowed_rates(timeline, window_s):
+        if window.mbps >= mbps:
+            return window.end
+    return None
+
+
 # -- rendering ------------------------------------------------------------------------------------------------
 
 
 def format_path(path: Sequence[str]) -> str:
     """``("ornl", "atl", "sunnyvale")`` -> ``"ornl -> atl -> sunnyvale"``, as the seed's Table 1 writes paths."""
     return " -> ".join(path)
+
+
+def short_path(path: Sequence[str]) -> str:
+    """A path's label on a plot: ``"direct"`` for source to destination, else the depots it goes through
+    (``"via atl,ind,kc,den"``)."""
+    return "direct" if len(path) <= 2 else "via " + ",".join(path[1:-1])
 
 
 def attempts_table(report: Report) -> Table:
@@ -231,14 +317,32 @@ def plot(
     *,
     labels: Sequence[str] | None = None,
     title: str | None = None,
+    window_s: float = PLOT_WINDOW_S,
 ) -> None:
-    """Throughput over time, one line per report (e.g. direct, cold start, warm start), like the seed's Figure 1.
+    """Draw ``figure(...)`` into the PNG file ``out_png``. Raises ``PlotUnavailable`` without matplotlib,
+    ``OSError`` when ``out_png`` cannot be written."""
+    drawn = figure(reports, labels=labels, title=title, window_s=window_s)
+    drawn.savefig(os.fspath(out_png), format="png")
 
-    Each path switch is a dotted vertical line in its report's colour; with a single report each is labelled with
-    the new path. Raises ``PlotUnavailable`` without matplotlib, ``OSError`` when ``out_png`` cannot be written."""
+
+def figure(
+    reports: Report | Sequence[Report],
+    *,
+    labels: Sequence[str] | None = None,
+    title: str | None = None,
+    window_s: float = PLOT_WINDOW_S,
+) -> Figure:
+    """Throughput over time, one line per report (e.g. direct, cold start, warm start), like the seed's Figure 1:
+    a matplotlib ``Figure`` of 1000 x 540 pixels, not attached to pyplot.
+
+    Each line is the mean rate over a sliding window of ``window_s`` seconds centred on each timeline sample
+    (``windowed_rates``). Every path change is a marker on its report's line labelled with the new path (and a
+    tick in the same colour under the axis); the legend gives each report's mean rate and the path it started on.
+    Raises ``PlotUnavailable`` without matplotlib."""
     try:
         from matplotlib.backends.backend_agg import FigureCanvasAgg
         from matplotlib.figure import Figure
+        from matplotlib.lines import Line2D
     except ImportError:
         raise PlotUnavailable(f"plotting needs matplotlib: {PLOT_INSTALL_HINT}") from None
     many = [reports] if isinstance(reports, Report) else list(reports)
@@ -247,31 +351,52 @@ def plot(
     names = list(labels) if labels is not None else [r.file for r in many]
     if len(names) != len(many):
         raise ValueError(f"{len(many)} reports but {len(names)} labels")
-    figure = Figure(figsize=(9, 4.8), dpi=100)
-    FigureCanvasAgg(figure)
-    axes = figure.add_subplot()
-    for report, name in zip(many, names, strict=True):
-        times = [p.t for p in report.timeline]
-        rates = [p.mbps for p in report.timeline]
-        (line,) = axes.plot(times, rates, label=name, linewidth=1.5)
-        for attempt in report.path_attempts[1:]:
-            axes.axvline(attempt.start, color=line.get_color(), linestyle=":", linewidth=1)
-            if len(many) == 1:
-                axes.annotate(
-                    format_path(attempt.path), xy=(attempt.start, 1), xycoords=("data", "axes fraction"),
-                    rotation=90, fontsize=7, va="top", ha="right", color=line.get_color(),
-                    bbox={"boxstyle": "square,pad=0.1", "facecolor": "white", "edgecolor": "none", "alpha": 0.8},
-                )
+    drawn = Figure(figsize=(10, 5.4), dpi=100)
+    FigureCanvasAgg(drawn)
+    axes = drawn.add_subplot()
+    top = 0.0
+    for number, (report, name) in enumerate(zip(many, names, strict=True)):
+        colour = f"C{number % 10}"  # the marker plots below would advance the automatic colour cycle
+        rates = windowed_rates(report.timeline, window_s, centred=True)
+        times, values = [0.0, *(r.at for r in rates)], [0.0, *(r.mbps for r in rates)]
+        top = max(top, *values)
+        started = f", starts {short_path(report.path_attempts[0].path)}" if report.path_attempts else ""
+        axes.plot(times, values, color=colour, linewidth=1.6, label=f"{name}: {report.mbps:.2f} Mbit/s mean{started}")
+        for switch, attempt in enumerate(report.path_attempts[1:]):
+            y = _interpolate(times, values, attempt.start)
+            axes.plot([attempt.start], [y], marker="o", markersize=6, markerfacecolor="white",
+                      markeredgecolor=colour, markeredgewidth=1.5, linestyle="none", zorder=3)
+            axes.plot([attempt.start], [0], marker="|", markersize=10, color=colour, linestyle="none",
+                      clip_on=False, zorder=3)
+            axes.annotate(
+                short_path(attempt.path), xy=(attempt.start, y), xytext=(4, 7 + 10 * (switch % 3)),
+                textcoords="offset points", fontsize=8, color=colour, ha="left", va="bottom",
+                bbox={"boxstyle": "square,pad=0.1", "facecolor": "white", "edgecolor": "none", "alpha": 0.75},
+            )
     axes.set_xlabel("Elapsed time (s)")
-    axes.set_ylabel("Throughput (Mbit/s)")
+    axes.set_ylabel(f"Throughput (Mbit/s, mean over a sliding {window_s:g} s window)")
     axes.set_xlim(left=0)
-    axes.set_ylim(bottom=0)
+    axes.set_ylim(bottom=0, top=max(top * 1.3, 1.0))  # headroom for the path labels and the legend
     axes.grid(True, alpha=0.3)
-    if len(many) > 1 or labels is not None:
-        axes.legend(loc="lower right")
+    handles, _ = axes.get_legend_handles_labels()
+    if any(len(report.path_attempts) > 1 for report in many):
+        handles.append(Line2D([], [], marker="o", markersize=6, markerfacecolor="white", markeredgecolor="grey",
+                              markeredgewidth=1.5, linestyle="none", label="path change (labelled: the new path)"))
+    axes.legend(handles=handles, loc="upper right", fontsize=8.5, framealpha=0.9)
     axes.set_title(title or _default_title(many))
-    figure.tight_layout()
-    figure.savefig(os.fspath(out_png), format="png")
+    drawn.tight_layout()
+    return drawn
+
+
+def _interpolate(xs: Sequence[float], ys: Sequence[float], x: float) -> float:
+    """``ys`` at ``x`` on the piecewise-linear curve through (xs, ys) (xs ascending), flat beyond its ends."""
+    i = bisect.bisect_right(xs, x)
+    if i == 0:
+        return ys[0]
+    if i == len(xs):
+        return ys[-1]
+    x0, x1, y0, y1 = xs[i - 1], xs[i], ys[i - 1], ys[i]
+    return y0 if x1 == x0 else y0 + (y1 - y0) * (x - x0) / (x1 - x0)
 
 
 def _default_title(reports: list[Report]) -> str:

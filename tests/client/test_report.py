@@ -17,13 +17,18 @@ from lnet.client.report import (
     EdgeRate,
     PathAttempt,
     PlotUnavailable,
+    RateWindow,
     Report,
     ReportError,
     TimelinePoint,
     attempts_table,
     edges_table,
+    figure,
+    first_reaching,
     load,
     plot,
+    short_path,
+    windowed_rates,
 )
 
 COLD_START = Report(  # the first, third and last rows of the seed's Table 1, with made-up times
@@ -184,7 +189,7 @@ def test_the_plot_draws_throughput_and_path_switches(tmp_path: Path, capsys: pyt
     assert cli.main(["report", str(tmp_path / "cold.json"), str(tmp_path / "warm.json"), "--plot", str(out)]) == 0
     assert f"plot saved to {out}" in capsys.readouterr().out
     image = imread(out)
-    assert image.shape[:2] == (480, 900)
+    assert image.shape[:2] == (540, 1000)
     assert len({tuple(pixel) for pixel in image.reshape(-1, image.shape[2])[::97]}) > 5  # not a blank canvas
 
     plain = tmp_path / "one.png"
@@ -199,3 +204,79 @@ def test_plot_refuses_mismatched_labels(tmp_path: Path) -> None:
     pytest.importorskip("matplotlib", reason="matplotlib (the extra lnet[plot]) is not installed; ./run installs it")
     with pytest.raises(ValueError, match="2 reports but 1 labels"):
         plot([COLD_START, COLD_START], tmp_path / "p.png", labels=["one"])
+
+
+def staircase(points: list[tuple[float, int]]) -> tuple[TimelinePoint, ...]:
+    return tuple(TimelinePoint(t, nbytes, 0.0, ("a", "b")) for t, nbytes in points)
+
+
+# 1 MB at 1 s, 2 MB by 2 s, nothing new at 3 s, 5 MB by 4 s. As ramps between arrivals: 8 Mbit/s until 2 s,
+# then 3 MB over 2 s = 12 Mbit/s (so 3.5 MB had arrived by 3 s).
+UNEVEN = staircase([(1.0, 1_000_000), (2.0, 2_000_000), (3.0, 2_000_000), (4.0, 5_000_000)])
+
+
+def test_trailing_windows_average_the_ramps_between_arrivals() -> None:
+    windows = windowed_rates(UNEVEN, 2.0)
+    assert [(w.at, w.start, w.end) for w in windows] == [(1.0, 0.0, 1.0), (2.0, 0.0, 2.0), (3.0, 1.0, 3.0),
+                                                         (4.0, 2.0, 4.0)]
+    assert [w.mbps for w in windows] == pytest.approx([8.0, 8.0, 10.0, 12.0])
+    assert windows[2] == RateWindow(3.0, 1.0, 3.0, pytest.approx(10.0))
+
+
+def test_centred_windows_are_cut_at_both_ends() -> None:
+    windows = windowed_rates(UNEVEN, 2.0, centred=True)
+    assert [(w.start, w.end) for w in windows] == [(0.0, 2.0), (1.0, 3.0), (2.0, 4.0), (3.0, 4.0)]
+    assert [w.mbps for w in windows] == pytest.approx([8.0, 10.0, 12.0, 12.0])
+    # a window that ends between samples interpolates: 1.5 s to 3.5 s is 4.25 MB - 1.5 MB over 2 s
+    assert windowed_rates(staircase([(1.5, 1_500_000), (3.5, 4_250_000)]), 2.0)[1].mbps == pytest.approx(11.0)
+
+
+def test_blocks_landing_now_and_then_give_an_even_rate() -> None:
+    # 1 MB lands every 2 s, sampled every 0.5 s: the per-sample rate swings between 0 and 16 Mbit/s, and a plain
+    # window over the staircase between 2 and 3 blocks' worth; the ramps give 4 Mbit/s throughout
+    timeline = staircase([(k / 2, k // 4 * 1_000_000) for k in range(1, 21)])
+    for window_s in (1.0, 3.0, 5.0):
+        assert [w.mbps for w in windowed_rates(timeline, window_s)] == pytest.approx([4.0] * 20)
+        assert [w.mbps for w in windowed_rates(timeline, window_s, centred=True)] == pytest.approx([4.0] * 20)
+
+
+def test_after_the_last_arrival_the_count_stays_flat() -> None:
+    windows = windowed_rates(staircase([(1.0, 1_000_000), (2.0, 1_000_000), (3.0, 1_000_000)]), 1.0)
+    assert [w.mbps for w in windows] == pytest.approx([8.0, 0.0, 0.0])
+
+
+def test_windowed_rates_of_nothing_and_nonsense() -> None:
+    assert windowed_rates((), 5.0) == []
+    assert windowed_rates(staircase([(0.0, 0)]), 5.0) == []
+    with pytest.raises(ValueError, match="window_s"):
+        windowed_rates(UNEVEN, 0.0)
+
+
+def test_first_reaching_is_the_end_of_the_first_window_at_the_rate() -> None:
+    assert first_reaching(UNEVEN, 10.0, 2.0) == 3.0
+    assert first_reaching(UNEVEN, 8.0, 2.0) == 1.0
+    assert first_reaching(UNEVEN, 12.5, 2.0) is None
+
+
+def test_short_path_names_the_depots_on_the_way() -> None:
+    assert short_path(("ornl", "svl")) == "direct"
+    assert short_path(("ornl", "atl", "ind", "kc", "den", "svl")) == "via atl,ind,kc,den"
+
+
+def test_the_figure_labels_runs_switches_and_units() -> None:
+    pytest.importorskip("matplotlib", reason="matplotlib (the extra lnet[plot]) is not installed; ./run installs it")
+    direct = Report("abilene.bin", 3_000_000, 4.0, (PathAttempt(("ORNL", "Sunnyvale"), 0.0, 4.0, 3_000_000, 6.0,
+                                                                  "pinned"),), UNEVEN, ())
+    drawn = figure([direct, COLD_START], labels=["direct", "cold"], window_s=4.0)
+    axes = drawn.axes[0]
+    legend = [text.get_text() for text in axes.get_legend().get_texts()]
+    assert legend == ["direct: 6.00 Mbit/s mean, starts direct", "cold: 7.16 Mbit/s mean, starts direct",
+                      "path change (labelled: the new path)"]
+    assert [text.get_text() for text in axes.texts] == ["via Denver", "via Atlanta,Indianapolis,Kansas City,Denver"]
+    assert "Mbit/s" in axes.get_ylabel()
+    assert "4 s window" in axes.get_ylabel()
+    assert axes.get_xlabel() == "Elapsed time (s)"
+    # direct's line: the centred 4 s windows over its ramps, cut at 0 and 4 s (3.5 MB had arrived by 3 s)
+    xs, ys = axes.lines[0].get_data()
+    assert list(xs) == [0.0, 1.0, 2.0, 3.0, 4.0]
+    assert list(ys) == pytest.approx([0.0, 3.5 * 8 / 3, 5.0 * 8 / 4, 4.0 * 8 / 3, 3.0 * 8 / 2])
