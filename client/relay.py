@@ -600,6 +600,8 @@ class Relay:
         if self.scheduler is not None:
             graph = self.scheduler.graph()
             graph.remove_nodes_from([d for d in self.dead if d != self.dest])
+            if holder != self.here:
+                graph.remove_node(self.here)  # the client is no depot: a block never goes back through it
             try:
                 return list(widest_path(graph, holder, self.dest))
             except NoPathError:

@@ -283,3 +283,18 @@ async def test_a_stream_of_mixed_blocks_keeps_the_hop_busy(tmp_path: Path, autoj
     steady = sum(e.nbytes for e in delivered[1:]) / (delivered[-1].at - delivered[0].at)
     assert steady > 0.95 * 10 * MiB, f"{steady / MiB:.1f} MiB/s over a 10 MiB/s hop"
     assert relay.windows[("here", "dst")].total_tokens > 2
+
+
+def test_a_block_left_off_the_path_never_routes_back_through_the_client(tmp_path: Path) -> None:
+    # The widest way from a to dst by the numbers runs a -> here -> dst, but the client is no depot: a block
+    # held at a goes on by the depots only.
+    memory = EdgeMemory()
+    for (u, v), rate in {("a", "here"): 100, ("here", "dst"): 100, ("a", "dst"): 10, ("a", "b"): 50,
+                         ("b", "dst"): 50, ("here", "a"): 1, ("here", "b"): 1}.items():
+        memory.observe(u, v, rate, 1.0, 0.0)
+    scheduler = PathScheduler(["here", "a", "b", "dst"], "here", "dst", memory, FAST_LOOP)
+    path, _ = make_file(tmp_path, 1)
+    relay = Relay(path, "here", "dst", {}, scheduler=scheduler)
+    relay.path = ("here", "dst")
+    assert relay._route_from("a") == ["a", "b", "dst"]
+    assert relay._route_from("here") == ["here", "dst"]
