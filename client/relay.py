@@ -38,7 +38,7 @@ from typing import Any, TypeGuard
 import trio
 
 from lnet.depot.clock import TrioWallClock
-from lnet.depot.protocol import DepotError, DepotFull, NotFound, innermost
+from lnet.depot.protocol import DepotError, DepotFull, NotFound, TooLarge, innermost
 from lnet.scheduler import (
     DepotFailure,
     DropDepot,
@@ -326,6 +326,10 @@ class _Pool:
                         raise
                     await trio.sleep(pause)
                     waited += pause
+                except TooLarge:
+                    if self.batch == 1:
+                        raise
+                    self.batch //= 2  # the batch is more than the depot's whole capacity: ask for fewer at once
             return self._ready.pop()
 
     async def drain(self) -> None:

@@ -144,6 +144,22 @@ async def test_a_fitted_hold_passes_a_depot_with_a_short_max_duration(
     assert result.resends == 0
 
 
+async def test_a_depot_with_room_for_fewer_blocks_than_a_batch_still_relays(
+    tmp_path: Path, autojump_clock: trio.abc.Clock
+) -> None:
+    # The relay asks for 8 allocations at once; a depot lending 6 MiB in all refuses 8 x 1 MiB (413, whatever it
+    # holds). Asked for fewer at a time, it passes the blocks on as they go.
+    network = Network()
+    path, data = make_file(tmp_path, 10 * MiB)
+    async with depots(network, ["a"], tmp_path, capacity=6 * MiB, max_allocation=MiB) as small, \
+            depots(network, ["dst"], tmp_path) as roomy:
+        clients = {**small, **roomy}
+        relay = Relay(path, "here", "dst", clients, pinned=["here", "a", "dst"], config=RelayConfig(block_size=MiB),
+                      offload=inline)
+        result = await relay.run()
+        assert b"".join([await clients["dst"].read(r.allocation.read) for r in result.blocks]) == data
+
+
 async def test_a_block_that_expired_at_an_intermediate_depot_is_resent_from_upstream(
     tmp_path: Path, autojump_clock: trio.abc.Clock
 ) -> None:
