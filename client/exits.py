@@ -17,7 +17,8 @@ class ExitCode(IntEnum):
     FAILED = 1
     """Something else went wrong (a block that expired or was freed, a full disk, ...); the message says what."""
     USAGE = 2
-    """Bad arguments, or an input file (manifest, report, depots file) that is unreadable or invalid."""
+    """Bad arguments, or an input file (manifest, report, depots file) that is unreadable or invalid; or a depot
+    that refuses what they ask for (a block or a duration over its limits, a wrong token)."""
     UNREACHABLE = 3
     """A depot that was needed could not be reached, or stalled past the timeout."""
     INTEGRITY = 4
@@ -30,7 +31,8 @@ EXIT_CODES_HELP = """\
 exit status:
   0    done: everything is complete and verified
   1    failed for another reason (the message says why)
-  2    usage: bad arguments, or an unreadable or invalid input file
+  2    usage: bad arguments, an unreadable or invalid input file, or a depot refusing what
+       they ask for (over its max_duration or max_allocation, a wrong token)
   3    unreachable: a depot could not be reached or stalled past --timeout
   4    integrity: a block or the whole file does not match its hash
   130  interrupted (Ctrl-C); run the same command again to resume"""

@@ -33,12 +33,12 @@ import secrets
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 import trio
 
 from lnet.depot.clock import TrioWallClock
-from lnet.depot.protocol import DepotError, DepotFull, NotFound, innermost
+from lnet.depot.protocol import DepotError, DepotFull, NotFound, TooLarge, innermost
 from lnet.scheduler import (
     DepotFailure,
     DropDepot,
@@ -57,6 +57,7 @@ from .depot_client import Allocation, DepotClient, DepotUnreachable
 __all__ = [
     "BlockDelivered",
     "BlockRecord",
+    "DepotRefused",
     "EdgeMeter",
     "IntegrityError",
     "Note",
@@ -84,6 +85,24 @@ class IntegrityError(TransferFailed):
     """A block reached the destination with the wrong bytes, again and again."""
 
 
+class DepotRefused(TransferFailed):
+    """A depot refused a request with an error that asking again cannot change: the transfer stops at once."""
+
+    def __init__(self, depot: str, error: DepotError) -> None:
+        super().__init__(f"{depot} refused: {error.message}")
+        self.depot, self.error = depot, error
+
+
+_RETRIED_4XX = frozenset({404, 409, 429})
+"""The client errors that a retry can change: 404, an allocation that expired or was freed (a new one, or the
+block from an earlier holder, mends it); 409 and 429, a race or a rate limit. Any other 4xx (400 a duration over
+the depot's max_duration, 401 a wrong token, 413 a block over its max_allocation, ...) is the same next time."""
+
+
+def _refused(exc: BaseException) -> TypeGuard[DepotError]:
+    return isinstance(exc, DepotError) and 400 <= exc.status < 500 and exc.status not in _RETRIED_4XX
+
+
 @dataclass(frozen=True)
 class RelayConfig:
     block_size: int = 4 * MiB
@@ -91,6 +110,8 @@ class RelayConfig:
     """Lifetime of the blocks at the destination (the manifest's expiry)."""
     hold_s: float = 3600.0
     """Lifetime of a block's allocation at an intermediate depot (freed as soon as the block is further on)."""
+    hold_s_at: Mapping[str, float] = field(default_factory=dict)
+    """Per depot, a shorter hold than ``hold_s`` where that depot allows no longer (its max_duration)."""
     min_inflight: int = 2
     max_inflight: int = 16
     initial_inflight: int = 4
@@ -120,6 +141,8 @@ class RelayConfig:
         for name in ("duration_s", "hold_s", "timeout_s", "tick_s", "probe_s"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name} must be more than 0")
+        if not all(hold > 0 for hold in self.hold_s_at.values()):
+            raise ValueError("every hold_s_at must be more than 0")
 
 
 def inflight_for(rate_bps: float, delay_s: float, block: int, low: int, high: int) -> int:
@@ -303,6 +326,10 @@ class _Pool:
                         raise
                     await trio.sleep(pause)
                     waited += pause
+                except TooLarge:
+                    if self.batch == 1:
+                        raise
+                    self.batch //= 2  # the batch is more than the depot's whole capacity: ask for fewer at once
             return self._ready.pop()
 
     async def drain(self) -> None:
@@ -530,9 +557,14 @@ class Relay:
                     pushed = copied.seconds
                 ok = True
             except (DepotError, DepotUnreachable) as exc:
-                await self._blame(edge, exc)
+                if not _refused(exc):
+                    await self._blame(edge, exc)
                 with trio.CancelScope(shield=True):
                     await self._release((v, target))
+                if _refused(exc):
+                    raise DepotRefused(v if u == self.here else u, exc) from None
+                if isinstance(exc, NotFound) and u != self.here:
+                    block.holders[-1] = (u, None)  # u no longer holds it (expired, freed): re-sent from upstream
                 raise _HopFailed(f"{u} -> {v}: {exc}") from None
             finally:
                 meter.finished(block.length, started, trio.current_time(), ok=ok, seconds=pushed)
@@ -545,6 +577,8 @@ class Relay:
         try:
             digest = await self.clients[self.dest].digest(alloc.read, self.config.hash_algorithm, length=block.length)
         except (DepotError, DepotUnreachable) as exc:
+            if _refused(exc):
+                raise DepotRefused(self.dest, exc) from None
             await self._blame((self.dest, self.dest), exc)
             raise _HopFailed(f"checking block {block.index} at {self.dest}: {exc}") from None
         if digest != block.hash:
@@ -725,7 +759,7 @@ class Relay:
         size = self.config.probe_bytes or self.config.block_size
         probe_s = self.scheduler.config.probe_s if self.scheduler is not None else self.config.probe_s
         source = None if u == self.here else await self._probe_source(u, size)
-        target = await self.clients[v].allocate_one(size, self.config.hold_s)
+        target = await self.clients[v].allocate_one(size, self._hold(v))
         made.append((v, target))
         samples: list[float] = []
         started = trio.current_time()
@@ -756,7 +790,7 @@ class Relay:
         """A block of ``size`` held at ``node`` to copy from: one a probe left there, else written now."""
         held = self._probe_blocks.get(node)
         if held is None:
-            held = await self.clients[node].allocate_one(size, self.config.hold_s)
+            held = await self.clients[node].allocate_one(size, self._hold(node))
             self._probe_blocks[node] = held
             await self.clients[node].write(held.write, self._probe_payload(size))
         return held
@@ -776,19 +810,29 @@ class Relay:
     def _meter(self, edge: Edge) -> EdgeMeter:
         return self.meters.setdefault(edge, EdgeMeter())
 
+    def _hold(self, node: str) -> float:
+        """How long ``node`` holds a block on its way (or a probe's): ``hold_s``, or less where it allows less."""
+        return min(self.config.hold_s, self.config.hold_s_at.get(node, self.config.hold_s))
+
+    def _lifetime(self, node: str) -> float:
+        """How long a block's allocation at ``node`` is asked for: its duration at the destination, else a hold."""
+        return self.config.duration_s if node == self.dest else self._hold(node)
+
     async def _allocate(self, node: str) -> Allocation:
         if node in self.dead:
             raise _HopFailed(f"{node} has failed")
         pool = self._pools.get(node)
         if pool is None:
-            duration = self.config.duration_s if node == self.dest else self.config.hold_s
             batch = min(self.config.max_inflight, 8)
             pool = self._pools[node] = _Pool(
-                self.clients[node], self.config.block_size, duration, batch, patience_s=4 * self.config.timeout_s
+                self.clients[node], self.config.block_size, self._lifetime(node), batch,
+                patience_s=4 * self.config.timeout_s,
             )
         try:
             return await pool.take()
         except (DepotError, DepotUnreachable) as exc:
+            if _refused(exc):
+                raise DepotRefused(node, exc) from None
             await self._blame((node, node), exc)
             raise _HopFailed(f"allocating at {node}: {exc}") from None
 

@@ -1,7 +1,8 @@
 """``lnet-send FILE --to DEPOT``: move a file to a far depot through a chain of depots, and write its manifest.
 
 The I/O shell around ``Relay`` (the pipeline) and ``PathScheduler`` (the choice of chain): reads the depots file
-and the edge memory, checks that the depots answer, runs the transfer with a live progress bar, then writes
+and the edge memory, checks that the depots answer and fits the transfer to their limits (``fit_to_limits``,
+pure: what each depot's ``/v1/status`` says it allows), runs the transfer with a live progress bar, then writes
 the manifest (0600: it holds read capabilities), the optional report, and the edge memory for the next warm
 start.
 """
@@ -14,8 +15,8 @@ import json
 import sys
 import tempfile
 import time
-from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import replace
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -43,6 +44,7 @@ from .manifest import BlockEntry, BlockSource, Manifest
 from .overlay import Overlay, OverlayError
 from .relay import (
     BlockDelivered,
+    DepotRefused,
     IntegrityError,
     Note,
     PathChanged,
@@ -54,7 +56,10 @@ from .relay import (
 )
 from .relay import TransferFailed as RelayFailed
 
-__all__ = ["main", "send"]
+__all__ = ["DEFAULT_DURATION_S", "DepotLimits", "fit_to_limits", "main", "send"]
+
+DEFAULT_DURATION_S = 24 * 3600.0
+"""How long the destination keeps the blocks when ``--duration`` is not given, if it allows that long."""
 
 _EPILOG = f"""\
 The depots file (TOML) names the depots and which vertex this client is:
@@ -63,6 +68,12 @@ The depots file (TOML) names the depots and which vertex this client is:
   url = "http://198.51.100.7:6714"
   token = "..."            # optional operator token for allocating there
 It is read from --depots, else $LNET_DEPOTS, else depots.toml in your config directory.
+
+Every depot's limits (max_allocation, max_duration in its /v1/status) are read before the first block. Without
+--duration the destination keeps the file as long as it allows, at most 1d; depots on the way hold a block at
+most 1h or their max_duration. A --duration over the destination's limit, or a --block-size over a depot's on
+a pinned path, fails at once (exit 2); an adaptive transfer leaves such depots out. A depot's refusal that a
+retry cannot change (a 4xx such as a wrong token) stops the transfer at once instead of retrying it.
 
 examples:
   lnet-send data.h5 --to sunnyvale                        # the scheduler picks and re-picks the chain
@@ -99,8 +110,11 @@ def _parser() -> argparse.ArgumentParser:
     start.add_argument("--cold", action="store_true", help="ignore what earlier transfers learnt about the edges")
     start.add_argument("--warm", action="store_true", help="start from the edge memory (the default)")
     p.add_argument("--memory", type=Path, metavar="FILE", help="the edge memory (default: the user cache dir)")
-    p.add_argument("--block-size", default="4MiB", metavar="SIZE", help="bytes per block (4MiB)")
-    p.add_argument("--duration", default="1d", metavar="TIME", help="how long the destination keeps the file (1d)")
+    p.add_argument("--block-size", default="4MiB", metavar="SIZE",
+                   help="bytes per block (4MiB); at most the max_allocation of every depot on the path")
+    p.add_argument("--duration", metavar="TIME",
+                   help="how long the destination keeps the file (default: the longest the destination allows, "
+                   "at most 1d; a longer --duration than it allows fails at once)")
     p.add_argument("--max-inflight", type=int, default=16, metavar="N", help="most blocks on one hop at once (16)")
     p.add_argument("--timeout", default="30s", metavar="TIME", help="bound on every network wait (30s)")
     p.add_argument("--manifest", type=Path, metavar="FILE", help="where to write the manifest (FILE.manifest.json)")
@@ -124,6 +138,87 @@ class SendError(Exception):
         self.code = code
 
 
+# -- the depots' limits ----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class DepotLimits:
+    """What a depot lends at most, from its ``/v1/status``; None where it does not say (then nothing is checked)."""
+
+    max_allocation: int | None = None
+    max_duration: float | None = None
+
+    @classmethod
+    def from_status(cls, status: Mapping[str, Any]) -> DepotLimits:
+        def number(key: str) -> float | None:
+            value = status.get(key)
+            if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+                return None
+            return float(value)
+
+        allocation = number("max_allocation")
+        return cls(int(allocation) if allocation is not None else None, number("max_duration"))
+
+
+def _seconds(value: float) -> str:
+    """``3600.0`` -> ``"1h"``: a duration as ``--duration`` takes it."""
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if value >= size and value % size == 0:
+            return f"{value / size:g}{unit}"
+    return f"{value:g}s"
+
+
+def _too_large(block_size: int, depot: str, limit: int) -> SendError:
+    return SendError(ExitCode.USAGE, f"--block-size {format_size(block_size)} is over depot {depot}'s "
+                     f"max_allocation of {format_size(limit)} ({limit} bytes): give --block-size {limit} or less")
+
+
+def fit_to_limits(
+    config: RelayConfig,
+    limits: Mapping[str, DepotLimits],
+    dest: str,
+    pinned: Sequence[str] | None,
+    *,
+    longest_duration: bool,
+) -> tuple[RelayConfig, dict[str, str]]:
+    """The transfer fitted to what its depots allow, before any block moves; and, for an adaptive transfer, the
+    depots left out of the candidates (name -> why). Raises ``SendError`` (usage) when it cannot fit.
+
+    ``longest_duration``: ``config.duration_s`` is the most wanted (``--duration`` not given) and is shortened to
+    the destination's max_duration; otherwise it is asked for as it is, and over that limit it fails. Blocks
+    pass intermediate depots held for ``config.hold_s``, cut to each one's max_duration. Every depot a block may
+    cross must take ``config.block_size`` in one allocation: on a pinned path that is every depot on it; an
+    adaptive transfer leaves out the depots that cannot (the destination must)."""
+    target = limits.get(dest, DepotLimits())
+    duration = config.duration_s
+    if target.max_duration is not None and duration > target.max_duration:
+        if not longest_duration:
+            raise SendError(
+                ExitCode.USAGE, f"--duration {_seconds(duration)} is over depot {dest}'s max_duration of "
+                f"{_seconds(target.max_duration)}: give --duration {_seconds(target.max_duration)} or less, "
+                f"or leave --duration out to take the longest {dest} allows",
+            )
+        duration = target.max_duration
+    block = config.block_size
+    excluded: dict[str, str] = {}
+    on_path = pinned[1:] if pinned is not None else [dest]
+    for name in on_path:
+        largest = limits.get(name, DepotLimits()).max_allocation
+        if largest is not None and largest < block:
+            raise _too_large(block, name, largest)
+    if pinned is None:
+        for name, limit in limits.items():
+            if name != dest and limit.max_allocation is not None and limit.max_allocation < block:
+                excluded[name] = (f"left out: its max_allocation of {format_size(limit.max_allocation)} is under "
+                                  f"--block-size {format_size(block)}")
+    holds = {  # the destination's too: probes' blocks are held there
+        name: limit.max_duration
+        for name, limit in limits.items()
+        if limit.max_duration is not None and limit.max_duration < config.hold_s
+    }
+    return replace(config, duration_s=duration, hold_s_at={**config.hold_s_at, **holds}), excluded
+
+
 async def send(
     file: Path | Stream,
     overlay: Overlay,
@@ -137,8 +232,12 @@ async def send(
     timeout_s: float = 30.0,
     on_event: Any = None,
     available: Callable[[int, int], Awaitable[None]] | None = None,
+    longest_duration: bool = False,
 ) -> tuple[RelayResult, PathScheduler | None, list[str]]:
-    """Run one transfer; returns the relay's result, the scheduler (None when pinned) and the depots skipped."""
+    """Run one transfer; returns the relay's result, the scheduler (None when pinned) and the depots skipped.
+
+    The depots' limits are read from their status first and the transfer fitted to them (``fit_to_limits``; its
+    ``longest_duration``): a transfer that cannot fit fails with ``SendError`` before any block moves."""
     clock = TrioWallClock()
     clients = {
         name: DepotClient(entry.url, token=entry.token, timeout=timeout_s) for name, entry in overlay.depots.items()
@@ -171,6 +270,13 @@ async def send(
             down = [name for name in pinned[1:] if not alive[name]]
             if down:
                 raise SendError(ExitCode.UNREACHABLE, f"depot(s) on the pinned path do not answer: {', '.join(down)}")
+        relay_config, excluded = fit_to_limits(
+            relay_config, {name: DepotLimits.from_status(status) for name, status in statuses.items()}, dest,
+            pinned, longest_duration=longest_duration,
+        )
+        for name, why in sorted(excluded.items()):
+            if on_event is not None:
+                on_event(Note(f"depot {name} {why}", clock()))
         if warm:
             now = clock()
             url_to_vertex = overlay.url_to_vertex()
@@ -180,7 +286,7 @@ async def send(
                     memory.seed_from_links(name, links, url_to_vertex, now)
         scheduler = None
         if pinned is None:
-            vertices = [overlay.here, *(name for name in clients if alive[name])]
+            vertices = [overlay.here, *(name for name in clients if alive[name] and name not in excluded)]
             # Weights are per stream, times the blocks the relay keeps in flight on a hop.
             config = replace(scheduler_config or SchedulerConfig(), streams=relay_config.max_inflight)
             scheduler = PathScheduler(vertices, overlay.here, dest, memory, config, rtt_s=rtt_s)
@@ -188,7 +294,7 @@ async def send(
             file,
             overlay.here,
             dest,
-            {name: client for name, client in clients.items() if alive[name]},
+            {name: client for name, client in clients.items() if alive[name] and name not in excluded},
             scheduler=scheduler,
             pinned=pinned,
             memory=memory,
@@ -237,6 +343,9 @@ def failure_exit(exc: BaseException, subject: Path | None) -> tuple[ExitCode, st
         return inner.exit_code, f"the replicas: {inner}"
     if isinstance(inner, IntegrityError):
         return ExitCode.INTEGRITY, str(inner)
+    if isinstance(inner, DepotRefused):  # asking again would not help: a limit or a token, else something odd
+        usage = inner.error.status in (400, 401, 403, 413)
+        return (ExitCode.USAGE if usage else ExitCode.FAILED), str(inner)
     if isinstance(inner, RelayFailed):
         return ExitCode.UNREACHABLE, str(inner)
     if isinstance(inner, OSError):
@@ -375,7 +484,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         overlay = Overlay.load(args.depots)
         block_size = parse_size(args.block_size)
-        duration = parse_duration(args.duration)
+        duration = parse_duration(args.duration) if args.duration is not None else DEFAULT_DURATION_S
         timeout = parse_duration(args.timeout)
         relay_config = RelayConfig(
             block_size=block_size,
@@ -425,7 +534,8 @@ def main(argv: list[str] | None = None) -> int:
     show = not args.no_progress and not args.json and console.is_terminal
     progress = _Progress(console, size, enabled=not args.json)
     options = {"overlay": overlay, "dest": args.to, "pinned": pinned, "memory": memory, "warm": not args.cold,
-               "relay_config": relay_config, "timeout_s": timeout, "on_event": progress}
+               "relay_config": relay_config, "timeout_s": timeout, "on_event": progress,
+               "longest_duration": args.duration is None}
     fed: mirrors.MirrorResult | None = None
 
     def sized(total: int) -> None:

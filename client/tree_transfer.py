@@ -169,6 +169,7 @@ def send_directory(
                 lambda: send.send(
                     packed.stream, overlay, args.to, pinned=pinned, memory=memory, warm=not args.cold,
                     relay_config=config, timeout_s=relay_config.timeout_s, on_event=progress,
+                    longest_duration=args.duration is None,
                 )
             )
     except KeyboardInterrupt:

@@ -17,6 +17,7 @@ of every benchmark if it is slow.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import heapq
 import json
 import os
@@ -36,7 +37,7 @@ from .netem import plan_commands, reshape_commands, run_commands
 from .netns import TestbedError, create_namespace, namespace_name, remove_testbed, setup_host
 from .topology import Link, Topology, TopologyError, validate_link
 
-__all__ = ["Emulator", "MEASURED_AGGREGATE_MBIT", "main"]
+__all__ = ["COMPENSATE_S", "Emulator", "MEASURED_AGGREGATE_MBIT", "main"]
 
 # Aggregate Mbit/s one emulator process carried on the 2-core development machine while a 40 ms round trip on
 # another link still measured within 2%, by MTU: `python bench/testbed_emulator.py --mtu 9000 --pairs 1,2` and
@@ -51,15 +52,33 @@ def sustained_mbit(mtu: int) -> float:
 _READ_BATCH = 64
 _MAX_PACKET = 65536
 _LOAD_WINDOW_S = 5.0
-# epoll sleeps in whole milliseconds, rounded up; waking half a millisecond before a deadline and delivering what
-# is due within half a millisecond centres the error on zero instead of adding 0.5 ms on average per direction.
-_EARLY_S = 0.0005
+
+# -- timing (docs/testbed.md, "Timing") --
+# epoll sleeps in whole milliseconds, rounded up: a deadline 4.6 ms away woke after 5 ms. So the loop sleeps
+# in epoll only while a deadline is far (rounded down: early), and waits out the last _FINE_S with select, whose
+# timeout has microseconds. A wake-up still comes late by the kernel's and the interpreter's latency, learnt as
+# it goes (`Emulator.lead_s`, the smoothed lateness of timed waits): the loop wakes that much before a deadline
+# and delivers what is due within it, so that deliveries centre on their time without spinning while it waits.
+_FINE_S = 0.002
+_LEAD_START_S = 0.00005
+_LEAD_MAX_S = 0.0005
+# What carrying a packet costs beyond the configured delay, once per route: the sender's kernel queues it on its
+# TUN device, the emulator reads it and writes it into the receiver's, whose kernel hands it to the socket. It is
+# taken off each packet's delivery time, never below the time the packet was read (so a 0 ms link keeps it).
+# Measured on the 2-core development machine with the timing above and no compensation, as half the excess of a
+# 5 ms link's round trip over 10 ms plus the same probes' round trip to themselves (bench/testbed_overhead.py,
+# median of 300-1500 round trips, four sessions: 17 to 63 us, median 35 us; over a 0 ms link 51 to 126 us).
+# LNET_TESTBED_COMPENSATE_US overrides it (0: off).
+COMPENSATE_S = 0.00004
 
 
 class Emulator:
     def __init__(self, name: str, topology: Topology, state_dir: Path, seed: int | None = None,
-                 parent: int | None = None, backend: str = "userspace") -> None:
+                 parent: int | None = None, backend: str = "userspace", compensate_s: float = COMPENSATE_S) -> None:
         self.name = name
+        self.compensate_s = compensate_s
+        self.lead_s = _LEAD_START_S  # how late a timed wake-up comes, smoothed: waits are shortened by it
+        self.lateness = (0.0, 0)  # seconds late, summed over the packets delivered, and their count
         # "userspace": this process carries the packets; "netem": the kernel does (veths + tc), and this
         # process only owns the namespaces and serves the control socket; "netem-unshaped": netem's plumbing
         # without the tc lines, to check it on a kernel without netem
@@ -118,20 +137,34 @@ class Emulator:
         ep.register(control.fileno(), select.EPOLLIN)
         ep.register(wakeup, select.EPOLLIN)
         control_fd = control.fileno()
+        watched = [*routes, control_fd, wakeup]
         monotonic = time.monotonic
         push = heapq.heappush
         pop = heapq.heappop
         read = os.read
         write = os.write
+        compensate = self.compensate_s
+        late_sum, late_n = self.lateness
         next_sample = monotonic()
         while not self.stop:
             now = monotonic()
+            target = 0.0
             if heap:
-                timeout = heap[0][0] - now - _EARLY_S
-                timeout = 0.0 if timeout < 0 else (timeout if timeout < 1.0 else 1.0)
+                wait = heap[0][0] - now - self.lead_s
+                if wait <= 0:
+                    ready = ep.poll(0)
+                elif wait < _FINE_S:
+                    target = now + wait
+                    ready = [(fd, 0) for fd in select.select(watched, [], [], wait)[0]]
+                else:
+                    # whole milliseconds (epoll rounds up), at least one short of the deadline: the rest finely
+                    ready = ep.poll(min(1000, int((wait - 0.001) * 1000)) / 1000 - 1e-6)
             else:
-                timeout = 1.0
-            for fd, _ in ep.poll(timeout):
+                ready = ep.poll(1.0)
+            if target and not ready:
+                woke = monotonic() - target  # a timed wait that ran out: how late did it end?
+                self.lead_s += 0.05 * ((woke if woke < _LEAD_MAX_S else _LEAD_MAX_S) - self.lead_s)
+            for fd, _ in ready:
                 if fd in routes:
                     row = routes[fd]
                     now = monotonic()
@@ -147,14 +180,16 @@ class Emulator:
                         hops, out = route
                         at = hops[0].admit(now, len(pkt))
                         if at is not None:
+                            at -= compensate  # once per route: the cost of carrying it, paid meanwhile
                             seq += 1
-                            push(heap, (at, seq, pkt, hops, 1, out))
+                            push(heap, (at if at > now else now, seq, pkt, hops, 1, out))
                 elif fd == control_fd:
                     self.serve_control(control)
                 elif fd == wakeup:
                     with contextlib.suppress(BlockingIOError):
                         os.read(wakeup, 512)
-            due = monotonic() + _EARLY_S
+            now = monotonic()
+            due = now + self.lead_s
             while heap and heap[0][0] <= due:
                 at, _, pkt, hops, hop, out = pop(heap)
                 if hop < len(hops):
@@ -165,6 +200,8 @@ class Emulator:
                         seq += 1
                         push(heap, (nxt, seq, pkt, hops, hop + 1, out))
                     continue
+                late_sum += now - at
+                late_n += 1
                 try:
                     write(out, pkt)
                     self.delivered_bytes += len(pkt)
@@ -172,8 +209,8 @@ class Emulator:
                     pass  # the host's stack is full; a real NIC would drop too
                 except OSError:
                     pass  # e.g. the interface is going down during teardown
-            if due >= next_sample:
-                now = monotonic()
+            if now >= next_sample:
+                self.lateness = (late_sum, late_n)
                 if self.parent is not None and os.getppid() != self.parent:
                     self.stop = True
                 self.samples.append((now, time.process_time(), self.delivered_bytes))
@@ -268,7 +305,19 @@ class Emulator:
                 "sustains_mbit_s": sustained_mbit(self.topology.mtu),
                 "mtu": self.topology.mtu,
             },
+            "timing": {
+                "compensate_ms": round(self.compensate_s * 1000, 4),
+                "wake_lead_ms": round(self.lead_s * 1000, 4),
+                "late_ms_mean": round(self.lateness[0] / self.lateness[1] * 1000, 4) if self.lateness[1] else 0.0,
+                "delivered_packets": self.lateness[1],
+            },
         }
+
+
+def _fine_timer_slack() -> None:
+    """Timed waits end within a microsecond of when asked, not the default 50 (prctl PR_SET_TIMERSLACK)."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(29, 1000, 0, 0, 0)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -311,6 +360,7 @@ def main(argv: list[str] | None = None) -> int:
         signal.signal(sig, on_signal)
     with contextlib.suppress(OSError):
         os.setpriority(os.PRIO_PROCESS, 0, -5)  # keep delays accurate on a busy machine
+    _fine_timer_slack()
     code = 0
     try:
         (state_dir / "state.json").write_text(
@@ -320,7 +370,9 @@ def main(argv: list[str] | None = None) -> int:
         parent = int(opts["--parent"]) if "--parent" in opts else None
         seed = int(opts["--seed"]) if "--seed" in opts else None
         backend = opts.get("--backend", "userspace")
-        emulator = Emulator(name, topology, state_dir, seed=seed, parent=parent, backend=backend)
+        compensate_s = float(os.environ.get("LNET_TESTBED_COMPENSATE_US", COMPENSATE_S * 1e6)) / 1e6
+        emulator = Emulator(name, topology, state_dir, seed=seed, parent=parent, backend=backend,
+                            compensate_s=max(0.0, compensate_s))
         emulator.build()
         control = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         control.bind(str(state_dir / "control.sock"))

@@ -96,6 +96,17 @@ async def line3(tmp: Path, name: str, topology: Topology | Path = TOPOLOGY) -> A
         yield Line3(tb, tmp, depots_file, processes)
 
 
+async def link_bytes(tb: Testbed, a: str, b: str, *, at_least: int, timeout_s: float) -> int:
+    """Wait until the emulated link from ``a`` to ``b`` has delivered ``at_least`` bytes; returns how many."""
+    with trio.fail_after(timeout_s):
+        while True:
+            for link in (await tb.status())["links"]:
+                delivered = link.get(f"{a}->{b}", {}).get("bytes", 0)
+                if delivered >= at_least:
+                    return int(delivered)
+            await trio.sleep(0.05)
+
+
 def make_payload(tmp: Path, size: int) -> tuple[Path, str]:
     path = tmp / "payload.bin"
     data = os.urandom(size)
@@ -135,8 +146,11 @@ async def test_a_depot_killed_mid_transfer(requires_root: None, bed_name: str, t
         with (tmp_path / "send.log").open("wb") as log:  # read after: a pipe nobody drains would stall it
             sender = await bed.tb.spawn("src", bed.send_argv(payload, "--path", "depot", "--timeout", "5s"),
                                         stdout=subprocess.PIPE, stderr=log)
-        await trio.sleep(1.5)
+        # Mid transfer for real: past lnet-send's start-up (its check of the pinned path would otherwise be what
+        # fails) and with blocks going through the depot, seen on the emulated link from it to dst.
+        forwarded = await link_bytes(bed.tb, "depot", "dst", at_least=2 * MiB, timeout_s=60)
         assert sender.returncode is None, "the transfer ended before the depot could be killed"
+        assert forwarded < 20 * MiB, f"{forwarded} bytes already forwarded: the transfer was nearly over"
         bed.depots["depot"].kill()  # kill -9
         output = b""
         assert sender.stdout is not None

@@ -57,6 +57,48 @@ delay_ms = 20
     assert routed.median_ms == pytest.approx(100.0, rel=0.05)
 
 
+async def test_a_short_line_keeps_its_round_trip(bed_name: str, state_root: Path) -> None:
+    """2 x 5 ms, where what the emulator adds per packet is not hidden by a long delay: its wake-ups once came
+    up to a millisecond late (epoll's whole milliseconds) and a 10 ms round trip measured 10.8 ms. Direct, and
+    through a forwarding host (2.5 ms + 2.5 ms each way: the per-route compensation is taken once, not per link).
+    The bounds catch a delay applied twice or not at all, a millisecond late each way, and anything early."""
+    topo = Topology.parse("""
+[hosts.a]
+[hosts.b]
+[hosts.c]
+[[links]]
+a = "a"
+b = "b"
+delay_ms = 5
+rate_mbit = 1000
+[[links]]
+a = "a"
+b = "c"
+delay_ms = 2.5
+rate_mbit = 1000
+[[links]]
+a = "c"
+b = "b"
+delay_ms = 50
+[[links]]
+a = "c"
+b = "d"
+delay_ms = 2.5
+rate_mbit = 1000
+[hosts.d]
+""")
+    async with Testbed(topo, name=bed_name, state_root=state_root) as tb:
+        direct = await rtt(tb, "a", "b", count=100, interval_s=0.01)
+        routed = await rtt(tb, "a", "d", count=100, interval_s=0.01, port=5205)
+        timing = (await tb.status())["timing"]
+    for result in (direct, routed):
+        assert result.received == 100
+        assert result.median_ms == pytest.approx(10.0, abs=0.5), (result, timing)
+        # nothing arrives early: a packet is held at least its delay, less the compensation and the delivery
+        # slack (tens of microseconds each way), and the probes' own time is on top of that
+        assert result.min_ms >= 9.8, (result, timing)
+
+
 async def test_jitter_spreads_round_trips_within_its_bounds(bed_name: str, state_root: Path) -> None:
     topo = Topology.parse('[hosts.a]\n[hosts.b]\n[[links]]\na = "a"\nb = "b"\ndelay_ms = 20\njitter_ms = 5\n')
     async with Testbed(topo, name=bed_name, state_root=state_root, seed=5) as tb:
