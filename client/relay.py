@@ -386,6 +386,7 @@ class Relay:
         # Names this transfer's copy lanes at the depots; random so that two transfers never share one.
         self._lane = secrets.token_hex(8)
         self._probe_blocks: dict[str, Allocation] = {}
+        self._probe_locks: dict[str, trio.Lock] = {}
         self._payload = b""
         self._pools: dict[str, _Pool] = {}
         self._probing: set[Edge] = set()
@@ -788,11 +789,13 @@ class Relay:
 
     async def _probe_source(self, node: str, size: int) -> Allocation:
         """A block of ``size`` held at ``node`` to copy from: one a probe left there, else written now."""
-        held = self._probe_blocks.get(node)
-        if held is None:
-            held = await self.clients[node].allocate_one(size, self._hold(node))
-            self._probe_blocks[node] = held
-            await self.clients[node].write(held.write, self._probe_payload(size))
+        # Probes out of one depot may start together: one writes the block, the others wait and use it.
+        async with self._probe_locks.setdefault(node, trio.Lock()):
+            held = self._probe_blocks.get(node)
+            if held is None:
+                held = await self.clients[node].allocate_one(size, self._hold(node))
+                self._probe_blocks[node] = held
+                await self.clients[node].write(held.write, self._probe_payload(size))
         return held
 
     def _probe_payload(self, size: int) -> bytes:
