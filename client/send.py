@@ -370,6 +370,8 @@ async def send_from_replicas(
 
 def interrupted(journal: SendJournal, dest: str, argv: list[str], what: str = "interrupted") -> str:
     """What an interrupted run says: what is kept, and the exact command that resumes."""
+    if not journal.records:
+        return f"{what} before any block reached {dest}"
     return (f"{what}: {len(journal.records)} blocks delivered to {dest} are recorded in {journal.path}; to resume, "
             f"run the same command again: {resume_command(argv)}")
 
@@ -583,6 +585,8 @@ def main(argv: list[str] | None = None) -> int:
         return _send_file(args, argv, console, name, manifest_path, journal, overlay, relay_config, pinned, memory,
                           memory_path, plan, timeout)
     finally:
+        if not journal.records:
+            journal.remove()  # no block is at the destination: nothing to resume
         journal.close()
 
 

@@ -136,6 +136,8 @@ def send_directory(
         return _send_tree(args, overlay, relay_config, pinned, memory, memory_path, console, argv, journal,
                           manifest_path)
     finally:
+        if not journal.records:
+            journal.remove()  # no block is at the destination: nothing to resume
         journal.close()
 
 
