@@ -371,7 +371,7 @@ async def send_from_replicas(
 def interrupted(journal: SendJournal, dest: str, argv: list[str], what: str = "interrupted") -> str:
     """What an interrupted run says: what is kept, and the exact command that resumes."""
     if not journal.records:
-        return f"{what} before any block reached {dest}"
+        return f"{what} before any block reached {dest}; to send it, run the same command again: {resume_command(argv)}"
     return (f"{what}: {len(journal.records)} blocks delivered to {dest} are recorded in {journal.path}; to resume, "
             f"run the same command again: {resume_command(argv)}")
 
