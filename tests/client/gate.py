@@ -27,7 +27,8 @@ def never(operation: str, passed: Counter[str]) -> bool:
 class Gate:
     def __init__(self, upstream: str, hold: Hold = never) -> None:
         parts = urlsplit(upstream)
-        assert parts.hostname is not None and parts.port is not None
+        assert parts.hostname is not None
+        assert parts.port is not None
         self.host, self.upstream_port = parts.hostname, parts.port
         self.hold = hold
         self.passed: Counter[str] = Counter()

@@ -75,11 +75,11 @@ def test_a_torn_last_record_is_dropped_and_nothing_before_it() -> None:
 def test_a_damaged_record_ends_the_journal_there() -> None:
     data = bytearray(journal_bytes(4))
     second = journal.encode_record(record(1))
-    at = data.index(second) + len(second) // 2
-    data[at] ^= 0x01  # one flipped bit: the checksum no longer matches
+    start = data.index(second)
+    data[start + len(second) // 2] ^= 0x01  # one flipped bit: the checksum no longer matches
     decoded = journal.decode(bytes(data))
     assert decoded.records == {0: record(0)}  # 1 is damaged; 2 and 3 come after it and are not trusted
-    assert decoded.valid == data.index(second)
+    assert decoded.valid == start
 
 
 def test_a_journal_without_a_whole_header_holds_nothing() -> None:
@@ -103,7 +103,8 @@ def test_a_journal_without_a_whole_header_holds_nothing() -> None:
 def test_a_journal_of_another_transfer_is_named(changes: dict[str, object], needle: str) -> None:
     assert journal.mismatch(header(), header()) is None
     why = journal.mismatch(header(), header(**changes))
-    assert why is not None and needle in why
+    assert why is not None
+    assert needle in why
 
 
 def test_resume_command_drops_restart() -> None:
@@ -287,7 +288,8 @@ async def test_restart_frees_what_was_sent_and_starts_again(
             with pytest.raises(NotFound):
                 await dst.digest(old.allocation.read)
         decoded = journal.decode(where.read_bytes())
-        assert decoded.header is not None and decoded.header.size == 7 * BLOCK
+        assert decoded.header is not None
+        assert decoded.header.size == 7 * BLOCK
         assert set(decoded.records) == set(range(7))
         assert b"".join([await dst.read(r.allocation.read) for r in result.blocks]) == path.read_bytes()
 

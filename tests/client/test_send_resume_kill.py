@@ -94,7 +94,7 @@ async def recorded(where: Path, count: int) -> dict[int, object]:
     """The journal's records once it holds ``count`` (the other process writes them; checked until then)."""
     with trio.fail_after(WAIT_S):
         while True:
-            decoded = journal.decode(where.read_bytes()) if where.exists() else None
+            decoded = journal.decode(await trio.Path(where).read_bytes()) if await trio.Path(where).exists() else None
             if decoded is not None and decoded.header is not None and len(decoded.records) >= count:
                 assert len(decoded.records) == count  # the gate lets no more through
                 return dict(decoded.records)
@@ -144,7 +144,7 @@ async def test_killed_then_the_same_command_resumes(tmp_path: Path, payload: Pat
         assert len(document.blocks) == BLOCKS
         out = tmp_path / "fetched.bin"
         await get_file(document, out)
-        assert out.read_bytes() == payload.read_bytes()
+        assert out.read_bytes() == await trio.Path(payload).read_bytes()
 
 
 async def test_ctrl_c_says_how_to_resume(tmp_path: Path, payload: Path) -> None:
@@ -170,7 +170,7 @@ async def test_ctrl_c_says_how_to_resume(tmp_path: Path, payload: Path) -> None:
         assert await depot_writes(depot) - before == BLOCKS - 3
         out = tmp_path / "fetched.bin"
         await get_file(load_manifest(manifest), out)
-        assert out.read_bytes() == payload.read_bytes()
+        assert out.read_bytes() == await trio.Path(payload).read_bytes()
 
 
 async def test_a_file_changed_between_runs_is_refused_until_restart(tmp_path: Path, payload: Path) -> None:
@@ -186,14 +186,16 @@ async def test_a_file_changed_between_runs_is_refused_until_restart(tmp_path: Pa
         first.kill()
         await first.wait()
         gate.hold = never
-        data = bytearray(payload.read_bytes())
+        data = bytearray(await trio.Path(payload).read_bytes())
         data[5] ^= 0xFF  # block 0 was sent; now it is something else
-        payload.write_bytes(bytes(data))
+        await trio.Path(payload).write_bytes(bytes(data))
         refused = await run(argv, tmp_path)
         assert refused.returncode == 2
         message = refused.stderr.decode()
-        assert "changed since" in message and "--restart" in message, message
-        assert not manifest.exists() and where.exists()  # nothing lost: the choice is still the user's
+        assert "changed since" in message, message
+        assert "--restart" in message, message
+        assert not manifest.exists()
+        assert await trio.Path(where).exists()  # nothing lost: the choice is still the user's
         before = await depot_writes(depot)
         again = await run([*argv, "--restart"], tmp_path)
         assert again.returncode == 0, again.stderr.decode()
