@@ -4,6 +4,8 @@ A test of a program in another process (``lnet-send`` killed with -9) needs that
 point, with no timing guesses: the gate forwards each request to the depot, counts what passed by operation
 (``write``, ``digest``, ``free``, ...), and holds for good any request ``hold(operation, passed)`` says to hold,
 setting ``held`` when the first one arrives. The program then waits on its answer while the test looks.
+``quiet()`` returns once no request the gate forwarded is still waiting for the depot's answer: after the program
+is killed, what it had sent has landed, and what comes next is the next run's.
 """
 
 from __future__ import annotations
@@ -34,6 +36,12 @@ class Gate:
         self.passed: Counter[str] = Counter()
         self.held = trio.Event()
         self.port = 0
+        self.forwarding = 0
+        self._quiet = trio.Event()
+        self._quiet.set()
+
+    async def quiet(self) -> None:
+        await self._quiet.wait()
 
     @property
     def url(self) -> str:
@@ -64,13 +72,20 @@ class Gate:
                 self.held.set()
                 await trio.sleep_forever()
             self.passed[operation] += 1
-            await depot.send_all(upstream.send(h11.Request(method=request.method, target=request.target,
-                                                           headers=request.headers)))
-            await depot.send_all(upstream.send(h11.Data(data=body)) if body else b"")
-            await depot.send_all(upstream.send(h11.EndOfMessage()))
-            response = await _next(upstream, depot)
-            assert isinstance(response, h11.Response)
-            answer = await _body(upstream, depot)
+            self.forwarding += 1
+            self._quiet = trio.Event()
+            try:
+                await depot.send_all(upstream.send(h11.Request(method=request.method, target=request.target,
+                                                               headers=request.headers)))
+                await depot.send_all(upstream.send(h11.Data(data=body)) if body else b"")
+                await depot.send_all(upstream.send(h11.EndOfMessage()))
+                response = await _next(upstream, depot)
+                assert isinstance(response, h11.Response)
+                answer = await _body(upstream, depot)
+            finally:
+                self.forwarding -= 1
+                if self.forwarding == 0:
+                    self._quiet.set()
             await client.send_all(server.send(h11.Response(status_code=response.status_code,
                                                            headers=response.headers, reason=response.reason)))
             if answer:
