@@ -4,7 +4,8 @@ The I/O shell around ``Relay`` (the pipeline) and ``PathScheduler`` (the choice 
 and the edge memory, checks that the depots answer and fits the transfer to their limits (``fit_to_limits``,
 pure: what each depot's ``/v1/status`` says it allows), runs the transfer with a live progress bar, then writes
 the manifest (0600: it holds read capabilities), the optional report, and the edge memory for the next warm
-start.
+start. Meanwhile the send journal beside the manifest (``lnet.client.resume``) records every block delivered, so
+that the same command, run again after an interruption, sends only what the destination lacks.
 """
 
 from __future__ import annotations

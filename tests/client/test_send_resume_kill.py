@@ -2,7 +2,8 @@
 
 The destination is a real depot process (``tests/depot/processes.py``) behind a gate (``tests/client/gate.py``)
 that holds requests from a chosen point on, so that the first ``lnet-send`` process is stopped exactly there (the
-gate says when a request is held; the journal says which blocks arrived) before it is killed. The same command
+gate says when a request is held; the journal, read until it holds them since another process writes it, says
+which blocks arrived) before it is killed. The same command
 then runs again with the gate open. It must exit 0 with the manifest a single run writes (fetched with lnet-get:
 the same bytes), remove its journal, and write to the depot only the blocks the journal did not hold: the
 depot's own count of writes (``/metrics``) says so.
