@@ -25,7 +25,7 @@ from lnet.client.journal import JournalHeader
 from lnet.client.manifest import parse
 from lnet.client.relay import BlockDelivered, BlockRecord, Relay, RelayConfig, RelayEvent
 from lnet.client.resume import ResumeRefused, SendJournal
-from lnet.client.send import build_manifest
+from lnet.client.send import build_manifest, interrupted
 
 from .network import MiB, Network, depots, inline
 
@@ -116,19 +116,28 @@ def test_resume_command_drops_restart() -> None:
 
 
 class CountingWrites(httpx.AsyncBaseTransport):
-    """Counts the requests that pass by method and the path's first segment after /v1/ (PUT data: a write)."""
+    """Counts the requests that pass by method and the path's first segment after /v1/ (PUT data: a write), and
+    the most of each kind under way at once."""
 
     def __init__(self, inner: httpx.AsyncBaseTransport) -> None:
         self.inner = inner
         self.requests: collections.Counter[tuple[str, str]] = collections.Counter()
+        self.running: collections.Counter[tuple[str, str]] = collections.Counter()
+        self.most: collections.Counter[tuple[str, str]] = collections.Counter()
 
     @property
     def writes(self) -> int:
         return self.requests[("PUT", "data")]
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        self.requests[(request.method, request.url.path.split("/")[2])] += 1
-        return await self.inner.handle_async_request(request)
+        key = (request.method, request.url.path.split("/")[2])
+        self.requests[key] += 1
+        self.running[key] += 1
+        self.most[key] = max(self.most[key], self.running[key])
+        try:
+            return await self.inner.handle_async_request(request)
+        finally:
+            self.running[key] -= 1
 
 
 def make_file(tmp_path: Path, size: int) -> Path:
@@ -215,6 +224,33 @@ async def test_what_the_destination_lost_or_damaged_is_sent_again(
         with pytest.raises(NotFound):
             await dst.digest(recorded[damaged].allocation.read)
         assert b"".join([await dst.read(r.allocation.read) for r in result.blocks]) == path.read_bytes()
+
+
+async def test_the_destination_is_asked_for_digests_at_once_within_a_bound(
+    tmp_path: Path, autojump_clock: trio.abc.Clock
+) -> None:
+    network = Network()
+    small = RelayConfig(block_size=16 * 1024)
+    path = make_file(tmp_path, 40 * 16 * 1024)
+    where = tmp_path / "payload.manifest.json.journal"
+    async with depots(network, ["dst"], tmp_path) as clients:
+        first = SendJournal.open(where)
+        first.begin(resume.file_header(path, clients["dst"].base_url, small))
+        relay = Relay(path, "here", "dst", clients, pinned=["here", "dst"], config=small,
+                      on_event=first.recording(None), offload=inline)
+        await relay.run()  # every block recorded; as if killed before the manifest
+        first.close()
+        counting = CountingWrites(network.transport("here"))
+        async with DepotClient(network.url("dst"), transport=counting) as watched:
+            again = SendJournal.open(where)
+            again.begin(resume.file_header(path, watched.base_url, small))
+            started = trio.current_time()
+            assert len(await again.prepare(watched, path, None, offload=inline)) == 40
+            again.close()
+        assert counting.requests[("GET", "digest")] == 40
+        assert counting.most[("GET", "digest")] == resume.PARALLEL_DIGESTS
+        # 40 round trips of 2 x 10 ms each, 16 at a time: three rounds, not forty
+        assert trio.current_time() - started < 40 * 2 * network.latency_s / 4
 
 
 async def test_a_torn_record_is_ignored_and_cut_off(tmp_path: Path, autojump_clock: trio.abc.Clock) -> None:
@@ -320,3 +356,22 @@ async def test_the_relay_refuses_delivered_blocks_of_another_layout(tmp_path: Pa
                       delivered={1: BlockRecord(1, 5, BLOCK, "0" * 64, record(1).allocation)})
         with pytest.raises(ValueError, match="block 1 given as delivered"):
             await relay.run()
+
+
+def test_an_interruption_names_the_command_that_resumes(tmp_path: Path) -> None:
+    argv = ["data.bin", "--to", "svl", "--restart"]
+    where = tmp_path / "data.bin.manifest.json.journal"
+    sent = SendJournal.open(where)
+    try:
+        assert interrupted(sent, "svl", argv) == (
+            "interrupted before any block reached svl; to send it, run the same command again: "
+            "lnet-send data.bin --to svl")
+        sent.begin(header())
+        sent.append(record(0))
+        sent.append(record(1))
+        assert interrupted(sent, "svl", argv) == (
+            f"interrupted: 2 blocks delivered to svl are recorded in {where}; to resume, run the same command "
+            "again: lnet-send data.bin --to svl")
+    finally:
+        sent.close()
+    assert journal.decode(where.read_bytes()).records == {0: record(0), 1: record(1)}
