@@ -217,6 +217,8 @@ class BlockDelivered:
     index: int
     nbytes: int
     at: float
+    record: BlockRecord | None = None
+    """Where the block now is (its destination allocation and hash), for the send journal."""
 
 
 @dataclass(frozen=True)
@@ -359,9 +361,12 @@ class Relay:
         clock: Callable[[], float] | None = None,
         offload: Offload | None = None,
         available: Callable[[int, int], Awaitable[None]] | None = None,
+        delivered: Mapping[int, BlockRecord] | None = None,
     ) -> None:
         """``available``, when the file is still arriving (replicas feeding the first hop): returns once bytes
-        ``[start, end)`` of ``source`` are in place."""
+        ``[start, end)`` of ``source`` are in place. ``delivered``: blocks already at the destination (a resumed
+        transfer, ``lnet.client.resume``), by index; they are neither read nor sent, and their records are the
+        result's as they are (the whole-file hash still covers every byte)."""
         if (scheduler is None) == (pinned is None):
             raise ValueError("give either a scheduler or a pinned path")
         if pinned is not None and (pinned[0] != here or pinned[-1] != dest or len(set(pinned)) != len(pinned)):
@@ -391,6 +396,7 @@ class Relay:
         self._pools: dict[str, _Pool] = {}
         self._probing: set[Edge] = set()
         self._records: dict[int, BlockRecord] = {}
+        self._already = dict(delivered or {})
         self._delivered = 0
         self._resends = 0
         self._started = 0.0
@@ -420,6 +426,10 @@ class Relay:
             step = self.config.block_size
             spans = tuple((o, min(step, self.size - o)) for o in range(0, self.size, step))
         blocks = [_Block(i, offset, length) for i, (offset, length) in enumerate(spans)]
+        for index, record in self._already.items():
+            if not 0 <= index < len(spans) or spans[index] != (record.offset, record.length):
+                raise ValueError(f"block {index} given as delivered is not a block of {self.source}")
+        self._records.update(self._already)
         admission = trio.CapacityLimiter(self.config.max_inflight * 4)
         fd = self._fd = -1 if isinstance(self.source, Stream) else os.open(self.source, os.O_RDONLY)
         try:
@@ -428,6 +438,8 @@ class Relay:
                 nursery.start_soon(self._hash_whole_file)
                 async with trio.open_nursery() as carriers:
                     for block in blocks:
+                        if block.index in self._already:
+                            continue
                         await admission.acquire_on_behalf_of(block)
                         carriers.start_soon(self._carry, block, fd, admission)
                 self._done.set()
@@ -590,9 +602,9 @@ class Relay:
             raise _HopFailed(f"block {block.index} arrived damaged at {self.dest} (hash mismatch)")
         for holder in block.holders[:-1]:
             await self._release(holder)
-        self._records[block.index] = BlockRecord(block.index, block.offset, block.length, block.hash, alloc)
+        record = self._records[block.index] = BlockRecord(block.index, block.offset, block.length, block.hash, alloc)
         self._delivered += block.length
-        self.on_event(BlockDelivered(block.index, block.length, self.clock()))
+        self.on_event(BlockDelivered(block.index, block.length, self.clock(), record))
 
     async def _hash_whole_file(self) -> None:
         """The whole-file hash, in one pass of its own beside the transfer (blocks are read out of order)."""

@@ -4,14 +4,17 @@ The I/O shell around ``Relay`` (the pipeline) and ``PathScheduler`` (the choice 
 and the edge memory, checks that the depots answer and fits the transfer to their limits (``fit_to_limits``,
 pure: what each depot's ``/v1/status`` says it allows), runs the transfer with a live progress bar, then writes
 the manifest (0600: it holds read capabilities), the optional report, and the edge memory for the next warm
-start.
+start. Meanwhile the send journal beside the manifest (``lnet.client.resume``) records every block delivered, so
+that the same command, run again after an interruption, sends only what the destination lacks.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import hashlib
 import json
+import shutil
 import sys
 import tempfile
 import time
@@ -44,6 +47,7 @@ from .manifest import BlockEntry, BlockSource, Manifest
 from .overlay import Overlay, OverlayError
 from .relay import (
     BlockDelivered,
+    BlockRecord,
     DepotRefused,
     IntegrityError,
     Note,
@@ -55,6 +59,15 @@ from .relay import (
     Stream,
 )
 from .relay import TransferFailed as RelayFailed
+from .resume import (
+    ResumeRefused,
+    SendJournal,
+    file_header,
+    is_interrupt,
+    journal_path,
+    resume_command,
+    source_header,
+)
 
 __all__ = ["DEFAULT_DURATION_S", "DepotLimits", "fit_to_limits", "main", "send"]
 
@@ -82,6 +95,10 @@ examples:
   lnet-get data.h5.manifest.json -o data.h5               # at the far end: fetch and verify
   lnet-send photos/ --to sunnyvale --priority '*.json'    # a tree: small files packed, priority files first
   lnet-get photos.manifest.json -o photos                 # rebuilds the tree
+
+An interrupted lnet-send (Ctrl-C, a lost session, a crash) resumes when the same command is run again: the blocks
+the destination still holds, recorded in MANIFEST.journal, are checked there and not sent again. A source that
+changed since is refused; --restart sends it from the start.
 
 {EXIT_CODES_HELP}
 """
@@ -119,6 +136,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--timeout", default="30s", metavar="TIME", help="bound on every network wait (30s)")
     p.add_argument("--manifest", type=Path, metavar="FILE", help="where to write the manifest (FILE.manifest.json)")
     p.add_argument("--report", type=Path, metavar="FILE", help="write the transfer report (path attempts, timeline)")
+    p.add_argument("--restart", action="store_true", help="do not resume an interrupted run of this transfer: "
+                   "free the blocks it sent and send everything again")
     p.add_argument("--json", action="store_true", help="print one JSON object at the end instead of a summary")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     mirrors.add_arguments(p, "replicas (with --source)")
@@ -233,11 +252,14 @@ async def send(
     on_event: Any = None,
     available: Callable[[int, int], Awaitable[None]] | None = None,
     longest_duration: bool = False,
+    journal: SendJournal | None = None,
 ) -> tuple[RelayResult, PathScheduler | None, list[str]]:
     """Run one transfer; returns the relay's result, the scheduler (None when pinned) and the depots skipped.
 
     The depots' limits are read from their status first and the transfer fitted to them (``fit_to_limits``; its
-    ``longest_duration``): a transfer that cannot fit fails with ``SendError`` before any block moves."""
+    ``longest_duration``): a transfer that cannot fit fails with ``SendError`` before any block moves. With a
+    ``journal`` (begun), the blocks an interrupted run left at the destination are checked and not sent again
+    (reported as delivered at the start), and every block delivered now is recorded in it."""
     clock = TrioWallClock()
     clients = {
         name: DepotClient(entry.url, token=entry.token, timeout=timeout_s) for name, entry in overlay.depots.items()
@@ -290,6 +312,13 @@ async def send(
             # Weights are per stream, times the blocks the relay keeps in flight on a hop.
             config = replace(scheduler_config or SchedulerConfig(), streams=relay_config.max_inflight)
             scheduler = PathScheduler(vertices, overlay.here, dest, memory, config, rtt_s=rtt_s)
+        delivered: dict[int, BlockRecord] = {}
+        if journal is not None:
+            delivered = await journal.prepare(clients[dest], file, available)
+            for index, record in sorted(delivered.items()):
+                if on_event is not None:
+                    on_event(BlockDelivered(index, record.length, clock(), record))
+            on_event = journal.recording(on_event)
         relay = Relay(
             file,
             overlay.here,
@@ -302,8 +331,15 @@ async def send(
             on_event=on_event,
             clock=clock,
             available=available,
+            delivered=delivered,
         )
-        return await relay.run(), scheduler, skipped
+        if journal is None:
+            return await relay.run(), scheduler, skipped
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(journal.keep_synced)
+            result = await relay.run()
+            nursery.cancel_scope.cancel()
+        return result, scheduler, skipped
     finally:
         with trio.CancelScope(shield=True):
             for client in clients.values():
@@ -333,12 +369,22 @@ async def send_from_replicas(
     return result, scheduler, skipped, downloaded[0]
 
 
+def interrupted(journal: SendJournal, dest: str, argv: list[str], what: str = "interrupted") -> str:
+    """What an interrupted run says: what is kept, and the exact command that resumes."""
+    if not journal.records:
+        return f"{what} before any block reached {dest}; to send it, run the same command again: {resume_command(argv)}"
+    return (f"{what}: {len(journal.records)} blocks delivered to {dest} are recorded in {journal.path}; to resume, "
+            f"run the same command again: {resume_command(argv)}")
+
+
 def failure_exit(exc: BaseException, subject: Path | None) -> tuple[ExitCode, str] | None:
     """The exit code and message for a failed transfer (a nursery's failure comes wrapped); None: not ours.
     ``subject`` is what was being sent, named in the message of a local I/O error."""
     inner = innermost(exc)
     if isinstance(inner, SendError):
         return inner.code, str(inner)
+    if isinstance(inner, ResumeRefused):
+        return ExitCode.USAGE, str(inner)
     if isinstance(inner, mirrors.MirrorError):
         return inner.exit_code, f"the replicas: {inner}"
     if isinstance(inner, IntegrityError):
@@ -474,6 +520,7 @@ class _Progress:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
     args = _parser().parse_args(argv)
     console = Console(stderr=True, highlight=False, soft_wrap=True)
 
@@ -528,20 +575,55 @@ def main(argv: list[str] | None = None) -> int:
     if args.file is not None and args.file.is_dir():  # a tree: planned, packed and sent by lnet.client.tree_transfer
         from .tree_transfer import send_directory  # here: that module builds on this one
 
-        return send_directory(args, overlay, relay_config, pinned, memory, memory_path, console)
+        return send_directory(args, overlay, relay_config, pinned, memory, memory_path, console, argv)
     name = args.file.name if args.file is not None else source_name(args.source)
+    manifest_path = args.manifest or Path(f"{name}.manifest.json")
+    try:  # resumes an interrupted run of this transfer (lnet.client.resume)
+        journal = SendJournal.open(journal_path(manifest_path), restart=args.restart)
+    except ResumeRefused as exc:
+        return fail(ExitCode.USAGE, str(exc))
+    try:
+        return _send_file(args, argv, console, name, manifest_path, journal, overlay, relay_config, pinned, memory,
+                          memory_path, plan, timeout)
+    finally:
+        if not journal.records:
+            journal.remove()  # no block is at the destination: nothing to resume
+        journal.close()
+
+
+def _send_file(
+    args: argparse.Namespace, argv: list[str], console: Console, name: str, manifest_path: Path,
+    journal: SendJournal, overlay: Overlay, relay_config: RelayConfig, pinned: list[str] | None,
+    memory: EdgeMemory, memory_path: Path, plan: Any, timeout: float,
+) -> int:
+    """``main`` for one file, or one file from its replicas (``--source``), with its journal open."""
+
+    def fail(code: ExitCode, message: str) -> int:
+        console.print(f"lnet-send: {message}")
+        return int(code)
+
+    dest_url = overlay.depots[args.to].url
+    if args.file is not None:
+        try:
+            journal.begin(file_header(args.file, dest_url, relay_config))
+        except ResumeRefused as exc:
+            return fail(ExitCode.USAGE, str(exc))
     size = args.file.stat().st_size if args.file is not None else 0
     show = not args.no_progress and not args.json and console.is_terminal
     progress = _Progress(console, size, enabled=not args.json)
     options = {"overlay": overlay, "dest": args.to, "pinned": pinned, "memory": memory, "warm": not args.cold,
                "relay_config": relay_config, "timeout_s": timeout, "on_event": progress,
-               "longest_duration": args.duration is None}
+               "longest_duration": args.duration is None, "journal": journal}
     fed: mirrors.MirrorResult | None = None
+    # --source: the spool outlives an interrupted run (the download resumes from it); named after the journal
+    spool = Path(args.spool or tempfile.gettempdir()) / (
+        "lnet-send-" + hashlib.sha256(str(journal.path.resolve()).encode()).hexdigest()[:16])
 
     def sized(total: int) -> None:
         nonlocal size
         size = total
         progress.progress.update(progress.task, total=total)
+        journal.begin(source_header(args.source, name, total, dest_url, relay_config))
 
     async def from_replicas(spool: Path) -> tuple[RelayResult, PathScheduler | None, list[str]]:
         nonlocal fed
@@ -557,19 +639,28 @@ def main(argv: list[str] | None = None) -> int:
             if args.file is not None:
                 result, scheduler, skipped = trio.run(lambda: send(args.file, **options))
             else:
-                with tempfile.TemporaryDirectory(prefix="lnet-send-", dir=args.spool) as spool:
-                    result, scheduler, skipped = trio.run(from_replicas, Path(spool))
-    except KeyboardInterrupt:
-        return fail(ExitCode.INTERRUPTED, "interrupted: blocks already sent expire at their depots on their own")
-    except Exception as exc:
+                if args.restart:
+                    shutil.rmtree(spool, ignore_errors=True)
+                spool.mkdir(mode=0o700, parents=True, exist_ok=True)
+                result, scheduler, skipped = trio.run(from_replicas, spool)
+    except BaseException as exc:  # Ctrl-C comes out of trio.run bare, or in a group from a nursery
+        if is_interrupt(exc):
+            return fail(ExitCode.INTERRUPTED, interrupted(journal, args.to, argv))
+        if not isinstance(exc, Exception):
+            raise
         mapped = failure_exit(exc, args.file)
         if mapped is None:
             raise
-        return fail(*mapped)
+        code = fail(*mapped)
+        if journal.records and mapped[0] != ExitCode.USAGE:
+            console.print(f"lnet-send: {interrupted(journal, args.to, argv, what='stopped')}")
+        return code
     final_path = list(result.paths[-1].path) if result.paths else []
-    manifest = build_manifest(Path(name), overlay.depots[args.to].url, result, relay_config, final_path)
-    manifest_path = args.manifest or Path(f"{name}.manifest.json")
+    manifest = build_manifest(Path(name), dest_url, result, relay_config, final_path)
     manifest.save(manifest_path)
+    journal.remove()
+    if args.source:
+        shutil.rmtree(spool, ignore_errors=True)
     try:
         memory.save(memory_path)
     except OSError as exc:
@@ -581,11 +672,13 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         print(json.dumps({**report, "file": str(args.file or name), "manifest": str(manifest_path),
                           "file_hash": result.file_hash, "path": final_path, "skipped_depots": skipped,
+                          "resumed_blocks": len(journal.resumed),
                           **({"sources": sources} if sources is not None else {})}))
     else:
         console.print(
             f"sent {format_size(size)} in {result.seconds:.1f} s ({report['mbps']:.1f} Mbit/s) "
             f"over {' -> '.join(final_path)}; {result.resends} block re-sends"
+            + (f"; {len(journal.resumed)} blocks were already at {args.to} (resumed)" if journal.resumed else "")
         )
         if fed is not None:
             used = sum(1 for r in fed.replicas if r.bytes)

@@ -38,6 +38,7 @@ from .exits import ExitCode
 from .manifest import ManifestError, block_hasher
 from .overlay import Overlay
 from .relay import BlockDelivered, Note, PathChanged, RelayConfig, RelayEvent
+from .resume import ResumeRefused, SendJournal, is_interrupt, journal_path, tree_header
 
 __all__ = ["ASSUMED_RATE_BPS", "FileArrivals", "get_directory", "get_directory_main", "send_directory"]
 
@@ -116,7 +117,7 @@ def _is_priority(path: str, patterns: list[str]) -> bool:
 
 def send_directory(
     args: argparse.Namespace, overlay: Overlay, relay_config: RelayConfig, pinned: list[str] | None,
-    memory: EdgeMemory, memory_path: Path, console: Console,
+    memory: EdgeMemory, memory_path: Path, console: Console, argv: list[str],
 ) -> int:
     """``lnet-send DIR``: the arguments are ``send``'s, already checked by its ``main``."""
 
@@ -125,6 +126,32 @@ def send_directory(
         return int(code)
 
     root: Path = args.file
+    name = root.resolve().name or "tree"
+    manifest_path = args.manifest or Path(f"{name}.manifest.json")
+    try:  # resumes an interrupted run of this transfer (lnet.client.resume)
+        journal = SendJournal.open(journal_path(manifest_path), restart=args.restart)
+    except ResumeRefused as exc:
+        return fail(ExitCode.USAGE, str(exc))
+    try:
+        return _send_tree(args, overlay, relay_config, pinned, memory, memory_path, console, argv, journal,
+                          manifest_path)
+    finally:
+        if not journal.records:
+            journal.remove()  # no block is at the destination: nothing to resume
+        journal.close()
+
+
+def _send_tree(
+    args: argparse.Namespace, overlay: Overlay, relay_config: RelayConfig, pinned: list[str] | None,
+    memory: EdgeMemory, memory_path: Path, console: Console, argv: list[str], journal: SendJournal,
+    manifest_path: Path,
+) -> int:
+    def fail(code: ExitCode, message: str) -> int:
+        console.print(f"lnet-send: {message}")
+        return int(code)
+
+    root: Path = args.file
+    name = root.resolve().name or "tree"
     try:
         entries = tree.walk(root)
         fixed = args.pipeline_depth
@@ -139,6 +166,9 @@ def send_directory(
         for i, e in enumerate(entries) if e.type == "file"
     ]
     first_hop = pinned[1] if pinned is not None else args.to
+    previous = journal.previous
+    if bdp_given is None and previous is not None and previous.kind == "tree" and previous.bdp > 0:
+        bdp_given = previous.bdp  # a resume plans for the same BDP, so that the blocks come out the same
     if bdp_given is None:
         try:
             rtt = trio.run(_round_trip, overlay.depots[first_hop].url, relay_config.timeout_s)
@@ -159,6 +189,11 @@ def send_directory(
                          window_block=mean_block)
     else:
         config = replace(relay_config, initial_inflight=plan.depth, window_block=mean_block)
+    try:
+        journal.begin(tree_header(root, entries, packed.stream, packed.block_pieces(), overlay.depots[args.to].url,
+                                  config, bdp))
+    except ResumeRefused as exc:
+        return fail(ExitCode.USAGE, str(exc))
     arrivals = FileArrivals(entries, list(plan.blocks))
     size = packed.stream.size
     show = not args.no_progress and not args.json and console.is_terminal
@@ -169,26 +204,30 @@ def send_directory(
                 lambda: send.send(
                     packed.stream, overlay, args.to, pinned=pinned, memory=memory, warm=not args.cold,
                     relay_config=config, timeout_s=relay_config.timeout_s, on_event=progress,
-                    longest_duration=args.duration is None,
+                    longest_duration=args.duration is None, journal=journal,
                 )
             )
-    except KeyboardInterrupt:
-        return fail(ExitCode.INTERRUPTED, "interrupted: blocks already sent expire at their depots on their own")
-    except Exception as exc:
+    except BaseException as exc:  # Ctrl-C comes out of trio.run bare, or in a group from a nursery
+        if is_interrupt(exc):
+            return fail(ExitCode.INTERRUPTED, send.interrupted(journal, args.to, argv))
+        if not isinstance(exc, Exception):
+            raise
         mapped = send.failure_exit(exc, root)  # as for a file; anything else re-raised
         if mapped is None:
             raise
-        return fail(*mapped)
+        code = fail(*mapped)
+        if journal.records and mapped[0] != ExitCode.USAGE:
+            console.print(f"lnet-send: {send.interrupted(journal, args.to, argv, what='stopped')}")
+        return code
     final_path = list(result.paths[-1].path) if result.paths else []
-    name = root.resolve().name or "tree"
     stream_manifest = send.build_manifest(Path(name), overlay.depots[args.to].url, result, config, final_path)
     manifest = tree.TreeManifest(
         name=name, created=time.time(), entries=tuple(entries),
         blocks=tuple(tuple(tree.TreePiece(**p) for p in pieces) for pieces in packed.block_pieces()),
         stream=stream_manifest,
     )
-    manifest_path = args.manifest or Path(f"{name}.manifest.json")
     manifest.save(manifest_path)
+    journal.remove()
     try:
         memory.save(memory_path)
     except OSError as exc:
@@ -205,7 +244,8 @@ def send_directory(
     if args.json:
         print(json.dumps({
             **report, "file": str(root), "manifest": str(manifest_path), "path": final_path,
-            "skipped_depots": skipped, "files": arrivals.total_files, "entries": len(entries), "plan": plan_summary,
+            "skipped_depots": skipped, "resumed_blocks": len(journal.resumed), "files": arrivals.total_files,
+            "entries": len(entries), "plan": plan_summary,
             "arrivals": [
                 {"path": entries[key].path, "t": round(t, 4), "priority": _is_priority(entries[key].path, patterns)}
                 for key, t in arrivals.arrived
