@@ -419,6 +419,8 @@ def run(args: argparse.Namespace, *, transport: httpx.AsyncBaseTransport | None 
         sys.stdout.write(json.dumps(to_json(healths), indent=2) + "\n")
     else:
         out = Console(highlight=False)
+        if not out.is_terminal:  # cron mail and log files: the table as wide as it wants, not folded at 80
+            out = Console(highlight=False, width=200)
         out.print(render_table(healths, title=f"depots in {overlay.source}"))
         unhealthy = [health for health in healths if health.state != "ok"]
         if unhealthy:

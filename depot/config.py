@@ -173,7 +173,7 @@ class DepotConfig:
         try:
             fence = self.copy_fence
         except ValueError as exc:
-            return [*problems, str(exc)]
+            return [*problems, f"copy_allow: {exc}"]
         for peer in self.weather_peers:
             host = urlsplit(peer.url).hostname or ""
             if not fence.allows(host):

@@ -62,7 +62,7 @@ class CopyAllow:
         given = [entry.strip() for entry in entries]
         if ANYWHERE in given:
             if len(given) > 1:
-                raise ValueError("copy_allow: '*' allows every host; give it alone, or list hosts and ranges")
+                raise ValueError("'*' allows every host: give it alone, or list hosts and ranges")
             return cls(anywhere=True)
         names: set[str] = set()
         suffixes: list[str] = []
@@ -105,9 +105,9 @@ class CopyAllow:
 
 def _entry(entry: str) -> tuple[str, str | IPNetwork]:
     if not entry:
-        raise ValueError("copy_allow: an empty entry (a stray comma?)")
+        raise ValueError("an empty entry (a stray comma?)")
     if "://" in entry or "/v1/" in entry:
-        raise ValueError(f"copy_allow lists hosts and address ranges, not URLs: {entry[:80]!r}")
+        raise ValueError(f"hosts and address ranges, not URLs: {entry[:80]!r}")
     if "/" in entry:
         address, _, prefix = entry.partition("/")
         spelt = f"{normalise_host(address)}/{prefix}"
@@ -116,8 +116,8 @@ def _entry(entry: str) -> tuple[str, str | IPNetwork]:
         except ValueError as exc:
             if "host bits set" in str(exc):
                 loose = ipaddress.ip_network(spelt, strict=False)
-                raise ValueError(f"copy_allow: {entry!r} has host bits set: did you mean {loose}?") from None
-            raise ValueError(f"copy_allow: {entry[:80]!r} is not a CIDR range like 10.0.0.0/8 ({exc})") from None
+                raise ValueError(f"{entry!r} has host bits set: did you mean {loose}?") from None
+            raise ValueError(f"{entry[:80]!r} is not a CIDR range like 10.0.0.0/8 ({exc})") from None
     host = normalise_host(entry)
     address = _address(host)
     if address is not None:
@@ -126,16 +126,18 @@ def _entry(entry: str) -> tuple[str, str | IPNetwork]:
         rest = host[2:]
         if _NAME.fullmatch(rest) and "." in rest and not _looks_numeric(rest):
             return "suffix", "." + rest
-        raise ValueError(f"copy_allow: {entry[:80]!r}: a wildcard is '*.' and a domain of two labels or more")
+        raise ValueError(f"{entry[:80]!r}: a wildcard is '*.' and a domain of two labels or more")
     if host.count(":") == 1:
-        raise ValueError(f"copy_allow lists hosts, not ports: {entry[:80]!r} (every port of a listed host is allowed)")
+        raise ValueError(f"hosts, not ports: {entry[:80]!r} (every port of a listed host is allowed)")
     if not _NAME.fullmatch(host):
         raise ValueError(
-            f"copy_allow: {entry[:80]!r} is neither a host name, an IP address, a CIDR range, '*.domain' nor '*'"
+            f"{entry[:80]!r} is neither a host name, an IP address, a CIDR range, '*.domain' nor '*'"
         )
     if _looks_numeric(host):
-        raise ValueError(f"copy_allow: {entry[:80]!r} looks like an address but is not one Python reads; spell it "
-                         "as a dotted quad or a CIDR range")
+        raise ValueError(
+            f"{entry[:80]!r} looks like an address but is not one Python reads; spell it as a dotted quad or a CIDR "
+            "range"
+        )
     return "name", host
 
 

@@ -124,8 +124,8 @@ def test_copy_allow_from_file_environment_and_flag(tmp_path: Path) -> None:
     ("source", "needle"),
     [
         ("file", "depot.toml: copy_allow: '10.1.2.3/8' has host bits set"),
-        ("environment", "LNET_DEPOT_COPY_ALLOW: copy_allow: '10.1.2.3/8' has host bits set"),
-        ("flag", "--copy-allow: copy_allow: '10.1.2.3/8' has host bits set"),
+        ("environment", "LNET_DEPOT_COPY_ALLOW: '10.1.2.3/8' has host bits set"),
+        ("flag", "--copy-allow: '10.1.2.3/8' has host bits set"),
     ],
 )
 def test_a_malformed_copy_allow_names_its_source(tmp_path: Path, source: str, needle: str) -> None:
@@ -163,7 +163,7 @@ def test_lnet_depot_flags(capsys: pytest.CaptureFixture[str], monkeypatch: pytes
     assert "copy_allow = ('atl.example.org', '*.lnet.example.org', '10.0.0.0/8')" in out
     assert "require_token_for = ('allocate', 'copy', 'read')" in out
     assert depot_main(["--copy-allow", "http://atl.example.org", "--print-config"]) == 2
-    assert "--copy-allow: copy_allow lists hosts and address ranges, not URLs" in capsys.readouterr().err
+    assert "--copy-allow: hosts and address ranges, not URLs" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize(
