@@ -235,7 +235,8 @@ async def query_depot(
             hint = "the depots file gives no token for it" if entry.token is None else "its token is refused"
             failure = ("refused", f"{exc.status} {exc.code}: {exc.message} ({hint})")
         except DepotError as exc:
-            failure = ("not a depot", f"/v1/status answered {exc.status} {exc.code}: {exc.message}")
+            # Another service, or a proxy's error page: the message says what came back (HTTP 404, text/html).
+            failure = ("not a depot", f"it answers /v1/status, but not as an lnet depot does: {exc.message}")
     seconds = trio.current_time() - started
     if deadline.cancelled_caught:
         failure = ("unreachable", f"no answer within {timeout_s:g}s")
