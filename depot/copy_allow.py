@@ -124,9 +124,9 @@ def _entry(entry: str) -> tuple[str, str | IPNetwork]:
         return "network", ipaddress.ip_network(address)
     if host.startswith("*."):
         rest = host[2:]
-        if _NAME.fullmatch(rest) and "." in rest and not _looks_numeric(rest):
+        if _NAME.fullmatch(rest) and not _looks_numeric(rest):
             return "suffix", "." + rest
-        raise ValueError(f"{entry[:80]!r}: a wildcard is '*.' and a domain of two labels or more")
+        raise ValueError(f"{entry[:80]!r}: a wildcard is '*.' and a domain name, like *.example.org")
     if host.count(":") == 1:
         raise ValueError(f"hosts, not ports: {entry[:80]!r} (every port of a listed host is allowed)")
     if not _NAME.fullmatch(host):
