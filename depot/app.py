@@ -201,10 +201,10 @@ class Depot:
 
             if operation in self.token_required_for and not self._bearer_ok(scope):
                 # Before anything else: a request without the token costs the depot one small answer.
-                error = Unauthorized(
+                refusal = Unauthorized(
                     f"{operation} at this depot needs the operator token: Authorization: Bearer TOKEN"
                 )
-                await _error_response(error, _header(scope, b"accept"))(scope, receive, send_counted)
+                await _error_response(refusal, _header(scope, b"accept"))(scope, receive, send_counted)
                 self.metrics.requests.labels(operation, str(status)).inc()
                 return
             if self.in_flight >= self.config.max_concurrent_requests and operation != "health":

@@ -109,8 +109,8 @@ def _entry(entry: str) -> tuple[str, str | IPNetwork]:
     if "://" in entry or "/v1/" in entry:
         raise ValueError(f"hosts and address ranges, not URLs: {entry[:80]!r}")
     if "/" in entry:
-        address, _, prefix = entry.partition("/")
-        spelt = f"{normalise_host(address)}/{prefix}"
+        base, _, prefix = entry.partition("/")
+        spelt = f"{normalise_host(base)}/{prefix}"
         try:
             return "network", ipaddress.ip_network(spelt)
         except ValueError as exc:

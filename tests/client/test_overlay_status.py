@@ -127,7 +127,7 @@ async def test_a_mix_of_depots_in_process(tmp_path: Path, autojump_clock: trio.a
     atl_health = by_name["atl"]
     assert (atl_health.capacity, atl_health.free, atl_health.max_allocation, atl_health.max_duration) == (
         64 * MiB, 63 * MiB, 16 * MiB, 7200.0)
-    assert atl_health.version == "0.1.0" and atl_health.protocol == 1
+    assert (atl_health.version, atl_health.protocol) == ("0.1.0", 1)
     assert atl_health.in_flight == 1  # the status request itself
     [link] = atl_health.links
     assert (link.to, link.peer, link.source, link.count, link.failures) == (
@@ -214,13 +214,15 @@ async def test_lnet_depots_over_real_sockets(tmp_path: Path, capsys: pytest.Capt
         misconfigured = depots_file(tmp_path / "bad.toml", {"atl": (atl_url, None), "houston": (web, None)})
         assert await lnet("depots", "--depots", str(misconfigured)) == ExitCode.USAGE
         out, err = capsys.readouterr()
-        assert "atl" in out and "not a depot" in out
+        assert "atl" in out
+        assert "not a depot" in out
         assert "1 of 2 depots did not answer as they should: houston" in err
 
         healthy = depots_file(tmp_path / "good.toml", {"atl": (atl_url, None)})
         assert await lnet("depots", "--depots", str(healthy)) == ExitCode.OK
         out, err = capsys.readouterr()
-        assert "ok" in out and "64.0 MiB / 64.0 MiB" in out
+        assert "ok" in out
+        assert "64.0 MiB / 64.0 MiB" in out
         assert err == ""
 
 

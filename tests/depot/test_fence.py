@@ -12,7 +12,7 @@ import ipaddress
 import re
 import socket
 import tempfile
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -407,17 +407,17 @@ async def test_a_refused_copy_never_reaches_a_real_listener(tmp_path: Path) -> N
         async with Depot(config) as depot:
             async with DepotClient("http://d1.test:6714", transport=httpx.ASGITransport(app=depot.app)) as client:
                 source = await _source(client)
+                seen: list[int] = []
                 async with trio.open_nursery() as nursery:
-                    seen: list[int] = []
-
-                    async def watch() -> None:
-                        seen.append(await connections())
-
-                    nursery.start_soon(watch)
+                    nursery.start_soon(_append_result, seen, connections)
                     answer = await client._http.post(f"/v1/copy/{source.read}", json={"to": target})
                 assert answer.status_code == status
                 assert seen == [0 if status == 403 else 1]
     listener.close()
+
+
+async def _append_result(results: list[int], function: Callable[[], Awaitable[int]]) -> None:
+    results.append(await function())
 
 
 async def test_upstream_still_reports_an_allowed_but_dead_target(open_depot: MakeDepot) -> None:
