@@ -252,7 +252,9 @@ async def query_all(
     transport: httpx.AsyncBaseTransport | None = None,
 ) -> list[DepotHealth]:
     """Every depot of the overlay, asked at once; in the depots file's order."""
-    names_by_url = {_url_key(entry.url): name for name, entry in overlay.depots.items()}
+    names_by_url: dict[str, str] = {}
+    for name, entry in overlay.depots.items():  # two names for one URL: the first in the file
+        names_by_url.setdefault(_url_key(entry.url), name)
     entries = list(overlay.depots.values())
     results: list[DepotHealth | None] = [None] * len(entries)
 
@@ -345,7 +347,9 @@ def _duration(seconds: float | None) -> str:
 
 
 def _age(seconds: float | None) -> str:
-    return "none" if seconds is None else f"{_duration(seconds)} ago"
+    if seconds is None:
+        return "none"
+    return f"{seconds:.0f}s ago" if seconds < 60 else f"{_duration(seconds)} ago"
 
 
 def _links(links: Sequence[LinkFigure]) -> Text:
