@@ -250,3 +250,4 @@ def test_the_command_does_not_load_the_depot_server() -> None:
     )
     loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert loaded.strip() == "[]"
+
