@@ -1,4 +1,4 @@
-"""``lnet``: the umbrella command, one subcommand per job (``lnet report``, ``lnet demo``).
+"""``lnet``: the umbrella command, one subcommand per job (``lnet report``, ``lnet depots``, ``lnet demo``).
 
 Each subcommand is a ``Subcommand`` in ``SUBCOMMANDS``: a name, a line of help, a function that adds its
 arguments to its parser, and a function that runs it and returns an ``ExitCode``. Adding one is adding an entry;
@@ -16,7 +16,7 @@ from pathlib import Path
 import trio
 from rich.console import Console
 
-from lnet.client import report
+from lnet.client import overlay_status, report
 from lnet.client.exits import EXIT_CODES_HELP, ExitCode
 from lnet.depot.units import format_size, parse_size
 
@@ -83,6 +83,14 @@ SUBCOMMANDS: list[Subcommand] = [
         _report,
         description="Show what lnet-send --report saved: the path attempts (path, duration, Mbit/s), the measured "
         "edges, and with --plot the throughput over time as a PNG.",
+    ),
+    Subcommand(
+        "depots",
+        "is the overlay healthy? every depot of the depots file: state, capacity, limits, links",
+        overlay_status.add_arguments,
+        overlay_status.run,
+        description=overlay_status.DESCRIPTION,
+        epilog=overlay_status.EPILOG,
     ),
     Subcommand(
         "demo",

@@ -26,6 +26,7 @@ from lnet.depot.protocol import (
     Conflict,
     DepotError,
     DepotFull,
+    Forbidden,
     NotFound,
     RangeNotSatisfiable,
     TooLarge,
@@ -49,6 +50,7 @@ __all__ = [
     "DepotFull",
     "DepotTimeout",
     "DepotUnreachable",
+    "Forbidden",
     "NotFound",
     "Probe",
     "RangeNotSatisfiable",
@@ -134,7 +136,8 @@ class DepotClient:
         self.base_url = base_url.rstrip("/")
         self.timeout = timeout
         headers = {"Accept": MSGPACK, "User-Agent": "lnet"}
-        self._token = token
+        if token:  # sent with every request: a depot may require it for more than allocating (require_token_for)
+            headers["Authorization"] = f"Bearer {token}"
         self._http = httpx.AsyncClient(
             base_url=self.base_url,
             transport=transport,
@@ -169,8 +172,7 @@ class DepotClient:
         body: dict[str, Any] = {"size": size, "duration": duration, "reliability": reliability}
         if count != 1:
             body["count"] = count
-        headers = {"Authorization": f"Bearer {self._token}"} if self._token else {}
-        answer = await self._control("POST", "/v1/allocations", body, headers=headers)
+        answer = await self._control("POST", "/v1/allocations", body)
         return [
             Allocation(
                 depot=self.base_url,

@@ -98,9 +98,10 @@ class _TreeProgress:
             self.console.print(f"[yellow]{event.text}[/yellow]")
 
 
-async def _round_trip(url: str, timeout_s: float) -> float:
-    """The shortest of a few control round trips to ``url`` (the first opens the connection, so it is not used)."""
-    async with DepotClient(url, timeout=timeout_s) as client:
+async def _round_trip(url: str, timeout_s: float, token: str | None = None) -> float:
+    """The shortest of a few control round trips to ``url`` (the first opens the connection, so it is not used);
+    ``token`` for a depot that requires its operator token for status."""
+    async with DepotClient(url, token=token, timeout=timeout_s) as client:
         await client.status()
         best = float("inf")
         for _ in range(RTT_SAMPLES):
@@ -171,7 +172,8 @@ def _send_tree(
         bdp_given = previous.bdp  # a resume plans for the same BDP, so that the blocks come out the same
     if bdp_given is None:
         try:
-            rtt = trio.run(_round_trip, overlay.depots[first_hop].url, relay_config.timeout_s)
+            hop = overlay.depots[first_hop]
+            rtt = trio.run(_round_trip, hop.url, relay_config.timeout_s, hop.token)
         except Exception as exc:  # noqa: BLE001 - the depot check in send() says it better
             return fail(ExitCode.UNREACHABLE, f"{first_hop} does not answer: {innermost(exc)}")
         rate = memory.estimate(overlay.here, first_hop) or ASSUMED_RATE_BPS

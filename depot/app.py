@@ -42,6 +42,7 @@ from .protocol import (
     Busy,
     Conflict,
     DepotError,
+    Forbidden,
     NotFound,
     RangeNotSatisfiable,
     TooLarge,
@@ -121,6 +122,8 @@ class Depot:
         self.lanes = CopyLanes(config.max_lanes)
         self.metrics = DepotMetrics(self.store, self.lanes)
         self.links = LinkLog(config.links_window)
+        self.copy_allow = config.copy_fence
+        self.token_required_for = config.token_required_for
         self.in_flight = 0
         self.copy_transport = copy_transport
         # Pushes running to each peer (the ``streams`` of the weather), and each connection's retransmission count
@@ -196,6 +199,14 @@ class Depot:
                     status = message["status"]
                 await send(message)
 
+            if operation in self.token_required_for and not self._bearer_ok(scope):
+                # Before anything else: a request without the token costs the depot one small answer.
+                refusal = Unauthorized(
+                    f"{operation} at this depot needs the operator token: Authorization: Bearer TOKEN"
+                )
+                await _error_response(refusal, _header(scope, b"accept"))(scope, receive, send_counted)
+                self.metrics.requests.labels(operation, str(status)).inc()
+                return
             if self.in_flight >= self.config.max_concurrent_requests and operation != "health":
                 self.metrics.busy.inc()
                 error = Busy("too many requests at once", retry_after=self.config.busy_retry_after)
@@ -220,6 +231,15 @@ class Depot:
                     )
 
         return app
+
+    def _bearer_ok(self, scope: Scope) -> bool:
+        token = self.config.operator_token
+        scheme, _, value = (_header(scope, b"authorization") or "").partition(" ")
+        return (
+            token is not None
+            and scheme.lower() == "bearer"
+            and hmac.compare_digest(value.strip().encode(), token.encode())
+        )
 
     def _router(self) -> Starlette:
         async def depot_error(request: Request, exc: Exception) -> Response:
@@ -261,8 +281,7 @@ class Depot:
         return self.store.lookup(kind, token, self.clock())
 
     async def allocate(self, request: Request) -> Response:
-        if self.config.operator_token is not None:
-            _check_bearer(request, self.config.operator_token)
+        # The operator token, where required, was checked before the request got here (``_limits``).
         body = await _control_body(request)
         _only_keys(body, {"size", "duration", "reliability", "count"})
         size = _integer(body, "size", required=True)
@@ -349,6 +368,18 @@ class Depot:
         if not isinstance(target, str):
             raise BadRequest("'to' must be the URL of another depot's write capability")
         peer = _copy_target(target)
+        # The fence comes before anything that could touch the network: a refused copy resolves no name and opens
+        # no connection. The host is matched as the URL spells it (copy_allow.py says why names are not resolved).
+        host = urlsplit(peer).hostname or ""
+        if not self.copy_allow.allows(host):
+            self.metrics.copies_refused.inc()
+            raise Forbidden(
+                f"this depot copies only to the hosts its operator allows (copy_allow), and {host[:100]!r} is not "
+                "one of them"
+            )
+        # What is pushed to is rebuilt from the checked parts, so that the HTTP client cannot read another host
+        # out of the text than the check did.
+        target = peer + urlsplit(target).path
         offset = _integer(body, "offset", default=0)
         length = _integer(body, "length", default=max(alloc.length - offset, 0))
         dest_offset = body.get("dest_offset")
@@ -550,7 +581,8 @@ class Depot:
                 "allocations": self.store.allocations,
                 "max_allocation": self.config.max_allocation,
                 "max_duration": self.config.max_duration,
-                "auth_required": self.config.operator_token is not None,
+                "auth_required": "allocate" in self.token_required_for,
+                "token_required_for": sorted(self.token_required_for),
                 "in_flight": self.in_flight,
                 "links": self.links.summary(now),
             },
@@ -756,10 +788,3 @@ def _copy_target(url: str) -> str:
         raise BadRequest("'to' must end in /v1/data/{write capability}: a depot is not an open proxy")
     host = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname
     return f"{parts.scheme}://{host}" + (f":{port}" if port is not None else "")
-
-
-def _check_bearer(request: Request, token: str) -> None:
-    given = request.headers.get("authorization", "")
-    scheme, _, value = given.partition(" ")
-    if scheme.lower() != "bearer" or not hmac.compare_digest(value.strip().encode(), token.encode()):
-        raise Unauthorized("allocating here needs the operator token: Authorization: Bearer TOKEN")

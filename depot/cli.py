@@ -38,7 +38,16 @@ URL[=TOKEN], several separated by commas in LNET_DEPOT_WEATHER_PEERS, or as [[we
 (url, token) in the TOML file.
 
 Without an operator token anyone who reaches the port may allocate (up to the capacity): on a public
-address, set one. SIGTERM or Ctrl-C stops the depot gracefully; hard allocations survive a restart.
+address, set one. --require-token-for extends it to more operations (allocate, read, digest, copy, probe,
+extend, free, status, metrics; comma-separated).
+
+Copies go anywhere a client names unless --copy-allow lists where they may go: host names (matched as the
+copy's URL spells them, never resolved), *.domain wildcards, IP addresses and CIDR ranges (matching targets
+given as addresses), comma-separated or repeated; anything else is refused with 403 before any connection.
+  lnet-depot --copy-allow 'atl.example.org,*.lnet.example.org,192.0.2.0/24'
+  LNET_DEPOT_COPY_ALLOW=10.0.0.0/8,fd00::/8 lnet-depot
+
+SIGTERM or Ctrl-C stops the depot gracefully; hard allocations survive a restart.
 """
 
 
@@ -59,6 +68,15 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--operator-token-file", type=Path, metavar="FILE",
         help="read the operator token from FILE (keeps it out of the process list)",
+    )
+    p.add_argument(
+        "--require-token-for", metavar="OPS",
+        help="operations that need the operator token, comma-separated (default: allocate)",
+    )
+    p.add_argument(
+        "--copy-allow", action="append", metavar="HOSTS",
+        help="hosts, *.domains, addresses and CIDR ranges copies may push to, comma-separated or repeated "
+        "(default: * = anywhere)",
     )
     p.add_argument("--data-dir", metavar="DIR", help="where hard allocations are kept")
     p.add_argument("--certfile", metavar="FILE", help="TLS certificate (with --keyfile: serve https)")
@@ -92,8 +110,11 @@ def load_config(args: argparse.Namespace, environ: dict[str, str]) -> DepotConfi
             "listen", "name", "capacity", "max_allocation", "max_duration", "operator_token", "data_dir",
             "certfile", "keyfile", "max_concurrent_requests", "copy_timeout", "read_timeout", "graceful_timeout",
             "log_level", "max_lanes", "weather_bytes_per_hour", "weather_interval", "weather_block",
+            "require_token_for",
         )
     }
+    if args.copy_allow is not None:
+        overrides["copy_allow"] = ",".join(args.copy_allow)
     overrides["weather_peers"] = args.weather_peer
     if args.operator_token_file is not None:
         try:

@@ -17,9 +17,10 @@ from urllib.parse import urlsplit
 
 import platformdirs
 
+from .copy_allow import ANYWHERE, CopyAllow
 from .units import parse_duration, parse_size
 
-__all__ = ["DEFAULT_PORT", "ConfigError", "DepotConfig", "WeatherPeer"]
+__all__ = ["DEFAULT_PORT", "TOKEN_OPERATIONS", "ConfigError", "DepotConfig", "WeatherPeer"]
 
 DEFAULT_PORT = 6714
 KiB = 1024
@@ -29,6 +30,16 @@ SECONDS = 1.0
 MINUTES = 60 * SECONDS
 HOURS = 60 * MINUTES
 DAYS = 24 * HOURS
+
+
+# The operations ``require_token_for`` may name: the protocol's, by the names of /metrics and the access log.
+TOKEN_OPERATIONS = ("allocate", "read", "digest", "copy", "probe", "extend", "free", "status", "metrics")
+# ... and why the others may not.
+_NEVER_GATED = {
+    "write": "other depots push into this one (copy) without its token; a write capability comes only from an "
+    "allocation, so gate 'allocate'",
+    "health": "health checks must answer anyone (load balancers, lnet depots)",
+}
 
 
 class ConfigError(ValueError):
@@ -60,6 +71,10 @@ class DepotConfig:
     max_duration: float = 1 * DAYS
     max_count: int = 1024
     operator_token: str | None = None
+    # The operations that need the operator token (when one is set); allocating only, unless the operator says.
+    require_token_for: tuple[str, ...] = ("allocate",)
+    # The hosts and address ranges copies may push to (copy_allow.py); anywhere unless the operator says.
+    copy_allow: tuple[str, ...] = (ANYWHERE,)
     data_dir: Path = field(default_factory=_default_data_dir)
     certfile: Path | None = None
     keyfile: Path | None = None
@@ -115,6 +130,7 @@ class DepotConfig:
             problems.append("certfile and keyfile go together: give both or neither")
         if self.operator_token is not None and len(self.operator_token) < 16:
             problems.append("operator_token must be at least 16 characters")
+        problems += self._fence_problems()
         if self.log_level.lower() not in ("debug", "info", "warning", "error"):
             problems.append("log_level must be one of debug, info, warning, error")
         try:
@@ -141,6 +157,38 @@ class DepotConfig:
                     "weather_bytes_per_hour must be 0 (off) or at least 2 x weather_block (one probe pushes two)"
                 )
         return problems
+
+    def _fence_problems(self) -> list[str]:
+        problems = []
+        for name in self.require_token_for:
+            if name in _NEVER_GATED:
+                problems.append(f"require_token_for cannot name {name!r}: {_NEVER_GATED[name]}")
+            elif name not in TOKEN_OPERATIONS:
+                problems.append(
+                    f"require_token_for: unknown operation {name!r} (known: {', '.join(TOKEN_OPERATIONS)})"
+                )
+        beyond = [name for name in self.require_token_for if name != "allocate"]
+        if beyond and self.operator_token is None:
+            problems.append(f"require_token_for names {', '.join(beyond)} but no operator_token is set")
+        try:
+            fence = self.copy_fence
+        except ValueError as exc:
+            return [*problems, f"copy_allow: {exc}"]
+        for peer in self.weather_peers:
+            host = urlsplit(peer.url).hostname or ""
+            if not fence.allows(host):
+                problems.append(f"weather peer {peer.url} is not in copy_allow: its probes would be refused")
+        return problems
+
+    @property
+    def copy_fence(self) -> CopyAllow:
+        """``copy_allow`` parsed (``ValueError`` if an entry is bad; ``__post_init__`` has checked it)."""
+        return CopyAllow.parse(self.copy_allow)
+
+    @property
+    def token_required_for(self) -> frozenset[str]:
+        """The operations that need the operator token: none without one."""
+        return frozenset(self.require_token_for) if self.operator_token is not None else frozenset()
 
     @property
     def weather_enabled(self) -> bool:
@@ -260,6 +308,25 @@ def _as_peers(raw: Any) -> tuple[WeatherPeer, ...]:
     return tuple(peers)
 
 
+def _as_names(raw: Any) -> tuple[str, ...]:
+    """A list of strings from TOML, or from the environment and flags as one comma-separated string (empty items,
+    as from a trailing comma, are dropped there); each stripped, in order, without repeats."""
+    if isinstance(raw, str):
+        raw = [item for item in raw.split(",") if item.strip()]
+    if not isinstance(raw, list | tuple) or not all(isinstance(item, str) for item in raw):
+        raise ValueError(f"expected a list of strings, got {raw!r:.80}")
+    return tuple(dict.fromkeys(item.strip() for item in raw))
+
+
+def _as_copy_allow(raw: Any) -> tuple[str, ...]:
+    """Entries checked and spelt canonically (``*``, names, ``*.domains``, CIDR ranges)."""
+    return CopyAllow.parse(_as_names(raw)).entries()
+
+
+def _as_operations(raw: Any) -> tuple[str, ...]:
+    return tuple(name.lower() for name in _as_names(raw))
+
+
 def _peer(url: str, token: str | None) -> WeatherPeer:
     """A peer's base URL, checked: http(s), a host, maybe a port, nothing else."""
     try:
@@ -288,6 +355,8 @@ _CONVERTERS: dict[str, Callable[[Any], Any]] = {
     "max_duration": parse_duration,
     "max_count": _as_int,
     "operator_token": _as_str,
+    "require_token_for": _as_operations,
+    "copy_allow": _as_copy_allow,
     "data_dir": _as_path,
     "certfile": _as_path,
     "keyfile": _as_path,

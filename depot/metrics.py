@@ -50,6 +50,10 @@ class DepotMetrics:
         )
         self.expired = Counter("lnet_depot_expired", "Allocations reclaimed at expiry", registry=reg)
         self.busy = Counter("lnet_depot_busy_refusals", "Requests refused as busy", registry=reg)
+        self.copies_refused = Counter(
+            "lnet_depot_copies_refused", "Copies refused (403) because copy_allow does not list the target's host",
+            registry=reg,
+        )
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

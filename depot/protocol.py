@@ -26,6 +26,7 @@ __all__ = [
     "DepotError",
     "DepotFull",
     "ErrorCode",
+    "Forbidden",
     "NotFound",
     "RangeNotSatisfiable",
     "TooLarge",
@@ -57,6 +58,7 @@ _CAPABILITY_SHAPE = re.compile(r"[A-Za-z0-9_-]{22,128}")
 class ErrorCode(StrEnum):
     BAD_REQUEST = "bad_request"
     UNAUTHORIZED = "unauthorized"
+    FORBIDDEN = "forbidden"
     NOT_FOUND = "not_found"
     TOO_LARGE = "too_large"
     RANGE = "range"
@@ -102,6 +104,13 @@ class Unauthorized(DepotError):
     default_status = 401
 
 
+class Forbidden(DepotError):
+    """The depot's operator does not allow this (a copy to a host outside ``copy_allow``); a token does not help."""
+
+    code = ErrorCode.FORBIDDEN
+    default_status = 403
+
+
 class NotFound(DepotError):
     code = ErrorCode.NOT_FOUND
     default_status = 404
@@ -139,7 +148,10 @@ class Upstream(DepotError):
 
 _BY_CODE: dict[str, type[DepotError]] = {
     str(cls.code): cls
-    for cls in (BadRequest, Unauthorized, NotFound, TooLarge, RangeNotSatisfiable, Conflict, DepotFull, Busy, Upstream)
+    for cls in (
+        BadRequest, Unauthorized, Forbidden, NotFound, TooLarge, RangeNotSatisfiable, Conflict, DepotFull, Busy,
+        Upstream,
+    )
 }
 
 

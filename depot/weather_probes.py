@@ -156,7 +156,10 @@ class WeatherProbes:
 
     async def _free_at(self, http: httpx.AsyncClient, peer: WeatherPeer, manage: str) -> None:
         try:
-            answer = await http.delete(f"{peer.url}/v1/manage/{manage}", headers={"Accept": MSGPACK})
+            headers = {"Accept": MSGPACK}
+            if peer.token is not None:  # a peer may require its token to free too (require_token_for)
+                headers["Authorization"] = f"Bearer {peer.token}"
+            answer = await http.delete(f"{peer.url}/v1/manage/{manage}", headers=headers)
             if answer.status_code >= 300:
                 log.debug("weather: %s did not free a probe block (%s); it expires soon", peer.url, answer.status_code)
         except httpx.HTTPError as exc:

@@ -191,3 +191,19 @@ async def test_probes_are_off_by_default(
         await trio.sleep(600)
         assert routes.puts == []
         assert (await one.status())["links"] == []
+
+
+async def test_probes_free_at_a_peer_that_wants_its_token_for_that_too(
+    open_depot: MakeDepot, routes: Routes, autojump_clock: trio.abc.Clock
+) -> None:
+    async with (
+        open_depot("d3", operator_token=TOKEN_D3, require_token_for=("allocate", "free")) as (d3, _),
+        open_depot(
+            "d1", weather_peers=(WeatherPeer("http://d3.test:6714", token=TOKEN_D3),), weather_bytes_per_hour=4 * MiB,
+            weather_block=MiB, weather_interval=300.0, copy_allow=("d3.test",),
+        ) as (_, one),
+    ):
+        await trio.sleep(60)
+        [entry] = (await one.status())["links"]
+        assert (entry["source"], entry["count"], entry["failures"]) == ("probe", 1, 0)
+        assert d3.store.used == 0  # freed with the token, not left to expire
