@@ -21,7 +21,7 @@ import json
 import os
 import sys
 import time
-from collections.abc import Callable, Collection, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -51,6 +51,7 @@ from lnet.client.manifest import (
     block_hasher,
 )
 from lnet.client.manifest import load as load_manifest
+from lnet.client.overlay import Overlay, OverlayError, default_depots_path
 from lnet.client.partfile import part_path, preallocate, state_path, write_at
 from lnet.depot.units import format_size, parse_duration
 
@@ -374,8 +375,12 @@ async def get_file(
     timeout_s: float = DEFAULT_TIMEOUT_S,
     transport: httpx.AsyncBaseTransport | None = None,
     on_progress: Callable[[int], None] | None = None,
+    tokens: Mapping[str, str] | None = None,
 ) -> GetResult:
     """Fetch ``manifest``'s file into ``out``, verified, resuming from ``out``'s part file if there is one.
+
+    ``tokens``: operator tokens by depot base URL, for depots that require theirs for reads (``require_token_for``);
+    sent only to the depot they belong to.
 
     ``on_progress`` is called with each count of new bytes in place (the resumed ones first, in one call).
     ``transport`` reaches the depots (tests pass in-process ones); every network wait is bounded by
@@ -409,7 +414,7 @@ async def get_file(
             todo = [block for block in manifest.blocks if block.index not in state.verified]
             run = _Run(
                 manifest, fd, state, PrefixHasher(fd, manifest, state.verified), progress,
-                partial(DepotClient, timeout=timeout_s, transport=transport, max_connections=parallel),
+                _client_maker(timeout_s, transport, parallel, tokens or {}),
             )
             try:
                 await _fetch_all(run, todo, parallel)
@@ -439,6 +444,30 @@ async def get_file(
         out, manifest.size, trio.current_time() - started, len(manifest.blocks), resumed, run.fetched_bytes,
         run.fallbacks, run.loads,
     )
+
+
+def _client_maker(
+    timeout_s: float, transport: httpx.AsyncBaseTransport | None, parallel: int, tokens: Mapping[str, str]
+) -> Callable[[str], DepotClient]:
+    by_base = {url.rstrip("/"): token for url, token in tokens.items()}
+
+    def make(depot: str) -> DepotClient:
+        token = by_base.get(depot.rstrip("/"))
+        return DepotClient(depot, token=token, timeout=timeout_s, transport=transport, max_connections=parallel)
+
+    return make
+
+
+def depot_tokens(path: Path | None) -> dict[str, str]:
+    """Operator tokens by depot base URL from a depots file: ``path``, else ``$LNET_DEPOTS`` or the default one
+    if it exists (no file there: no tokens). Raises ``OverlayError`` for a file that was asked for and is bad."""
+    if path is None:
+        chosen = Path(os.environ["LNET_DEPOTS"]) if os.environ.get("LNET_DEPOTS") else default_depots_path()
+        if not chosen.is_file():
+            return {}
+        path = chosen
+    overlay = Overlay.load(path)
+    return {entry.url: entry.token for entry in overlay.depots.values() if entry.token}
 
 
 async def _fetch_all(run: _Run, todo: list[BlockEntry], parallel: int) -> None:
@@ -583,6 +612,11 @@ def _parser() -> argparse.ArgumentParser:
         "--timeout", type=_timeout, default=DEFAULT_TIMEOUT_S, metavar="TIME",
         help=f"bound on every network wait, e.g. 30s (default {DEFAULT_TIMEOUT_S:g}s)",
     )
+    p.add_argument(
+        "--depots", type=Path, metavar="FILE",
+        help="a depots file whose operator tokens go to the depots that require theirs for reads (default: "
+        "$LNET_DEPOTS or the user's depots file, if there is one)",
+    )
     p.add_argument("--json", action="store_true", help="print one JSON object with the outcome at the end")
     p.add_argument("--no-progress", action="store_true", help="no progress bar (it shows only on a terminal)")
     mirrors.add_arguments(p)
@@ -638,6 +672,10 @@ def main(argv: list[str] | None = None) -> int:
         manifest = load_manifest(Path(args.sources[0]))
     except ManifestError as exc:
         return fail(ExitCode.USAGE, f"invalid manifest: {exc}")
+    try:
+        tokens = depot_tokens(args.depots)
+    except OverlayError as exc:
+        return fail(ExitCode.USAGE, str(exc))
     show_progress = not args.no_progress and err.is_terminal
     progress = Progress(
         TextColumn("{task.description}"),
@@ -653,7 +691,7 @@ def main(argv: list[str] | None = None) -> int:
         with progress:
             fetch = partial(
                 get_file, manifest, args.output, parallel=args.parallel, timeout_s=args.timeout,
-                on_progress=lambda nbytes: progress.advance(task, nbytes),
+                on_progress=lambda nbytes: progress.advance(task, nbytes), tokens=tokens,
             )
             result = trio.run(fetch)
     except GetError as exc:

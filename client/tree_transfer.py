@@ -19,6 +19,7 @@ import fnmatch
 import json
 import os
 import time
+from collections.abc import Mapping
 from dataclasses import replace
 from functools import partial
 from pathlib import Path
@@ -36,7 +37,7 @@ from . import get, send, smallfiles, tree
 from .depot_client import DepotClient
 from .exits import ExitCode
 from .manifest import ManifestError, block_hasher
-from .overlay import Overlay
+from .overlay import Overlay, OverlayError
 from .relay import BlockDelivered, Note, PathChanged, RelayConfig, RelayEvent
 from .resume import ResumeRefused, SendJournal, is_interrupt, journal_path, tree_header
 
@@ -294,7 +295,7 @@ def _check_output(out: Path) -> None:
 
 async def get_directory(
     manifest: tree.TreeManifest, out: Path, *, parallel: int = get.DEFAULT_PARALLEL,
-    timeout_s: float = get.DEFAULT_TIMEOUT_S, on_progress: Any = None,
+    timeout_s: float = get.DEFAULT_TIMEOUT_S, on_progress: Any = None, tokens: Mapping[str, str] | None = None,
 ) -> get.GetResult:
     """Fetch the tree's stream (resuming), then rebuild the tree under ``out`` and remove the stream file."""
     spool = stream_path(out)
@@ -307,7 +308,7 @@ async def get_directory(
                                0, 0)
     else:
         result = await get.get_file(manifest.stream, spool, parallel=parallel, timeout_s=timeout_s,
-                                    on_progress=on_progress)
+                                    on_progress=on_progress, tokens=tokens)
     try:
         await trio.to_thread.run_sync(tree.rebuild, manifest, spool, out)
     except OSError as exc:
@@ -331,6 +332,10 @@ def get_directory_main(args: argparse.Namespace, err: Console) -> int:
         manifest = tree.load(args.manifest)
     except ManifestError as exc:
         return fail(ExitCode.USAGE, f"invalid manifest: {exc}")
+    try:
+        tokens = get.depot_tokens(args.depots)
+    except OverlayError as exc:
+        return fail(ExitCode.USAGE, str(exc))
     show_progress = not args.no_progress and err.is_terminal
     progress = Progress(
         TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
@@ -341,7 +346,7 @@ def get_directory_main(args: argparse.Namespace, err: Console) -> int:
         with progress:
             result = trio.run(partial(
                 get_directory, manifest, args.output, parallel=args.parallel, timeout_s=args.timeout,
-                on_progress=lambda nbytes: progress.advance(task, nbytes),
+                on_progress=lambda nbytes: progress.advance(task, nbytes), tokens=tokens,
             ))
     except get.GetError as exc:
         return fail(exc.exit_code, str(exc))

@@ -14,10 +14,12 @@ from lnet.client.exits import ExitCode
 from lnet.client.get import (
     BlockUnavailable,
     DepotLoad,
+    GetError,
     IntegrityError,
     OutputError,
     PrefixHasher,
     decode_state,
+    depot_tokens,
     encode_state,
     get_file,
     part_path,
@@ -368,3 +370,26 @@ async def test_the_file_hash_follows_the_verified_prefix(tmp_path: Path) -> None
         assert hasher.hexdigest() == manifest.file_hash
     finally:
         os.close(fd)
+
+
+async def test_a_depot_that_wants_its_token_for_reads_gets_it_from_the_depots_file(
+    open_depot: MakeDepot, routes: Routes, out_dir: Path, tmp_path: Path
+) -> None:
+    """``require_token_for = ["allocate", "read"]``: lnet-get reads there only with the depot's token, which it
+    takes from the depots file (by the depot's URL) and sends to that depot alone."""
+    token = "t" * 32
+    gated = {"operator_token": token, "require_token_for": ("allocate", "read")}
+    async with open_depot("sunnyvale", token=token, **gated) as (_, client):
+        manifest = await upload_blocks(DATA, client, block_size=BLOCK)
+        with pytest.raises(GetError):
+            await get_file(manifest, out_dir / "anonymous.bin", parallel=4, transport=routes)
+        assert not (out_dir / "anonymous.bin").exists()
+        depots = tmp_path / "depots.toml"
+        depots.write_text(
+            'here = "client"\n[depots.sunnyvale]\nurl = "http://sunnyvale.test:6714"\n'
+            f'token = "{token}"\n[depots.other]\nurl = "http://other.test:6714"\n'
+        )
+        tokens = depot_tokens(depots)
+        assert tokens == {"http://sunnyvale.test:6714": token}
+        await get_file(manifest, out_dir / "out.bin", parallel=4, transport=routes, tokens=tokens)
+    assert (out_dir / "out.bin").read_bytes() == DATA
