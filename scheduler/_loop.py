@@ -555,6 +555,8 @@ class PathScheduler:
         if not failure and (undone := self._judge_trial(now)) is not None:
             return undone
         choice = self._choose()
+        if choice is not None and not failure and not self._set_would_gain(choice[0]):
+            choice = None
         if choice is not None:
             path, predicted, reason = choice
             switch = self._switch(
@@ -614,6 +616,26 @@ class PathScheduler:
         self._changed_at = now
         primary = self._attempt.path
         return Switch(primary, path_throughput(self._measured_graph(), primary), reason)
+
+    def _set_would_gain(self, primary: Path) -> bool:
+        """Whether moving the primary to ``primary`` is worth it for the whole set. A path of the set (a swap) or
+        a set of one: always (the single-path rules decided). Otherwise the move ends the other paths, so the set
+        built greedily from the new primary must be predicted ``hysteresis`` above the current set's total: a new
+        primary a little wider than the old one is no reason to stop a second path."""
+        if not self._extras or primary in self.current_paths:
+            return True
+        graph = self._measured_graph()
+        candidate = [primary]
+        banned = self._banned_edges()
+        while len(candidate) < self.config.max_paths:
+            extra = extra_path(graph, self.src, self.dst, candidate, banned)
+            if extra is None or not adds_enough(
+                path_throughput(graph, extra), set_total(graph, candidate), self.config.path_margin
+            ):
+                break
+            candidate.append(extra)
+        current = set_total(graph, self.current_paths)
+        return set_total(graph, candidate) > current * (1 + self.config.hysteresis)
 
     def _set_edges(self) -> set[Edge]:
         return {edge for path in self.current_paths for edge in edges_of(path)}
