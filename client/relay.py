@@ -1073,8 +1073,8 @@ def _hash_file(fd: int, size: int, algorithm: str) -> str:
 
 def _path_set(decision: Keep | Switch | DropDepot) -> tuple[tuple[Route, ...], tuple[float, ...]]:
     """A decision's set of paths (the primary first) and their predicted rates, empty when it has none for each."""
-    paths = tuple(tuple(path) for path in getattr(decision, "all_paths", (decision.path,)))
-    rates = tuple(getattr(decision, "rates", ()))
+    paths = tuple(tuple(path) for path in decision.all_paths)
+    rates = tuple(decision.rates)
     return paths, (rates if len(rates) == len(paths) else ())
 
 
