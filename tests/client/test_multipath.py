@@ -590,3 +590,20 @@ def test_the_plot_draws_each_paths_rate_when_several_ran() -> None:
 def test_timeline_points_without_paths_load_as_before() -> None:
     point = TimelinePoint(1.0, 5, 0.1, ("a", "b"))
     assert point.paths == ()
+
+
+def test_the_progress_line_shows_each_paths_share() -> None:
+    from rich.console import Console
+
+    from lnet.client.relay import PathSample
+
+    console = Console(record=True, width=200, color_system=None)
+    progress = send._Progress(console, 10 * MiB, enabled=True)
+    progress(PathChanged(VIA_A, "join", 0.0, (VIA_A, VIA_B)))
+    progress(PathShares((PathSample(VIA_A, 6 * MiB, 0.0), PathSample(VIA_B, 3 * MiB, 0.0)), 10 * MiB, 1.0))
+    assert progress.progress.tasks[0].fields["path"] == "via a 60% · via b 30%"
+    progress(PathChanged(VIA_A, "drop", 2.0, (VIA_A,)))
+    assert progress.progress.tasks[0].fields["path"] == "here -> a -> dst"
+    printed = console.export_text()
+    assert "2 paths (join): here -> a -> dst | here -> b -> dst" in printed
+    assert "path (drop): here -> a -> dst" in printed
