@@ -227,7 +227,7 @@ class DropDepot:
 
 
 Decision = Keep | Switch | DropDepot
-_D = TypeVar("_D", Keep, Switch, DropDepot)
+_D = TypeVar("_D", bound=Keep | Switch | DropDepot)
 
 
 @dataclass(frozen=True, slots=True)
