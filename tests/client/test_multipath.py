@@ -17,6 +17,7 @@ import pytest
 import trio
 
 from lnet.client import send
+from lnet.client.manifest import load as load_manifest
 from lnet.client.relay import (
     BlockDelivered,
     PathChanged,
@@ -316,6 +317,16 @@ async def test_two_disjoint_routes_both_carry_blocks_in_proportion_to_their_rate
     last = result.timeline[-1]
     assert {(s.path, s.bytes) for s in last.paths} == {(VIA_A, on_a), (VIA_B, on_b)}
     assert sum(e.nbytes for e in events if isinstance(e, BlockDelivered)) == len(data)
+    assert relay._admission is not None
+    assert relay._admission.total_tokens == 2 * 4 * RelayConfig().max_inflight  # admission scales with the paths
+    # the manifest lists every block at the destination, whichever way it came; its path is the primary
+    manifest = send.build_manifest(path, network.url("dst"), result, RelayConfig(block_size=MiB),
+                                   send.final_path(result))
+    manifest.save(tmp_path / "m.json")
+    loaded = load_manifest(tmp_path / "m.json")
+    assert loaded.path == VIA_A
+    assert [(b.offset, b.length) for b in loaded.blocks] == [(r.offset, r.length) for r in result.blocks]
+    assert {s.depot for b in loaded.blocks for s in b.sources} == {network.url("dst")}
 
 
 async def test_a_depot_killed_on_one_route_leaves_the_other_carrying_on(
@@ -500,6 +511,33 @@ def test_max_paths_usage_errors(
     config.write_text('here = "me"\n[depots.a]\nurl = "http://127.0.0.1:9"\n[depots.c]\nurl = "http://127.0.0.1:9"\n')
     assert send.main([str(payload), "--depots", str(config), "--to", "c", *argv]) == ExitCode.USAGE
     assert needle in capsys.readouterr().err
+
+
+def test_send_with_max_paths_on_loopback_then_get(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # The whole command with several paths allowed, against real depot processes: whatever set the scheduler
+    # runs on loopback, the file arrives whole and the summary says which paths carried it.
+    from lnet.client import get
+    from lnet.client.exits import ExitCode
+
+    from .loopback import depots_file, loopback_depots
+
+    payload = tmp_path / "payload.bin"
+    payload.write_bytes(os.urandom(6 * MiB + 99))
+    with loopback_depots(["a", "b", "c"], tmp_path) as started:
+        config = depots_file(tmp_path, started)
+        manifest = tmp_path / "payload.manifest.json"
+        code = send.main([str(payload), "--to", "c", "--depots", str(config), "--max-paths", "2", "--cold",
+                          "--block-size", "1MiB", "--manifest", str(manifest), "--memory", str(tmp_path / "m.json"),
+                          "--json"])
+        assert code == ExitCode.OK
+        summary = json.loads(capsys.readouterr().out)
+        assert summary["path"] == summary["paths"][0]
+        assert 1 <= len(summary["paths"]) <= 2
+        assert sum(s["bytes"] for s in summary["path_shares"]) == payload.stat().st_size
+        assert sum(s["share"] for s in summary["path_shares"]) == pytest.approx(1.0)
+        out = tmp_path / "fetched.bin"
+        assert get.main([str(manifest), "-o", str(out), "--no-progress"]) == ExitCode.OK
+        assert out.read_bytes() == payload.read_bytes()
 
 
 def test_max_paths_reaches_the_scheduler_and_its_help_teaches(capsys: pytest.CaptureFixture[str]) -> None:
