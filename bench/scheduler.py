@@ -1,10 +1,14 @@
-"""Benchmark the scheduler: widest-path time on full meshes, and convergence in the simulator.
+"""Benchmark the scheduler: widest-path time on full meshes, convergence and path sets in the simulator.
 
     .venv/bin/python bench/scheduler.py [--seeds N] [--duration-s S]
+    .venv/bin/python bench/scheduler.py --multipath [--seeds N] [--margins 0.05,0.1,0.15,0.25]
 
-Prints two tables and, last, one JSON line with every figure. Targets (issue 4): widest path under 5 ms on a
+Prints tables and, last, one JSON line with every figure. Targets (issue 4): widest path under 5 ms on a
 full mesh of 50 vertices and under 0.5 s at 1000; in the simulator, at most as many path attempts as vertices
-(the seed needed 13 for its 8).
+(the seed needed 13 for its 8). ``--multipath`` (issue 12) runs only the path-set table: cold transfers at 2
+streams a hop on ``two_routes``, ``three_routes`` and ``one_bottleneck`` with ``max_paths`` 1, 2 and 3 and each
+path margin; targets: at least 0.85 of the sum of the disjoint routes' pinned rates, at least 1.4x ``max_paths``
+1 where two routes of similar rate exist, never below 0.95x of it where every route shares one bottleneck.
 """
 
 from __future__ import annotations
@@ -20,16 +24,23 @@ from typing import Any
 
 import networkx as nx
 
-from lnet.scheduler import THROUGHPUT, EdgeMemory, PathScheduler, SchedulerConfig, widest_path
+from lnet.scheduler import THROUGHPUT, EdgeMemory, PathScheduler, SchedulerConfig, edges_of, widest_path
 from lnet.scheduler.simulator import (
     ABILENE_DST,
     ABILENE_SRC,
+    MULTIPATH_DST,
+    MULTIPATH_SRC,
+    THREE_ROUTES,
+    TWO_ROUTES,
     SimNetwork,
     SimResult,
     abilene,
     abilene_shared,
+    one_bottleneck,
     random_topology,
     simulate_transfer,
+    three_routes,
+    two_routes,
 )
 
 MODES = {"seed": SchedulerConfig(probes_per_round=0), "probes": SchedulerConfig()}
@@ -127,11 +138,84 @@ def fmt(value: float | None, spec: str = "g") -> str:
     return "-" if value is None else format(value, spec)
 
 
+MULTIPATH_TOPOLOGIES: dict[str, tuple[Any, tuple[tuple[str, ...], ...]]] = {
+    "two-routes": (two_routes, TWO_ROUTES),
+    "three-routes": (three_routes, THREE_ROUTES),
+    "one-bottleneck": (one_bottleneck, ()),
+}
+MULTIPATH_STREAMS = 2
+
+
+def pinned_rate(network: SimNetwork, path: tuple[str, ...]) -> float:
+    """What ``path`` carries alone at the benchmark's streams a hop (the pinned run's rate)."""
+    return min(network.share(dict.fromkeys(edges_of(path), MULTIPATH_STREAMS), 0.0).values())
+
+
+def multipath(seeds: int, duration_s: float, margins: list[float]) -> dict[str, Any]:
+    """Cold transfers on the multipath topologies: mean Mbit/s over the whole transfer and over its second half,
+    medians over ``seeds`` noise seeds, for max_paths 1, 2, 3 and each margin."""
+    figures: dict[str, Any] = {}
+    print(f"path sets: cold transfers of {duration_s:g} simulated s at {MULTIPATH_STREAMS} streams a hop, medians of")
+    print(f"{seeds} seeds; Mbit/s over the whole transfer / its second half; 'sum' = the disjoint routes' pinned")
+    print("rates added up; 'x1' = whole-transfer rate over max_paths 1's; 'trials' = joins, median")
+    print(
+        f"{'topology':>14} {'margin':>6} {'paths':>5} {'whole':>7} {'2nd half':>8} {'/sum':>5} {'x1':>5} {'trials':>6}"
+    )
+    for name, (make, routes) in MULTIPATH_TOPOLOGIES.items():
+        network = make()
+        total = sum(pinned_rate(network, route) for route in routes)
+        single: float | None = None
+        for margin in margins:
+            for max_paths in (1, 2, 3):
+                if max_paths == 1 and single is not None:
+                    continue  # the margin plays no part with one path
+                whole, half, joins = [], [], []
+                for seed in range(seeds):
+                    config = SchedulerConfig(streams=MULTIPATH_STREAMS, max_paths=max_paths, path_margin=margin)
+                    scheduler = PathScheduler(
+                        network.vertices, MULTIPATH_SRC, MULTIPATH_DST, EdgeMemory(), config,
+                        rtt_s=network.rtts_from(MULTIPATH_SRC),
+                    )
+                    result = simulate_transfer(network, scheduler, duration_s=duration_s, seed=seed)
+                    whole.append(result.mean_rate(0.0))
+                    half.append(result.mean_rate(duration_s / 2))
+                    joins.append(sum(1 for _, d in result.decisions if getattr(d, "reason", None) == "join"))
+                row = {
+                    "whole_mbps": statistics.median(whole) * 8e-6,
+                    "second_half_mbps": statistics.median(half) * 8e-6,
+                    "joins": statistics.median(joins),
+                    "of_sum": statistics.median(whole) / total if total else None,
+                }
+                if max_paths == 1:
+                    single = statistics.median(whole)
+                    label = "any"
+                else:
+                    label = f"{margin:g}"
+                assert single is not None
+                row["x1"] = statistics.median(whole) / single
+                figures[f"{name}/{label}/{max_paths}"] = row
+                print(
+                    f"{name:>14} {label:>6} {max_paths:>5} {row['whole_mbps']:>7.2f} {row['second_half_mbps']:>8.2f} "
+                    f"{fmt(row['of_sum'], '.2f'):>5} {row['x1']:>5.2f} {fmt(row['joins']):>6}"
+                )
+        figures[f"{name}/pinned_sum_mbps"] = total * 8e-6
+    return figures
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, default=5, help="random topologies per size (default 5)")
     parser.add_argument("--duration-s", type=float, default=600.0, help="simulated seconds per transfer")
+    parser.add_argument("--multipath", action="store_true", help="only the path-set table (issue 12)")
+    parser.add_argument(
+        "--margins", default="0.05,0.1,0.15,0.25", help="path margins for --multipath (default 0.05,0.1,0.15,0.25)"
+    )
     args = parser.parse_args(argv)
+    if args.multipath:
+        margins = [float(m) for m in args.margins.split(",")]
+        paths = multipath(args.seeds, args.duration_s, margins)
+        print(json.dumps({"bench": "scheduler-multipath", "seeds": args.seeds, "duration_s": args.duration_s, **paths}))
+        return 0
 
     figures: dict[str, Any] = {"widest_path_s": {}, "simulator": {}}
     print("widest path on a full mesh (median seconds)")

@@ -22,6 +22,19 @@ The scheduler (``lnet.scheduler.PathScheduler``) is fed those measurements and t
 relay carries the decisions out: new blocks take the new path, blocks under way finish on the one they
 started on, probes of unknown edges run beside the transfer, a dropped depot is avoided. This module owns the
 I/O; the decisions are the scheduler's.
+
+Several paths at once (issue 12). A decision names a set of edge-disjoint paths (``all_paths``, the primary
+first) with each one's predicted rate. Each block is given one of them when it is admitted: the one that would
+deliver it soonest, by what each already carries and its rate (``striping.soonest``, the MDTP rule: all paths
+finish together), the rate being what the path delivered lately once it has delivered a few blocks
+(``striping.PathMeter``), else the prediction. Until its first hop has room the block may still move, if by
+then another path would deliver it sooner (the first blocks are given by predictions alone, the later by
+measurements). A block follows its own path; one whose path left the set, or
+runs through a depot that failed, goes on from its nearest holder along the path of the set that holder is on
+(the primary first, and from the source by the same rule as a new block), else by the widest way from there,
+as after a switch. The blocks admitted at once scale with the number of paths. Bytes are counted per path (a
+block delivered after its path left the set counts for the primary), for the progress, the timeline and the
+report. One path is the case of a set of one: everything above reduces to the single-path relay.
 """
 
 from __future__ import annotations
@@ -44,6 +57,7 @@ from lnet.scheduler import (
     DropDepot,
     EdgeMemory,
     HopFailure,
+    Keep,
     Measurement,
     NoPathError,
     PathScheduler,
@@ -53,6 +67,7 @@ from lnet.scheduler import (
 )
 
 from .depot_client import Allocation, DepotClient, DepotUnreachable
+from .striping import PathMeter, soonest
 
 __all__ = [
     "BlockDelivered",
@@ -63,6 +78,8 @@ __all__ = [
     "Note",
     "PathChanged",
     "PathRun",
+    "PathSample",
+    "PathShares",
     "Relay",
     "RelayConfig",
     "RelayEvent",
@@ -73,6 +90,7 @@ __all__ = [
 ]
 
 Edge = tuple[str, str]
+Route = tuple[str, ...]
 Offload = Callable[..., Awaitable[Any]]
 MiB = 1024 * 1024
 
@@ -130,6 +148,9 @@ class RelayConfig:
     window_block: int | None = None
     """The block size the window formula divides by when most blocks are shorter than ``block_size`` (a packed
     tree's mean block); ``block_size`` when None."""
+    path_window_s: float = 5.0
+    """With several paths: a path's measured delivery rate halves the weight of what it did every this many
+    seconds (``striping.PathMeter``)."""
 
     def __post_init__(self) -> None:
         if self.block_size < 1:
@@ -138,7 +159,7 @@ class RelayConfig:
             raise ValueError("need 1 <= min_inflight <= initial_inflight <= max_inflight")
         if self.hash_algorithm not in ("sha256", "blake2b"):
             raise ValueError("hash_algorithm must be sha256 or blake2b")
-        for name in ("duration_s", "hold_s", "timeout_s", "tick_s", "probe_s"):
+        for name in ("duration_s", "hold_s", "timeout_s", "tick_s", "probe_s", "path_window_s"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name} must be more than 0")
         if not all(hold > 0 for hold in self.hold_s_at.values()):
@@ -223,8 +244,32 @@ class BlockDelivered:
 
 @dataclass(frozen=True)
 class PathChanged:
+    """The set of paths changed: ``path`` is its primary from now on and ``paths`` the whole set (primary first;
+    empty means ``(path,)``); ``reason`` the scheduler's (``join`` or ``drop`` when only the other paths changed)."""
+
     path: tuple[str, ...]
     reason: str
+    at: float
+    paths: tuple[tuple[str, ...], ...] = ()
+
+
+@dataclass(frozen=True)
+class PathSample:
+    """One path at a moment: the bytes delivered on it since the transfer began, and its rate since the sample
+    before (bytes/s)."""
+
+    path: tuple[str, ...]
+    bytes: int
+    rate_bps: float
+
+
+@dataclass(frozen=True)
+class PathShares:
+    """At every tick while several paths run: each path's bytes so far (``paths``, the set's), of ``delivered`` in
+    all."""
+
+    paths: tuple[PathSample, ...]
+    delivered: int
     at: float
 
 
@@ -234,7 +279,7 @@ class Note:
     at: float
 
 
-RelayEvent = BlockDelivered | PathChanged | Note
+RelayEvent = BlockDelivered | PathChanged | PathShares | Note
 
 
 @dataclass(frozen=True)
@@ -267,6 +312,8 @@ class TimelinePoint:
     bytes: int
     rate_bps: float
     path: tuple[str, ...]
+    paths: tuple[PathSample, ...] = ()
+    """Each path in the set at ``t`` (or that delivered since the point before)."""
 
 
 @dataclass(frozen=True)
@@ -291,6 +338,10 @@ class RelayResult:
     """Per edge: the smoothed busy-time throughput (bytes/s), the bytes that crossed it, the samples taken."""
     paths: list[PathRun]
     resends: int = 0
+    path_bytes: dict[Route, int] = field(default_factory=dict)
+    """The bytes delivered on each path over the whole transfer."""
+    final_paths: tuple[Route, ...] = ()
+    """The set of paths at the end, the primary first."""
 
 
 # -- the engine ---------------------------------------------------------------------------------------------
@@ -304,6 +355,8 @@ class _Block:
     hash: str = ""
     holders: list[tuple[str, Allocation | None]] = field(default_factory=list)
     attempts: int = 0
+    path: Route = ()
+    """The path the block was given (and counts on while it travels); empty before it is admitted."""
 
 
 class _Pool:
@@ -408,18 +461,29 @@ class Relay:
         self._probes_idle = trio.Event()
         self._probes_idle.set()
         self._probes_asked: tuple[Edge, ...] = ()
+        # The set of paths (issue 12): ``path`` is its primary.
+        self.paths: tuple[Route, ...] = (self.path,) if pinned is not None else ()
+        self._predicted: dict[Route, float] = {}
+        self._outstanding: dict[Route, int] = {}
+        self._path_meters: dict[Route, PathMeter] = {}
+        self._path_bytes: dict[Route, int] = {}
+        self._sampled_bytes: dict[Route, int] = {}
+        self._open_runs: dict[Route, int] = {}
+        self._admission: trio.CapacityLimiter | None = None
 
     # -- the whole transfer ---------------------------------------------------------------------------------
 
     async def run(self) -> RelayResult:
         self._started = trio.current_time()
         now = self.clock()
+        # Blocks admitted at once: 4 x max_inflight a path (``_take_paths`` scales it to the set)
+        admission = self._admission = trio.CapacityLimiter(self.config.max_inflight * 4)
         if self.scheduler is not None:
             first = self.scheduler.start(now)
-            self._take_path(first.path, "start")
+            self._take_paths(*_path_set(first), "start", first)
             self._probes_asked = tuple(first.probes)
         else:
-            self._take_path(self.path, "pinned")
+            self._take_paths((self.path,), (), "pinned")
         if isinstance(self.source, Stream):
             spans = self.source.spans
         else:
@@ -430,7 +494,6 @@ class Relay:
             if not 0 <= index < len(spans) or spans[index] != (record.offset, record.length):
                 raise ValueError(f"block {index} given as delivered is not a block of {self.source}")
         self._records.update(self._already)
-        admission = trio.CapacityLimiter(self.config.max_inflight * 4)
         fd = self._fd = -1 if isinstance(self.source, Stream) else os.open(self.source, os.O_RDONLY)
         try:
             async with trio.open_nursery() as nursery:
@@ -457,7 +520,7 @@ class Relay:
                 for node, alloc in self._probe_blocks.items():
                     await self._release((node, alloc))
         elapsed = trio.current_time() - self._started
-        self._close_path_attempt()
+        self._close_runs(list(self._open_runs))
         self._sample_timeline()
         edges = {edge: (meter.rate_bps, meter.total_bytes, meter.samples) for edge, meter in self.meters.items()}
         return RelayResult(
@@ -468,6 +531,8 @@ class Relay:
             edges=edges,
             paths=self._paths,
             resends=self._resends,
+            path_bytes=dict(self._path_bytes),
+            final_paths=self.paths,
         )
 
     # -- one block --------------------------------------------------------------------------------------------
@@ -477,7 +542,8 @@ class Relay:
             if self._available is not None:
                 await self._available(block.offset, block.offset + block.length)
             block.holders = [(self.here, None)]
-            route = list(self.path)
+            self._tag(block, self._assign(block.length))
+            route = list(block.path)
             while True:
                 try:
                     await self._walk(block, route, fd)
@@ -491,25 +557,25 @@ class Relay:
                         ) from None
                     self._note(f"block {block.index}: {failure}; re-sending from {self._nearest(block)}")
                     await trio.sleep(self.config.backoff_s * block.attempts)
-                    route = self._route_from(self._nearest(block))
+                    route = self._route_for(block, self._nearest(block))
         finally:
             admission.release_on_behalf_of(block)
 
     async def _walk(self, block: _Block, route: list[str], fd: int) -> None:
         """Move ``block`` from its nearest live holder (``route[0]``) to the destination.
 
-        A block follows the current path from wherever it is on it, so a switch moves every block that has not
-        yet left a depot of the new path; a block held by a depot off the new path goes on by the widest way
-        the scheduler knows from there (pinned: along ``route``)."""
+        A block follows its own path while that is in the set; else the path of the set it is on (so a switch
+        moves every block that has not yet left a depot of the new path); a block held by a depot off every
+        path of the set goes on by the widest way the scheduler knows from there (pinned: along ``route``)."""
         if self.dest in self.dead:
             raise TransferFailed(f"the destination {self.dest} does not answer any more")
         while block.holders and block.holders[-1][0] != route[0]:
             block.holders.pop()  # holders past the point we restart from are dead or unusable
         while (u := block.holders[-1][0]) != self.dest:
-            if u in self.path or self.scheduler is not None:
-                # On the path: the rest of it. Left behind by a switch: the widest way on from where it is now,
+            if self.scheduler is not None or self._on_a_path(u):
+                # On its path: the rest of it. Left behind by a switch: the widest way on from where it is now,
                 # not the old path's next hop (which may be the degraded edge the switch left).
-                route = self._route_from(u)
+                route = self._route_for(block, u)
             if u not in route or route.index(u) + 1 >= len(route):
                 raise _HopFailed(f"no way on from {u}")
             v = route[route.index(u) + 1]
@@ -524,11 +590,11 @@ class Relay:
                 block.holders[-3] = (block.holders[-3][0], None)
         await self._verify_at_destination(block)
 
-    def _next_hop(self, u: str) -> str | None:
-        """Where the current path goes from ``u`` (None when ``u`` is not on it)."""
-        if u not in self.path:
+    def _next_hop(self, block: _Block, u: str) -> str | None:
+        """Where ``block``'s way goes from ``u`` (None when ``u`` is on no path of the set)."""
+        if not self._on_a_path(u):
             return None
-        route = self._route_from(u)
+        route = self._route_for(block, u)
         return route[1] if len(route) > 1 else None
 
     async def _hop(self, block: _Block, u: str, v: str, fd: int) -> Allocation | None:
@@ -536,7 +602,9 @@ class Relay:
         edge = (u, v)
         meter = self._meter(edge)
         async with self._window(edge):
-            wanted = self._next_hop(u)
+            if u == self.here and len(block.holders) == 1:
+                self._reconsider(block)
+            wanted = self._next_hop(block, u)
             if wanted is not None and wanted != v:
                 return None
             target = await self._allocate(v)
@@ -604,6 +672,9 @@ class Relay:
             await self._release(holder)
         record = self._records[block.index] = BlockRecord(block.index, block.offset, block.length, block.hash, alloc)
         self._delivered += block.length
+        counted = block.path if block.path in self.paths else self.path
+        self._path_bytes[counted] = self._path_bytes.get(counted, 0) + block.length
+        self._tag(block, None, delivered=True)
         self.on_event(BlockDelivered(block.index, block.length, self.clock(), record))
 
     async def _hash_whole_file(self) -> None:
@@ -641,7 +712,86 @@ class Relay:
             block.holders.pop()
         return block.holders[-1][0]
 
+    # -- paths: which one a block takes, and the way on from where it is ------------------------------------------
+
+    def _usable(self, path: Route) -> bool:
+        return not self.dead.intersection(path[1:])
+
+    def _on_a_path(self, node: str) -> bool:
+        return any(node in path for path in self.paths)
+
+    def _rest(self, path: Route, holder: str) -> list[str]:
+        """The rest of ``path`` from ``holder``, without the depots that failed."""
+        return [node for node in path[path.index(holder) :] if node not in self.dead]
+
+    def _rate(self, path: Route) -> float:
+        """What ``path`` delivers (bytes/s): as measured lately once it has delivered a few blocks, else as
+        predicted; 0 when neither is known (``soonest`` then counts it as an average path)."""
+        meter = self._path_meters.get(path)
+        measured = meter.rate_bps if meter is not None else None
+        return measured if measured is not None else self._predicted.get(path, 0.0)
+
+    def _assign(self, length: int) -> Route:
+        """The path of the set that would deliver a block of ``length`` soonest (those through no failed depot
+        first)."""
+        candidates = [path for path in self.paths if self._usable(path)] or list(self.paths)
+        if len(candidates) == 1:
+            return candidates[0]
+        outstanding = [self._outstanding.get(path, 0) for path in candidates]
+        return candidates[soonest(outstanding, [self._rate(path) for path in candidates], length)]
+
+    def _reconsider(self, block: _Block) -> None:
+        """A block not yet sent is not bound to its path: when its first hop has room, it moves to another path
+        if that would now deliver it sooner (the rates measured since it was admitted may say so: the first
+        blocks are given by the predictions alone)."""
+        candidates = [path for path in self.paths if self._usable(path)]
+        if len(candidates) < 2 or block.path not in candidates:
+            return
+        candidates.remove(block.path)
+        candidates.insert(0, block.path)  # a tie keeps it where it is
+        outstanding = [self._outstanding.get(path, 0) - (block.length if path == block.path else 0)
+                       for path in candidates]
+        best = candidates[soonest(outstanding, [self._rate(path) for path in candidates], block.length)]
+        if best != block.path:
+            self._tag(block, best)
+
+    def _tag(self, block: _Block, path: Route | None, *, delivered: bool = False) -> None:
+        """Count ``block`` on ``path`` from now on (None: on none, it arrived or left)."""
+        if (path or ()) == block.path:
+            return
+        now = trio.current_time()
+        if block.path:
+            self._outstanding[block.path] = self._outstanding.get(block.path, 0) - block.length
+            meter = self._path_meters.get(block.path)
+            if meter is not None:
+                if delivered:
+                    meter.delivered(block.length, now)
+                else:
+                    meter.left(now)
+        block.path = path or ()
+        if path:
+            self._outstanding[path] = self._outstanding.get(path, 0) + block.length
+            self._path_meters.setdefault(path, PathMeter(self.config.path_window_s)).admitted(now)
+
+    def _route_for(self, block: _Block, holder: str) -> list[str]:
+        """The way on for ``block`` from ``holder``: the rest of its own path while that is in the set and clear
+        of failed depots; else, from the source, the path a new block would take; else the rest of the path of
+        the set ``holder`` is on (the primary first), the block now counting on it; else the widest way on."""
+        if block.path in self.paths and holder in block.path and self._usable(block.path):
+            return self._rest(block.path, holder)
+        if holder == self.here and self.paths:
+            self._tag(block, self._assign(block.length))
+            return self._rest(block.path, holder)
+        ways = [path for path in self.paths if holder in path]
+        if ways:
+            stuck = block.path if block.path in ways else ways[0]  # every way from here crosses a failed depot
+            way = next((path for path in ways if self._usable(path)), stuck)
+            self._tag(block, way)
+            return self._rest(way, holder)
+        return self._route_from(holder)
+
     def _route_from(self, holder: str) -> list[str]:
+        """The primary path's rest from ``holder``, else the widest way the scheduler knows from there."""
         if holder in self.path:  # the rest of the current path, without the depots that failed
             return [node for node in self.path[self.path.index(holder) :] if node not in self.dead]
         if self.scheduler is not None:
@@ -666,17 +816,20 @@ class Relay:
                 sample = meter.flush()
                 if sample is not None:
                     self._tell(Measurement(edge, sample[0], sample[1], now))
+            for path_meter in self._path_meters.values():
+                path_meter.flush(trio.current_time())
             self._sample_timeline()
             self._resize_windows()
             if self.scheduler is None:
                 continue
             decision = self.scheduler.tick(now)
-            if isinstance(decision, Switch) and tuple(decision.path) != self.path:
-                self._take_path(decision.path, decision.reason)
-            elif isinstance(decision, DropDepot):
+            if isinstance(decision, DropDepot):
                 self.dead.add(decision.depot)
-                if tuple(decision.path) != self.path:
-                    self._take_path(decision.path, "failure")
+            paths, rates = _path_set(decision)
+            if isinstance(decision, Switch | DropDepot) and paths != self.paths:
+                self._take_paths(paths, rates, decision.reason if isinstance(decision, Switch) else "failure", decision)
+            elif paths == self.paths:
+                self._predict(paths, rates, decision)
             self._probes_asked = () if isinstance(decision, DropDepot) else tuple(decision.probes)
 
     def _start_probes(self, nursery: trio.Nursery) -> None:
@@ -695,24 +848,58 @@ class Relay:
         elif isinstance(event, HopFailure):
             self.memory.fail(*event.edge, event.at)
 
-    def _take_path(self, path: Sequence[str], reason: str) -> None:
-        self._close_path_attempt()
-        self.path = tuple(path)
-        self._paths.append(PathRun(self.path, trio.current_time() - self._started, None, self._delivered, reason))
-        self.on_event(PathChanged(self.path, reason, self.clock()))
+    def _take_paths(
+        self, paths: Sequence[Sequence[str]], rates: Sequence[float], reason: str,
+        decision: Switch | DropDepot | None = None,
+    ) -> None:
+        """Run ``paths`` (the primary first) from now on: a run (``PathRun``) ends for each path that left the
+        set and begins for each that joined; more paths admit more blocks at once."""
+        new = tuple(tuple(path) for path in paths)
+        self._close_runs([path for path in self.paths if path not in new])
+        start = trio.current_time() - self._started
+        for path in new:
+            if path not in self._open_runs:
+                self._open_runs[path] = len(self._paths)
+                self._paths.append(PathRun(path, start, None, self._path_bytes.get(path, 0), reason))
+                self._path_meters[path] = PathMeter(self.config.path_window_s)  # measured afresh on joining
+        self.paths, self.path = new, new[0]
+        self._predict(new, rates, decision)
+        if self._admission is not None:
+            self._admission.total_tokens = self.config.max_inflight * 4 * len(new)
+        self.on_event(PathChanged(self.path, reason, self.clock(), new))
 
-    def _close_path_attempt(self) -> None:
-        if self._paths and self._paths[-1].end is None:
-            run = self._paths[-1]
-            end = trio.current_time() - self._started
-            self._paths[-1] = replace(run, end=end, nbytes=self._delivered - run.nbytes)
+    def _predict(
+        self, paths: tuple[Route, ...], rates: Sequence[float], decision: Keep | Switch | DropDepot | None
+    ) -> None:
+        if rates:
+            self._predicted = dict(zip(paths, rates, strict=True))
+        elif isinstance(decision, Switch | DropDepot):
+            self._predicted[paths[0]] = decision.predicted_bps
+
+    def _close_runs(self, paths: Sequence[Route]) -> None:
+        end = trio.current_time() - self._started
+        for path in paths:
+            index = self._open_runs.pop(path, None)
+            if index is not None:
+                run = self._paths[index]
+                self._paths[index] = replace(run, end=end, nbytes=self._path_bytes.get(path, 0) - run.nbytes)
 
     def _sample_timeline(self) -> None:
         t = trio.current_time() - self._started
         previous = self._timeline[-1] if self._timeline else TimelinePoint(0.0, 0, 0.0, self.path)
         dt = t - previous.t
         rate = (self._delivered - previous.bytes) / dt if dt > 0 else previous.rate_bps
-        self._timeline.append(TimelinePoint(t, self._delivered, rate, self.path))
+        moved = [path for path, nbytes in self._path_bytes.items() if nbytes != self._sampled_bytes.get(path, 0)]
+        samples = []
+        for path in dict.fromkeys([*self.paths, *moved]):
+            nbytes = self._path_bytes.get(path, 0)
+            since = nbytes - self._sampled_bytes.get(path, 0)
+            samples.append(PathSample(path, nbytes, since / dt if dt > 0 else 0.0))
+            self._sampled_bytes[path] = nbytes
+        self._timeline.append(TimelinePoint(t, self._delivered, rate, self.path, tuple(samples)))
+        if len(self.paths) > 1:
+            shares = tuple(sample for sample in samples if sample.path in self.paths)
+            self.on_event(PathShares(shares, self._delivered, self.clock()))
 
     def _resize_windows(self) -> None:
         c = self.config
@@ -894,6 +1081,13 @@ def _hash_file(fd: int, size: int, algorithm: str) -> str:
             raise TransferFailed(f"short read at {offset}: the file shrank while being sent")
         hasher.update(chunk)
     return hasher.hexdigest()
+
+
+def _path_set(decision: Keep | Switch | DropDepot) -> tuple[tuple[Route, ...], tuple[float, ...]]:
+    """A decision's set of paths (the primary first) and their predicted rates, empty when it has none for each."""
+    paths = tuple(tuple(path) for path in decision.all_paths)
+    rates = tuple(decision.rates)
+    return paths, (rates if len(rates) == len(paths) else ())
 
 
 class _HopFailed(Exception):

@@ -2,13 +2,16 @@
 
 A report is a JSON document, ``"format": "lnet-report/1"``: the file sent, its size and the time it took; the path
 attempts (each period the transfer used one path, with the bytes it moved, its rate and why it ended: the seed's
-Table 1); a throughput timeline (the seed's Figure 1); and the measured edges (its Table 2). ``docs/client.md``
-describes every field. ``load`` validates everything and raises ``ReportError`` naming the problem.
+Table 1; with several paths at once, their periods overlap); a throughput timeline (the seed's Figure 1), each
+point with every path's own bytes and rate when several ran at once; and the measured edges (its Table 2).
+``docs/client.md`` describes every field. ``load`` validates everything and raises ``ReportError`` naming the
+problem.
 
 The renderers build a rich ``Table`` (``attempts_table``, ``edges_table``) and a PNG (``plot``, with matplotlib,
 an optional extra imported only when a plot is asked for, on the Agg backend without touching pyplot's global
-state). The plot draws rates over a sliding window of seconds computed from the cumulative bytes
-(``windowed_rates``): the timeline's own per-tick rates jump between zero and twice the mean as whole blocks
+state), with one thinner line per path beside the total where several paths ran at once. The plot draws rates
+over a sliding window of seconds computed from the cumulative bytes (``windowed_rates``): the timeline's own
+per-tick rates jump between zero and twice the mean as whole blocks
 land. Nothing here does network I/O or reads the clock.
 """
 
@@ -35,6 +38,7 @@ __all__ = [
     "FORMAT",
     "EdgeRate",
     "PathAttempt",
+    "PathPoint",
     "PlotUnavailable",
     "RateWindow",
     "Report",
@@ -46,6 +50,7 @@ __all__ = [
     "first_reaching",
     "format_path",
     "load",
+    "path_series",
     "plot",
     "short_path",
     "windowed_rates",
@@ -83,13 +88,24 @@ class PathAttempt:
 
 
 @dataclass(frozen=True)
+class PathPoint:
+    """One path's part of a timeline point: ``nbytes`` had arrived by it, at ``mbps`` since the point before."""
+
+    path: tuple[str, ...]
+    nbytes: int
+    mbps: float
+
+
+@dataclass(frozen=True)
 class TimelinePoint:
-    """At ``t`` seconds, ``nbytes`` had arrived in all, at ``mbps`` lately, on ``path``."""
+    """At ``t`` seconds, ``nbytes`` had arrived in all, at ``mbps`` lately, on ``path`` (the primary); ``paths``:
+    each path's part, when several ran at once (else empty)."""
 
     t: float
     nbytes: int
     mbps: float
     path: tuple[str, ...]
+    paths: tuple[PathPoint, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -127,11 +143,14 @@ class Report:
                  "reason": a.reason}
                 for a in self.path_attempts
             ],
-            "timeline": [
-                {"t": p.t, "bytes": p.nbytes, "mbps": p.mbps, "path": list(p.path)} for p in self.timeline
-            ],
+            "timeline": [_point_dict(p) for p in self.timeline],
             "edges": [{"from": e.source, "to": e.target, "mbps": e.mbps, "samples": e.samples} for e in self.edges],
         }
+
+    @property
+    def several_paths(self) -> bool:
+        """Whether several paths ran at once at some point (the timeline then has each one's part)."""
+        return any(len(point.paths) > 1 for point in self.timeline)
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=1, allow_nan=False) + "\n"
@@ -141,6 +160,13 @@ class Report:
         text = self.to_json()
         parse(json.loads(text))
         write_private_file(Path(path), text.encode())
+
+
+def _point_dict(point: TimelinePoint) -> dict[str, Any]:
+    entry: dict[str, Any] = {"t": point.t, "bytes": point.nbytes, "mbps": point.mbps, "path": list(point.path)}
+    if point.paths:
+        entry["paths"] = [{"path": list(p.path), "bytes": p.nbytes, "mbps": p.mbps} for p in point.paths]
+    return entry
 
 
 def load(path: str | os.PathLike[str]) -> Report:
@@ -177,10 +203,19 @@ def parse(document: Any) -> Report:
     timeline: list[TimelinePoint] = []
     for i, raw in enumerate(_list(top["timeline"], "timeline")):
         where = f"timeline[{i}]"
-        fields = _object(raw, where, ("t", "bytes", "mbps", "path"))
+        optional = ("paths",) if isinstance(raw, dict) and "paths" in raw else ()
+        fields = _object(raw, where, ("t", "bytes", "mbps", "path", *optional))
+        parts: list[PathPoint] = []
+        for j, part in enumerate(_list(fields.get("paths", []), f"{where}.paths")):
+            inner = f"{where}.paths[{j}]"
+            values = _object(part, inner, ("path", "bytes", "mbps"))
+            parts.append(PathPoint(
+                _path(values["path"], f"{inner}.path", at_least=1), _count(values["bytes"], f"{inner}.bytes"),
+                _rate(values["mbps"], f"{inner}.mbps"),
+            ))
         point = TimelinePoint(
             _seconds(fields["t"], f"{where}.t"), _count(fields["bytes"], f"{where}.bytes"),
-            _rate(fields["mbps"], f"{where}.mbps"), _path(fields["path"], f"{where}.path", at_least=0),
+            _rate(fields["mbps"], f"{where}.mbps"), _path(fields["path"], f"{where}.path", at_least=0), tuple(parts),
         )
         if timeline and (point.t < timeline[-1].t or point.nbytes < timeline[-1].nbytes):
             raise ReportError(f"{where} goes back in time or in bytes (the timeline is cumulative)")
@@ -258,6 +293,16 @@ def windowed_rates(
         mbps = (arrived(high) - arrived(low)) * 8 / 1e6 / (high - low)
         windows.append(RateWindow(t, low, high, mbps))
     return windows
+
+
+def path_series(timeline: Sequence[TimelinePoint]) -> dict[tuple[str, ...], list[TimelinePoint]]:
+    """Each path's own timeline (its cumulative bytes at the points that list it), in the order paths first
+    appear: what ``windowed_rates`` takes to give one path's rate over time."""
+    series: dict[tuple[str, ...], list[TimelinePoint]] = {}
+    for point in timeline:
+        for part in point.paths:
+            series.setdefault(part.path, []).append(TimelinePoint(point.t, part.nbytes, part.mbps, part.path))
+    return series
 
 
 def first_reaching(timeline: Sequence[TimelinePoint], mbps: float, window_s: float) -> float | None:
@@ -362,6 +407,17 @@ def figure(
         top = max(top, *values)
         started = f", starts {short_path(report.path_attempts[0].path)}" if report.path_attempts else ""
         axes.plot(times, values, color=colour, linewidth=1.6, label=f"{name}: {report.mbps:.2f} Mbit/s mean{started}")
+        if report.several_paths:  # each path's own rate, thinner, in the report's colour, one dash pattern each
+            for k, (path, series) in enumerate(path_series(report.timeline).items()):
+                own = windowed_rates(series, window_s, centred=True)
+                if not own:
+                    continue
+                carried = series[-1].nbytes
+                axes.plot(
+                    [r.at for r in own], [r.mbps for r in own], color=colour, linewidth=1.0, alpha=0.8,
+                    linestyle=_DASHES[k % len(_DASHES)],
+                    label=f"{name}, {short_path(path)}: {carried / report.size if report.size else 0:.0%} of the bytes",
+                )
         for switch, attempt in enumerate(report.path_attempts[1:]):
             y = _interpolate(times, values, attempt.start)
             axes.plot([attempt.start], [y], marker="o", markersize=6, markerfacecolor="white",
@@ -386,6 +442,10 @@ def figure(
     axes.set_title(title or _default_title(many))
     drawn.tight_layout()
     return drawn
+
+
+_DASHES: tuple[Any, ...] = ("--", ":", "-.", (0, (5, 1, 1, 1, 1, 1)), (0, (1, 3)))
+"""Line styles for the paths of one report: the colour says which report, the dashes which path."""
 
 
 def _interpolate(xs: Sequence[float], ys: Sequence[float], x: float) -> float:

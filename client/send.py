@@ -14,6 +14,7 @@ import argparse
 import contextlib
 import hashlib
 import json
+import math
 import shutil
 import sys
 import tempfile
@@ -52,6 +53,7 @@ from .relay import (
     IntegrityError,
     Note,
     PathChanged,
+    PathShares,
     Relay,
     RelayConfig,
     RelayEvent,
@@ -69,10 +71,13 @@ from .resume import (
     source_header,
 )
 
-__all__ = ["DEFAULT_DURATION_S", "DepotLimits", "fit_to_limits", "main", "send"]
+__all__ = ["DEFAULT_DURATION_S", "DEFAULT_MAX_PATHS", "DepotLimits", "fit_to_limits", "main", "send"]
 
 DEFAULT_DURATION_S = 24 * 3600.0
 """How long the destination keeps the blocks when ``--duration`` is not given, if it allows that long."""
+DEFAULT_MAX_PATHS = 1
+"""``--max-paths`` when not given: one path, as before issue 12, until the testbed benchmark (bench/) says which
+default serves best."""
 
 _EPILOG = f"""\
 The depots file (TOML) names the depots and which vertex this client is:
@@ -92,6 +97,7 @@ examples:
   lnet-send data.h5 --to sunnyvale                        # the scheduler picks and re-picks the chain
   lnet-send data.h5 --to sunnyvale --path atl,ind,kc,den  # pinned: this chain, no adaptation
   lnet-send data.h5 --to sunnyvale --cold --report run.json && lnet report run.json --plot run.png
+  lnet-send data.h5 --to sunnyvale --max-paths 3          # up to 3 disjoint chains at once, blocks shared by rate
   lnet-get data.h5.manifest.json -o data.h5               # at the far end: fetch and verify
   lnet-send photos/ --to sunnyvale --priority '*.json'    # a tree: small files packed, priority files first
   lnet-get photos.manifest.json -o photos                 # rebuilds the tree
@@ -123,6 +129,13 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--to", required=True, metavar="DEPOT", help="the destination depot's name in the depots file")
     p.add_argument("--depots", type=Path, metavar="FILE", help="the depots file (TOML)")
     p.add_argument("--path", metavar="A,B,...", help="pin the chain of depots (no adaptation); DEST may be omitted")
+    p.add_argument(
+        "--max-paths", type=int, metavar="N",
+        help=f"use up to N chains at once ({DEFAULT_MAX_PATHS}): the scheduler adds a chain that shares no overlay "
+        "link with the others when it predicts a gain, and drops one that stops adding; each block goes down the "
+        "chain that would deliver it soonest, so all finish together. Gains only where the chains do not share a "
+        "physical bottleneck. 1: one chain, re-chosen as it goes. Not with --path (one pinned chain)",
+    )
     start = p.add_mutually_exclusive_group()
     start.add_argument("--cold", action="store_true", help="ignore what earlier transfers learnt about the edges")
     start.add_argument("--warm", action="store_true", help="start from the edge memory (the default)")
@@ -431,6 +444,31 @@ def build_manifest(
     )
 
 
+def final_path(result: RelayResult) -> list[str]:
+    """The path the transfer ended on (the primary, with several): the manifest's ``path``."""
+    if result.final_paths:
+        return list(result.final_paths[0])
+    return list(result.paths[-1].path) if result.paths else []
+
+
+def ran_several(result: RelayResult) -> bool:
+    """Whether the transfer ran more than one path at once at some time (then per-path figures say something the
+    totals do not)."""
+    runs = sorted(result.paths, key=lambda run: run.start)
+    return any(
+        later.start < (earlier.end if earlier.end is not None else math.inf)
+        for i, earlier in enumerate(runs) for later in runs[i + 1 :]
+    )
+
+
+def shares_text(shares: PathShares | Sequence[tuple[Sequence[str], int]], total: int) -> str:
+    """Each path's share of the bytes delivered, for people: ``via atl 61% · direct 39%``."""
+    pairs: list[tuple[Sequence[str], int]] = (
+        [(s.path, s.bytes) for s in shares.paths] if isinstance(shares, PathShares) else list(shares)
+    )
+    return " · ".join(f"{report.short_path(path)} {nbytes / total if total else 0.0:.0%}" for path, nbytes in pairs)
+
+
 def summary(result: RelayResult, scheduler: PathScheduler | None, size: int) -> dict[str, Any]:
     attempts: list[dict[str, Any]]
     if scheduler is not None:
@@ -455,22 +493,50 @@ def summary(result: RelayResult, scheduler: PathScheduler | None, size: int) -> 
             {"path": list(run.path), "start": run.start, "end": end, "bytes": run.nbytes, "mbps": mbps,
              "reason": run.reason}
         )
+    several = ran_several(result)
+    timeline = []
+    for point in result.timeline:
+        entry: dict[str, Any] = {"t": point.t, "bytes": point.bytes, "mbps": point.rate_bps * 8 / 1e6,
+                                 "path": list(point.path)}
+        if several:  # each path's bytes so far and its rate since the point before
+            entry["paths"] = [{"path": list(s.path), "bytes": s.bytes, "mbps": s.rate_bps * 8 / 1e6}
+                              for s in point.paths]
+        timeline.append(entry)
+    delivered = sum(result.path_bytes.values())
     return {
         "bytes": size,
         "seconds": result.seconds,
         "mbps": size * 8 / 1e6 / result.seconds if result.seconds > 0 else 0.0,
         "blocks": len(result.blocks),
         "resends": result.resends,
+        "paths": [list(path) for path in result.final_paths],
+        "path_shares": [
+            {"path": list(path), "bytes": nbytes, "share": nbytes / delivered if delivered else 0.0,
+             "mbps": nbytes * 8 / 1e6 / result.seconds if result.seconds > 0 else 0.0}
+            for path, nbytes in result.path_bytes.items()
+        ],
         "path_attempts": relay_paths,
         "scheduler_attempts": attempts,
         "edges": [
             {"from": u, "to": v, "mbps": rate * 8 / 1e6, "bytes": nbytes, "samples": samples}
             for (u, v), (rate, nbytes, samples) in sorted(result.edges.items())
         ],
-        "timeline": [
-            {"t": p.t, "bytes": p.bytes, "mbps": p.rate_bps * 8 / 1e6, "path": list(p.path)} for p in result.timeline
-        ],
+        "timeline": timeline,
     }
+
+
+def over_text(result: RelayResult) -> str:
+    """What the closing line says the file went over: the path, or every path used with its share."""
+    if not ran_several(result):
+        return " -> ".join(final_path(result))
+    delivered = sum(result.path_bytes.values())
+    used = [(path, nbytes) for path, nbytes in result.path_bytes.items() if nbytes]
+    return f"{len(used)} paths ({shares_text(used, delivered)})"
+
+
+def scheduler_config(args: argparse.Namespace) -> SchedulerConfig:
+    """The scheduler's settings from the command line (``--max-paths``, already checked by ``main``)."""
+    return SchedulerConfig(max_paths=args.max_paths)
 
 
 def save_report(path: Path, name: str, size: int, summary: dict[str, Any]) -> None:
@@ -510,13 +576,21 @@ class _Progress:
     def __call__(self, event: RelayEvent) -> None:
         if isinstance(event, BlockDelivered):
             self.progress.advance(self.task, event.nbytes)
+        elif isinstance(event, PathShares):
+            self.progress.update(self.task, path=shares_text(event, event.delivered))
         elif isinstance(event, PathChanged):
-            shown = " -> ".join(event.path)
-            self.progress.update(self.task, path=shown)
+            self.progress.update(self.task, path=" -> ".join(event.path) if len(event.paths) <= 1 else "")
             if self.enabled:
-                self.console.print(f"path ({event.reason}): {shown}")
+                self.console.print(path_change_text(event))
         elif isinstance(event, Note) and self.enabled:
             self.console.print(f"[yellow]{event.text}[/yellow]")
+
+
+def path_change_text(event: PathChanged) -> str:
+    """``path (better): a -> b -> c``; with several paths, all of them, the primary first."""
+    if len(event.paths) <= 1:
+        return f"path ({event.reason}): {' -> '.join(event.path)}"
+    return f"{len(event.paths)} paths ({event.reason}): " + " | ".join(" -> ".join(p) for p in event.paths)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -543,6 +617,11 @@ def main(argv: list[str] | None = None) -> int:
         )
     except (OverlayError, ValueError) as exc:
         return fail(ExitCode.USAGE, str(exc))
+    if args.max_paths is not None and args.max_paths < 1:
+        return fail(ExitCode.USAGE, "--max-paths must be at least 1")
+    if args.max_paths is not None and args.max_paths > 1 and args.path is not None:
+        return fail(ExitCode.USAGE, "--max-paths: a pinned --path is one chain; leave out --path to use several")
+    args.max_paths = args.max_paths if args.max_paths is not None else DEFAULT_MAX_PATHS
     if args.to not in overlay.depots:
         return fail(ExitCode.USAGE, f"--to {args.to}: no such depot in {overlay.source} "
                     f"(known: {', '.join(overlay.depots)})")
@@ -612,8 +691,8 @@ def _send_file(
     show = not args.no_progress and not args.json and console.is_terminal
     progress = _Progress(console, size, enabled=not args.json)
     options = {"overlay": overlay, "dest": args.to, "pinned": pinned, "memory": memory, "warm": not args.cold,
-               "relay_config": relay_config, "timeout_s": timeout, "on_event": progress,
-               "longest_duration": args.duration is None, "journal": journal}
+               "relay_config": relay_config, "scheduler_config": scheduler_config(args), "timeout_s": timeout,
+               "on_event": progress, "longest_duration": args.duration is None, "journal": journal}
     fed: mirrors.MirrorResult | None = None
     # --source: the spool outlives an interrupted run (the download resumes from it); named after the journal
     spool = Path(args.spool or tempfile.gettempdir()) / (
@@ -655,8 +734,8 @@ def _send_file(
         if journal.records and mapped[0] != ExitCode.USAGE:
             console.print(f"lnet-send: {interrupted(journal, args.to, argv, what='stopped')}")
         return code
-    final_path = list(result.paths[-1].path) if result.paths else []
-    manifest = build_manifest(Path(name), dest_url, result, relay_config, final_path)
+    final = final_path(result)
+    manifest = build_manifest(Path(name), dest_url, result, relay_config, final)
     manifest.save(manifest_path)
     journal.remove()
     if args.source:
@@ -671,13 +750,13 @@ def _send_file(
     sources = fed.to_dict()["replicas"] if fed is not None else None
     if args.json:
         print(json.dumps({**report, "file": str(args.file or name), "manifest": str(manifest_path),
-                          "file_hash": result.file_hash, "path": final_path, "skipped_depots": skipped,
+                          "file_hash": result.file_hash, "path": final, "skipped_depots": skipped,
                           "resumed_blocks": len(journal.resumed),
                           **({"sources": sources} if sources is not None else {})}))
     else:
         console.print(
             f"sent {format_size(size)} in {result.seconds:.1f} s ({report['mbps']:.1f} Mbit/s) "
-            f"over {' -> '.join(final_path)}; {result.resends} block re-sends"
+            f"over {over_text(result)}; {result.resends} block re-sends"
             + (f"; {len(journal.resumed)} blocks were already at {args.to} (resumed)" if journal.resumed else "")
         )
         if fed is not None:

@@ -38,7 +38,7 @@ from .depot_client import DepotClient
 from .exits import ExitCode
 from .manifest import ManifestError, block_hasher
 from .overlay import Overlay, OverlayError
-from .relay import BlockDelivered, Note, PathChanged, RelayConfig, RelayEvent
+from .relay import BlockDelivered, Note, PathChanged, PathShares, RelayConfig, RelayEvent
 from .resume import ResumeRefused, SendJournal, is_interrupt, journal_path, tree_header
 
 __all__ = ["ASSUMED_RATE_BPS", "FileArrivals", "get_directory", "get_directory_main", "send_directory"]
@@ -78,10 +78,10 @@ class _TreeProgress:
         self.console, self.arrivals, self.enabled = console, arrivals, enabled
         self.t0: float | None = None
         self.progress = Progress(
-            TextColumn("[bold]{task.fields[files]}"), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
-            TimeRemainingColumn(), console=console, transient=True,
+            TextColumn("[bold]{task.fields[files]}"), TextColumn("{task.fields[shares]}"), BarColumn(),
+            DownloadColumn(), TransferSpeedColumn(), TimeRemainingColumn(), console=console, transient=True,
         )
-        self.task = self.progress.add_task("send", total=total, files=self._files())
+        self.task = self.progress.add_task("send", total=total, files=self._files(), shares="")
 
     def _files(self) -> str:
         return f"{len(self.arrivals.arrived)}/{self.arrivals.total_files} files"
@@ -93,8 +93,13 @@ class _TreeProgress:
         if isinstance(event, BlockDelivered):
             self.arrivals.delivered(event.index, event.at - self.t0)
             self.progress.update(self.task, advance=event.nbytes, files=self._files())
-        elif isinstance(event, PathChanged) and self.enabled:
-            self.console.print(f"path ({event.reason}): {' -> '.join(event.path)}")
+        elif isinstance(event, PathShares):
+            self.progress.update(self.task, shares=send.shares_text(event, event.delivered))
+        elif isinstance(event, PathChanged):
+            if len(event.paths) <= 1:
+                self.progress.update(self.task, shares="")
+            if self.enabled:
+                self.console.print(send.path_change_text(event))
         elif isinstance(event, Note) and self.enabled:
             self.console.print(f"[yellow]{event.text}[/yellow]")
 
@@ -206,8 +211,9 @@ def _send_tree(
             result, scheduler, skipped = trio.run(
                 lambda: send.send(
                     packed.stream, overlay, args.to, pinned=pinned, memory=memory, warm=not args.cold,
-                    relay_config=config, timeout_s=relay_config.timeout_s, on_event=progress,
-                    longest_duration=args.duration is None, journal=journal,
+                    relay_config=config, scheduler_config=send.scheduler_config(args),
+                    timeout_s=relay_config.timeout_s, on_event=progress, longest_duration=args.duration is None,
+                    journal=journal,
                 )
             )
     except BaseException as exc:  # Ctrl-C comes out of trio.run bare, or in a group from a nursery
@@ -222,7 +228,7 @@ def _send_tree(
         if journal.records and mapped[0] != ExitCode.USAGE:
             console.print(f"lnet-send: {send.interrupted(journal, args.to, argv, what='stopped')}")
         return code
-    final_path = list(result.paths[-1].path) if result.paths else []
+    final_path = send.final_path(result)
     stream_manifest = send.build_manifest(Path(name), overlay.depots[args.to].url, result, config, final_path)
     manifest = tree.TreeManifest(
         name=name, created=time.time(), entries=tuple(entries),
@@ -257,7 +263,7 @@ def _send_tree(
     else:
         console.print(
             f"sent {arrivals.total_files} files ({len(entries)} entries, {format_size(size)}) in "
-            f"{result.seconds:.1f} s ({report['mbps']:.1f} Mbit/s) over {' -> '.join(final_path)}; "
+            f"{result.seconds:.1f} s ({report['mbps']:.1f} Mbit/s) over {send.over_text(result)}; "
             f"{len(plan.blocks)} blocks, pipelining depth {plan.depth}{' (fixed)' if plan.fixed else ''}, "
             f"{result.resends} block re-sends"
         )

@@ -105,6 +105,44 @@ Where lnet departs from the seed, and why
 11. Depots' weather: a depot publishes what its own pushes measured, per peer, in the same per-stream unit,
    with the age and the number of streams (``/v1/status`` ``links``); a first transfer on a new client starts
    warm from it (``EdgeMemory.seed_from_links``), and the mismatch rule (6) guards against stale weather.
+12. Path sets (issue 12, ``max_paths`` > 1; with 1 nothing below happens). The seed runs one path; where the
+   overlay has routes that do not share a physical bottleneck, a transfer striped over several moves at close
+   to the sum of their rates (MDTP, seed 000, does the same with replicas; the engine shares blocks among the
+   paths by their rates so that all finish together). The model: a set of overlay paths that share no edge,
+   each running at its narrowest edge as a single path does, the set at the sum of its paths.
+
+   - The set: the primary is the path the single-path rules choose (1-11, hysteresis included, unchanged), then
+     one path at a time joins (``_paths.extra_path``): the widest path of *measured* edges once every edge of
+     the set (and of banned paths, below) is taken out of the graph, when predicted to add at least
+     ``path_margin`` of the set's predicted total. Unknown edges never join a set (exploration stays the
+     primary's and the probes' job); probes may target the unknown or aged edges of paths that could join.
+   - Why edge-disjoint: a shared overlay edge would carry two paths' blocks on one TCP connection pool, so
+     the two would not add there, and its measurements would belong to neither; disjoint, every hop's
+     measurement belongs to one path and means what it did. Paths may meet at a depot (it copies each block
+     once whichever path it is on). Greedy (widest, then the widest of what is left) rather than a max-flow
+     decomposition: it keeps the primary the single-path rules' choice, and a flow's split is only as good as
+     the independence of the edges it adds up, which is what the overlay lacks.
+   - Where the model is optimistic: overlay edges are not links. Two edge-disjoint overlay paths may cross one
+     physical link (a shared bottleneck: every route out of a site's access link, or the direct route riding
+     the same backbone as a chain), and then the second adds nothing: the two split the link. The weights
+     cannot show it (each was measured alone or as a probe, and the probe correction of 9 estimates what the
+     edge gives *instead of* the path, not *beside* it). So sharing is learnt: a path joins on trial, with the
+     set's measured total just before; after ``min_attempt_s`` the total must have grown by half the margin,
+     else the newcomer shared a bottleneck: it leaves (``"drop"``) and its edges are banned from further paths
+     until a measurement of one of them changes by more than the margin, or aging raises it (so a bottleneck
+     that clears is found again, at the cost of one trial per aging period). A path whose measured rate falls
+     below half the margin of the others' leaves the same way. Half, not the whole margin: a path admitted near
+     the margin would otherwise leave and come back with the noise. The model is optimistic too where paths
+     share a depot whose disk or NIC is the limit, and where a hop upstream of a path's bottleneck takes more
+     of a shared link than the path delivers (the simulator lets it; a real hop is held back by its window).
+   - Stability: any change of the set (primary switch, join, drop) starts a new period in which nothing but a
+     failure is judged for ``min_attempt_s``, so each change is measured before the next, one trial at a time,
+     and the primary's estimates, depressed by a newcomer that shared its bottleneck, are not read as a reason
+     to switch. A primary switch to an extra of the set swaps the two (they ran together already); a switch to
+     a path new to the set ends the extras, and the set is built again by joins, each on trial.
+   - Failures: a failed depot fails every edge through it (5), so every path of the set through it leaves at
+     the next ``tick`` (``DropDepot`` carries the new set); if the primary was among them, the widest path
+     left, often an extra, becomes the primary and carries on without a restart.
 """
 
 from ._loop import (
@@ -125,6 +163,7 @@ from ._loop import (
     edges_of,
 )
 from ._memory import Edge, EdgeEstimate, EdgeMemory
+from ._paths import adds_enough, extra_path, keeps_adding, path_set, set_total
 from ._widest import THROUGHPUT, NoPathError, path_throughput, widest_path
 
 __all__ = [
@@ -147,7 +186,12 @@ __all__ = [
     "SchedulerConfig",
     "Switch",
     "SwitchReason",
+    "adds_enough",
     "edges_of",
+    "extra_path",
+    "keeps_adding",
+    "path_set",
     "path_throughput",
+    "set_total",
     "widest_path",
 ]

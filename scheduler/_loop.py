@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Literal
+from typing import Literal, TypeVar
 
 import networkx as nx
 
@@ -19,8 +19,10 @@ from ._memory import (
     DEFAULT_AGE_MAX_PER_ROUND,
     DEFAULT_AGE_PERCENT,
     Edge,
+    EdgeEstimate,
     EdgeMemory,
 )
+from ._paths import adds_enough, extra_path, keeps_adding, set_total
 from ._widest import THROUGHPUT, NoPathError, path_throughput, widest_path
 
 __all__ = [
@@ -47,7 +49,9 @@ SHARED_DROP = 0.1
 FAIR_SHARE_GAP = 0.2
 """Streams that meet on a full link get about the same rate each. A probe whose stream got this much less than the
 slowed hop's streams was limited by something else (its own window, loss, another link): its figure stands."""
-SwitchReason = Literal["start", "explore", "better", "settle", "failure"]
+SwitchReason = Literal["start", "explore", "better", "settle", "failure", "join", "drop"]
+"""Why the set changed. ``"join"``: a path was added beside the primary; ``"drop"``: a path other than the primary
+was removed because it stopped adding rate or shared a bottleneck with the set (a failed one is ``"failure"``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,6 +91,13 @@ class SchedulerConfig:
     """Blocks the transfer keeps in flight on one hop. Measurements are per stream (bytes over the seconds each
     copy took), and an edge's weight is ``streams`` times its per-stream rate: what this transfer would get on
     it. A path's predicted throughput is in the transfer's own bytes/s."""
+    max_paths: int = 1
+    """How many edge-disjoint paths the transfer may use at once (issue 12). 1: one path, exactly as before."""
+    path_margin: float = 0.15
+    """A further path joins the set only when predicted to add at least this fraction of the set's predicted
+    total; it must then make the measured total grow by half of it (else it shared a bottleneck), and it leaves
+    when its measured rate falls below half of it of the others' (theory of operation, 12). 0.15 did best in the
+    simulator (``bench/scheduler.py --multipath``)."""
 
     def __post_init__(self) -> None:
         for name in ("reevaluate_s", "min_attempt_s", "age_after_s"):
@@ -104,6 +115,10 @@ class SchedulerConfig:
             raise ValueError("max_explorations must not be negative")
         if not 0 < self.memory_mismatch < 1:
             raise ValueError("memory_mismatch must be between 0 and 1")
+        if self.max_paths < 1:
+            raise ValueError("max_paths must be at least 1")
+        if not 0 < self.path_margin < 1:
+            raise ValueError("path_margin must be between 0 and 1")
 
 
 # -- events in -------------------------------------------------------------------------------------------
@@ -166,6 +181,15 @@ class Keep:
     path: Path
     probes: tuple[Edge, ...] = ()
     """Edges to measure beside the transfer for ``probe_s`` (only with ``probes_per_round``)."""
+    paths: tuple[Path, ...] = ()
+    """The whole set in use, the primary (``path``) first; empty means ``(path,)`` (always so with ``max_paths``
+    1). Read it through ``all_paths``."""
+    rates: tuple[float, ...] = ()
+    """Each path's predicted throughput (the transfer's own bytes/s), in the order of ``paths``."""
+
+    @property
+    def all_paths(self) -> tuple[Path, ...]:
+        return self.paths or (self.path,)
 
 
 @dataclass(frozen=True, slots=True)
@@ -176,6 +200,14 @@ class Switch:
     predicted_bps: float
     reason: SwitchReason
     probes: tuple[Edge, ...] = ()
+    paths: tuple[Path, ...] = ()
+    """As ``Keep.paths``. A change of the set that keeps the primary is a ``Switch`` to the same ``path`` with
+    reason ``"join"``, ``"drop"`` or ``"failure"``."""
+    rates: tuple[float, ...] = ()
+
+    @property
+    def all_paths(self) -> tuple[Path, ...]:
+        return self.paths or (self.path,)
 
 
 @dataclass(frozen=True, slots=True)
@@ -185,14 +217,23 @@ class DropDepot:
     depot: str
     path: Path
     predicted_bps: float
+    paths: tuple[Path, ...] = ()
+    """As ``Keep.paths``: every path of the set avoids ``depot``."""
+    rates: tuple[float, ...] = ()
+
+    @property
+    def all_paths(self) -> tuple[Path, ...]:
+        return self.paths or (self.path,)
 
 
 Decision = Keep | Switch | DropDepot
+_D = TypeVar("_D", bound=Keep | Switch | DropDepot)
 
 
 @dataclass(frozen=True, slots=True)
 class PathAttempt:
-    """A period during which the transfer used one path: a row of the seed's Table 1."""
+    """A period during which the transfer used one path: a row of the seed's Table 1. With several paths at once
+    (``max_paths``), each has its own, and they overlap in time."""
 
     path: Path
     start: float
@@ -228,6 +269,16 @@ class _Attempt:
 
     def freeze(self, end: float | None, streams: int) -> PathAttempt:
         return PathAttempt(self.path, self.start, end, self.throughput(streams), self.reason)
+
+
+@dataclass(frozen=True, slots=True)
+class _Trial:
+    """A path that joined the set and has not yet shown that it adds rate."""
+
+    path: Path
+    since: float
+    baseline: float
+    """The set's measured total just before it joined."""
 
 
 def edges_of(path: Sequence[str]) -> list[Edge]:
@@ -279,6 +330,13 @@ class PathScheduler:
         self._last_evaluation = -math.inf
         self._broken = False
         self._pending_drops: list[str] = []
+        # The path set beside the primary (``_attempt``): issue 12, theory of operation 12.
+        self._extras: list[_Attempt] = []
+        self._changed_at = -math.inf
+        """When the set last changed: nothing but a failure is judged for ``min_attempt_s`` after."""
+        self._trial: _Trial | None = None
+        self._bans: dict[Path, dict[Edge, EdgeEstimate | None]] = {}
+        """Paths that joined and did not add (or stopped adding): their edges' estimates when they left."""
 
     # -- what the engine reads ----------------------------------------------------------------------------
 
@@ -287,10 +345,19 @@ class PathScheduler:
         return None if self._attempt is None else self._attempt.path
 
     @property
+    def current_paths(self) -> tuple[Path, ...]:
+        """The whole set in use, the primary (``current_path``) first; empty before ``start``."""
+        if self._attempt is None:
+            return ()
+        return (self._attempt.path, *(extra.path for extra in self._extras))
+
+    @property
     def attempts(self) -> list[PathAttempt]:
-        """Every path attempt so far, the current one last (with ``end`` None)."""
-        current = [] if self._attempt is None else [self._attempt.freeze(None, self.config.streams)]
-        return [*self._history, *current]
+        """Every path attempt so far in the order they began, the current ones (with ``end`` None) last among
+        equals. With several paths at once they overlap in time."""
+        current = [] if self._attempt is None else [self._attempt, *self._extras]
+        frozen = [*self._history, *(a.freeze(None, self.config.streams) for a in current)]
+        return sorted(frozen, key=lambda a: a.start)
 
     @property
     def probing(self) -> bool:
@@ -325,7 +392,7 @@ class PathScheduler:
         assert choice is not None  # with no current path, something is always chosen
         path, predicted, reason = choice
         self._switch(now, path, predicted, "start", exploring=reason == "explore")
-        return Switch(path, predicted, "start", self._probes(now))
+        return self._with_set(Switch(path, predicted, "start", self._probes(now)))
 
     def measure(self, event: Event) -> None:
         """Take in one event from the transfer. Cheap; decisions wait for ``tick``."""
@@ -352,14 +419,14 @@ class PathScheduler:
             raise RuntimeError("call start() first")
         if self._pending_drops:
             depot = self._pending_drops.pop(0)
-            if depot in self._attempt.path:
+            if any(depot in path for path in self.current_paths):
                 self._reevaluate(now, failure=True)
             path = self._attempt.path
-            return DropDepot(depot, path, path_throughput(self.graph(), path))
+            return self._with_set(DropDepot(depot, path, path_throughput(self.graph(), path)))
         if self._broken:
-            return self._reevaluate(now, failure=True)
+            return self._with_set(self._reevaluate(now, failure=True))
         if now - self._last_evaluation < self.config.reevaluate_s:
-            return Keep(self._attempt.path, self._probes(now))
+            return self._with_set(Keep(self._attempt.path, self._probes(now)))
         self._last_evaluation = now
         self.memory.age_stale_weights(
             now,
@@ -368,17 +435,18 @@ class PathScheduler:
             max_edges=self.config.age_max_per_round,
             among=self._among,
         )
-        if now - self._attempt.start < self.config.min_attempt_s:
-            return Keep(self._attempt.path, self._probes(now))
+        if now - self._changed_at < self.config.min_attempt_s:
+            return self._with_set(Keep(self._attempt.path, self._probes(now)))
         decision = self._reevaluate(now, failure=False)
         probes = self._probes(now)
-        return replace(decision, probes=probes) if probes else decision
+        return self._with_set(replace(decision, probes=probes) if probes else decision)
 
     # -- internals ----------------------------------------------------------------------------------------
 
     def _measured(self, edge: Edge, nbytes: int, seconds: float, at: float) -> None:
-        if self._attempt is not None and edge in self._edge_since:
-            flow = self._attempt.flows.setdefault(edge, _Flow())
+        owner = self._owner(edge)
+        if owner is not None:
+            flow = owner.flows.setdefault(edge, _Flow())
             flow.bytes += nbytes
             flow.seconds += seconds
         if edge in self._probe_since:
@@ -422,7 +490,7 @@ class PathScheduler:
         probe = nbytes / seconds
         freed = probe
         assert self._attempt is not None
-        on_path = edges_of(self._attempt.path)
+        on_path = self._set_edges()
         for hop, before in baseline.items():
             entry = self.memory.entry(*hop)
             if hop not in on_path:
@@ -476,25 +544,203 @@ class PathScheduler:
             return (self.src, self.dst)
 
     def _reevaluate(self, now: float, *, failure: bool) -> Keep | Switch:
+        """One judgement, in order: a trial join that did not add is undone; the primary is chosen by the
+        single-path rules; extras that stopped adding leave; one new path may join. The first that changes
+        the set is the answer (the next waits ``min_attempt_s``). On a failure only the first two, and broken
+        extras leave."""
         assert self._attempt is not None
         self._broken = False
         self._last_evaluation = now
+        lost = self._drop_broken(now) if failure else False
+        if not failure and (undone := self._judge_trial(now)) is not None:
+            return undone
         choice = self._choose()
-        if choice is None:
-            return Keep(self._attempt.path)
-        path, predicted, reason = choice
-        return self._switch(now, path, predicted, "failure" if failure else reason, exploring=reason == "explore")
+        if choice is not None and not failure and not self._set_would_gain(choice[0]):
+            choice = None
+        if choice is not None:
+            path, predicted, reason = choice
+            switch = self._switch(
+                now, path, predicted, "failure" if failure else reason, exploring=reason == "explore"
+            )
+            if failure:
+                self._drop_broken(now)  # a broken primary moved aside for an extra is dropped too
+            return switch
+        if failure:
+            return self._set_switch(now, "failure") if lost else Keep(self._attempt.path)
+        if self._drop_idle(now):
+            return self._set_switch(now, "drop")
+        if self._join(now):
+            return self._set_switch(now, "join")
+        return Keep(self._attempt.path)
 
     def _switch(self, now: float, path: Path, predicted: float, reason: SwitchReason, *, exploring: bool) -> Switch:
+        """Move the primary to ``path``. An extra of the set becomes the primary and the old primary runs on
+        beside it (the two ran together already); a path new to the set ends every attempt, extras included,
+        and the set is built again by joins, each with its own trial."""
         if exploring:
             self.explorations += 1
         old = self._attempt
-        if old is not None:
-            self._history.append(old.freeze(now, self.config.streams))
-        # A hop the new path keeps is already warm.
-        self._edge_since = {edge: self._edge_since.get(edge, now) for edge in edges_of(path)}
-        self._attempt = _Attempt(path, now, reason)
+        promoted = next((extra for extra in self._extras if extra.path == path), None)
+        if promoted is not None:
+            self._extras.remove(promoted)
+            if old is not None:
+                self._extras.insert(0, old)
+            self._attempt = promoted
+        else:
+            for ended in [old, *self._extras]:
+                if ended is not None:
+                    self._history.append(ended.freeze(now, self.config.streams))
+            self._extras = []
+            self._trial = None
+            self._attempt = _Attempt(path, now, reason)
+        # A hop the new set keeps is already warm.
+        self._edge_since = {edge: self._edge_since.get(edge, now) for p in self.current_paths for edge in edges_of(p)}
+        self._changed_at = now
         return Switch(path, predicted, reason)
+
+    # -- the path set (theory of operation, 12) -----------------------------------------------------------
+
+    def _with_set(self, decision: _D) -> _D:
+        """The decision with the whole set and its predicted rates, when more than one path may run."""
+        if self.config.max_paths == 1 or self._attempt is None:
+            return decision
+        paths = self.current_paths
+        graph = self._measured_graph()
+        rates = [path_throughput(graph, path) for path in paths]
+        if not isinstance(decision, Keep) and decision.path == paths[0]:
+            rates[0] = decision.predicted_bps
+        return replace(decision, paths=paths, rates=tuple(rates))
+
+    def _set_switch(self, now: float, reason: SwitchReason) -> Switch:
+        assert self._attempt is not None
+        self._changed_at = now
+        primary = self._attempt.path
+        return Switch(primary, path_throughput(self._measured_graph(), primary), reason)
+
+    def _set_would_gain(self, primary: Path) -> bool:
+        """Whether moving the primary to ``primary`` is worth it for the whole set. A path of the set (a swap) or
+        a set of one: always (the single-path rules decided). Otherwise the move ends the other paths, so the set
+        built greedily from the new primary must be predicted ``hysteresis`` above the current set's total: a new
+        primary a little wider than the old one is no reason to stop a second path."""
+        if not self._extras or primary in self.current_paths:
+            return True
+        graph = self._measured_graph()
+        candidate = [primary]
+        banned = self._banned_edges()
+        while len(candidate) < self.config.max_paths:
+            extra = extra_path(graph, self.src, self.dst, candidate, banned)
+            if extra is None or not adds_enough(
+                path_throughput(graph, extra), set_total(graph, candidate), self.config.path_margin
+            ):
+                break
+            candidate.append(extra)
+        current = set_total(graph, self.current_paths)
+        return set_total(graph, candidate) > current * (1 + self.config.hysteresis)
+
+    def _set_edges(self) -> set[Edge]:
+        return {edge for path in self.current_paths for edge in edges_of(path)}
+
+    def _owner(self, edge: Edge) -> _Attempt | None:
+        """The attempt of the set whose path has ``edge`` (at most one: the set is edge-disjoint)."""
+        if edge not in self._edge_since or self._attempt is None:
+            return None
+        return next((a for a in (self._attempt, *self._extras) if edge in edges_of(a.path)), None)
+
+    def _leave(self, now: float, extra: _Attempt, *, ban: bool) -> None:
+        self._extras.remove(extra)
+        self._history.append(extra.freeze(now, self.config.streams))
+        for edge in edges_of(extra.path):
+            self._edge_since.pop(edge, None)
+        if self._trial is not None and self._trial.path == extra.path:
+            self._trial = None
+        if ban:
+            self._bans[extra.path] = {edge: self.memory.entry(*edge) for edge in edges_of(extra.path)}
+
+    def _drop_broken(self, now: float) -> bool:
+        """Extras with a failed hop leave (no ban: the failure's weight of 0 keeps them out until aging)."""
+        broken = [
+            extra
+            for extra in self._extras
+            if any((entry := self.memory.entry(*edge)) is not None and entry.failed for edge in edges_of(extra.path))
+        ]
+        for extra in broken:
+            self._leave(now, extra, ban=False)
+        return bool(broken)
+
+    def _measured_graph(self) -> nx.DiGraph:
+        return self.graph(with_aging=not self._probing)
+
+    def _judge_trial(self, now: float) -> Switch | None:
+        """The newest path joined ``min_attempt_s`` ago: if the set's measured total has not grown by half the
+        margin since, it shares a bottleneck with the set. It leaves and is not proposed again until its edges'
+        measurements change."""
+        trial = self._trial
+        if trial is None or now - trial.since < self.config.min_attempt_s:
+            return None
+        self._trial = None
+        newcomer = next((extra for extra in self._extras if extra.path == trial.path), None)
+        if newcomer is None:
+            return None
+        graph = self._measured_graph()
+        total = set_total(graph, self.current_paths)
+        if any(edge not in newcomer.flows for edge in edges_of(newcomer.path)):
+            # A hop that never reported since the join: what the graph says of it is still the probe's figure.
+            total -= path_throughput(graph, newcomer.path)
+        if total >= trial.baseline * (1 + self.config.path_margin / 2):
+            return None
+        self._leave(now, newcomer, ban=True)
+        return self._set_switch(now, "drop")
+
+    def _drop_idle(self, now: float) -> bool:
+        """Extras whose measured rate fell below half the margin of the others' leave, banned like a failed
+        trial (what made them slow, often the set itself, will not change while they are out)."""
+        graph = self._measured_graph()
+        dropped = False
+        for extra in list(self._extras):
+            rate = path_throughput(graph, extra.path)
+            others = set_total(graph, self.current_paths) - rate
+            if not keeps_adding(rate, others, self.config.path_margin):
+                self._leave(now, extra, ban=True)
+                dropped = True
+        return dropped
+
+    def _banned_edges(self) -> set[Edge]:
+        """The edges of banned paths, after lifting the bans whose edges' measurements changed since: measured
+        more than the margin away, aged, failed or recovered, or forgotten."""
+        margin = self.config.path_margin
+        for path, then in list(self._bans.items()):
+            for edge, before in then.items():
+                now = self.memory.entry(*edge)
+                if before is None or now is None:
+                    changed = before is not now
+                else:
+                    changed = (
+                        now.failed != before.failed
+                        or now.boost != before.boost
+                        or abs(now.throughput_bps - before.throughput_bps) > margin * before.throughput_bps
+                    )
+                if changed:
+                    del self._bans[path]
+                    break
+        return {edge for then in self._bans.values() for edge in then}
+
+    def _join(self, now: float) -> bool:
+        """Add the widest measured path edge-disjoint from the set, if it is predicted to add at least the
+        margin of the set's total; one at a time, each on trial (``_judge_trial``)."""
+        if len(self._extras) + 1 >= self.config.max_paths or self._trial is not None:
+            return False
+        graph = self._measured_graph()
+        paths = self.current_paths
+        candidate = extra_path(graph, self.src, self.dst, paths, self._banned_edges())
+        if candidate is None:
+            return False
+        total = set_total(graph, paths)
+        if not adds_enough(path_throughput(graph, candidate), total, self.config.path_margin):
+            return False
+        self._extras.append(_Attempt(candidate, now, "join"))
+        self._edge_since.update((edge, now) for edge in edges_of(candidate))
+        self._trial = _Trial(candidate, now, total)
+        return True
 
     def _probes(self, now: float) -> tuple[Edge, ...]:
         """Edges worth measuring now: unknown or aged ones on the optimistic paths that could beat the best known.
@@ -528,7 +774,8 @@ class PathScheduler:
         for edge in self._probe_since:
             if self._unverified(edge):
                 graph.edges[edge][THROUGHPUT] = 0.0
-        for edge in edges_of(self._attempt.path):
+        on_set = self._set_edges()
+        for edge in on_set:
             graph.edges[edge].setdefault(THROUGHPUT, 0.0)
         chosen: list[Edge] = []
         while len(chosen) < free:
@@ -540,17 +787,43 @@ class PathScheduler:
             for edge in wanted[: free - len(chosen)]:
                 chosen.append(edge)
                 graph.edges[edge][THROUGHPUT] = 0.0
+        if len(chosen) < free and len(self._extras) + 1 < self.config.max_paths:
+            chosen += self._extra_probes(graph, measured, free - len(chosen), chosen)
         self._probe_since.update((edge, now) for edge in chosen)
         for edge in chosen:
-            # What the path's hops ran at before the probe started: a hop that slows down while it runs shares
+            # What the set's hops ran at before the probe started: a hop that slows down while it runs shares
             # a link with it.
             self._probe_baseline[edge] = {
                 hop: entry.throughput_bps
-                for hop in edges_of(self._attempt.path)
+                for hop in on_set
                 if hop != edge
                 and (entry := self.memory.entry(*hop)) is not None and not entry.failed and entry.samples > 0
             }
         return tuple(chosen)
+
+    def _extra_probes(self, graph: nx.DiGraph, measured: nx.DiGraph, free: int, chosen: list[Edge]) -> list[Edge]:
+        """Unknown or aged edges of the optimistic paths, edge-disjoint from the set and avoiding banned edges,
+        that could join it (predicted to add the margin of the set's measured total)."""
+        residual = graph.copy()
+        residual.remove_edges_from([*self._set_edges(), *self._banned_edges()])
+        total = set_total(measured, self.current_paths)
+        more: list[Edge] = []
+        while len(more) < free:
+            try:
+                path = widest_path(residual, self.src, self.dst)
+            except NoPathError:
+                break
+            wanted = [
+                edge
+                for edge in edges_of(path)
+                if edge not in self._probe_since and edge not in chosen and edge not in more and self._unverified(edge)
+            ]
+            if not wanted or not adds_enough(path_throughput(residual, path), total, self.config.path_margin):
+                break
+            for edge in wanted[: free - len(more)]:
+                more.append(edge)
+                residual.edges[edge][THROUGHPUT] = 0.0
+        return more
 
     def _apply_priors(self, graph: nx.DiGraph) -> None:
         """Give unknown edges an optimistic guess from round-trip times, so that exploration goes first where

@@ -49,6 +49,10 @@ __all__ = [
     "ABILENE_SRC",
     "DegradeEdge",
     "FailVertex",
+    "MULTIPATH_DST",
+    "MULTIPATH_SRC",
+    "THREE_ROUTES",
+    "TWO_ROUTES",
     "SimEvent",
     "SimNetwork",
     "SimResult",
@@ -56,8 +60,11 @@ __all__ = [
     "abilene",
     "abilene_shared",
     "mbit",
+    "one_bottleneck",
     "random_topology",
     "simulate_transfer",
+    "three_routes",
+    "two_routes",
 ]
 
 
@@ -187,11 +194,14 @@ class SimNetwork:
 
 @dataclass(frozen=True, slots=True)
 class SimSample:
-    """During the step starting at ``t`` the transfer ran on ``path`` at ``rate_bps`` (true, noise-free)."""
+    """During the step starting at ``t`` the transfer ran on ``path`` at ``rate_bps`` (true, noise-free): the sum
+    over the set of ``paths`` (the primary, ``path``, first), each at its rate in ``rates``."""
 
     t: float
     path: Path
     rate_bps: float
+    paths: tuple[Path, ...] = ()
+    rates: tuple[float, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -210,6 +220,15 @@ class SimResult:
     @property
     def final_path(self) -> Path:
         return self.samples[-1].path
+
+    @property
+    def final_paths(self) -> tuple[Path, ...]:
+        return self.samples[-1].paths
+
+    def mean_rate(self, since: float, until: float | None = None) -> float:
+        """The mean true rate over the steps starting in [since, until)."""
+        steps = [s.rate_bps for s in self.samples if s.t >= since and (until is None or s.t < until)]
+        return sum(steps) / len(steps) if steps else 0.0
 
 
 def _ramp_average(elapsed: float, step: float, ramp: float) -> float:
@@ -237,17 +256,18 @@ def simulate_transfer(
 ) -> SimResult:
     """Run ``scheduler`` against ``network`` from ``start_s`` for ``duration_s`` or until ``size_bytes`` arrived.
 
-    Each step the hops of the current path (``streams`` each, by default the scheduler's), and the edges being
-    probed (one stream each), share the network and report one measurement each (or a failure); then the
-    scheduler is ticked, and its decision takes effect for the next step. Hops kept across a switch stay ramped
-    up; a probe runs for the scheduler's ``probe_s``, its first ``warmup_s`` not reported (the engine's warm-up).
+    Each step the hops of every path of the current set (``streams`` each, by default the scheduler's), and the
+    edges being probed (one stream each), share the network and report one measurement each (or a failure); then
+    the scheduler is ticked, and its decision takes effect for the next step. Each path runs at its slowest hop,
+    and the transfer at the sum of its paths. Hops kept across a switch stay ramped up; a probe runs for the
+    scheduler's ``probe_s``, its first ``warmup_s`` not reported (the engine's warm-up).
     """
     n = scheduler.config.streams if streams is None else streams
     rng = random.Random(seed)
     t = start_s
     first = scheduler.start(t)
-    path = first.path
-    since = {edge: t for edge in edges_of(path)}
+    paths = first.all_paths
+    since = {edge: t for path in paths for edge in edges_of(path)}
     probing = dict.fromkeys(first.probes, t)
     probe_s = scheduler.config.probe_s
     samples: list[SimSample] = []
@@ -276,21 +296,28 @@ def simulate_transfer(
 
     while t < end - 1e-9:
         events: list[Event] = []
-        down = [v for v in path if network.failed(v, t)]
+        down = [v for v in dict.fromkeys(v for path in paths for v in path) if network.failed(v, t)]
         events.extend(DepotFailure(v, t + step_s) for v in down)
         for edge, started in list(probing.items()):
             if t - started >= probe_s:
                 del probing[edge]
                 events.append(ProbeDone(edge, t))
-        flows = dict.fromkeys(edges_of(path), n)
+        flows: dict[Edge, int] = {}
+        for path in paths:
+            for edge in edges_of(path):
+                flows[edge] = flows.get(edge, 0) + n
         for edge in probing:
             flows[edge] = flows.get(edge, 0) + 1
         shares = network.share(flows, t)
         # A dead hop through a dead depot is reported as the depot's failure, not the hop's.
-        rates = [
-            run_hop(edge, since[edge], shares[edge] * n / flows[edge], n, events, report=not down) or 0.0
-            for edge in edges_of(path)
-        ]
+        path_rates = []
+        for path in paths:
+            report = not set(down) & set(path)
+            rates = [
+                run_hop(edge, since[edge], shares[edge] * n / flows[edge], n, events, report=report) or 0.0
+                for edge in edges_of(path)
+            ]
+            path_rates.append(min(rates, default=0.0))
         # Probes run beside the transfer, one stream each on a connection of its own that starts cold.
         for edge, started in list(probing.items()):
             warm = t - started >= warmup_s
@@ -299,8 +326,8 @@ def simulate_transfer(
                     events.append(HopFailure(edge, t + step_s))
                 events.append(ProbeDone(edge, t + step_s))
                 del probing[edge]
-        rate = min(rates, default=0.0)
-        samples.append(SimSample(t, path, rate))
+        rate = sum(path_rates)
+        samples.append(SimSample(t, paths[0], rate, paths, tuple(path_rates)))
         delivered += rate * step_s
         t += step_s
         if size_bytes is not None and delivered >= size_bytes:
@@ -313,9 +340,9 @@ def simulate_transfer(
             decisions.append((t, decision))
         if not isinstance(decision, DropDepot):
             probing.update((edge, t) for edge in decision.probes if edge not in probing)
-        if decision.path != path:
-            since = {edge: since.get(edge, t) for edge in edges_of(decision.path)}
-            path = decision.path
+        if decision.all_paths != paths:
+            since = {edge: since.get(edge, t) for path in decision.all_paths for edge in edges_of(path)}
+            paths = decision.all_paths
     return SimResult(scheduler.attempts, samples, decisions, delivered, finished_at)
 
 
@@ -442,29 +469,117 @@ def abilene_shared(*, noise: float = 0.03, ramp_rtts: float = 10.0) -> SimNetwor
     narrowest hop is Denver -> Sunnyvale (11.7 a stream), and with two streams a hop the chain fills the 20 Mbit/s
     Denver-Sunnyvale link that the direct route also crosses.
     """
-    adjacency: dict[str, dict[str, float]] = {host: {} for host in _ABILENE_HOSTS}
-    for (a, b), (delay_ms, _) in _ABILENE_LINKS.items():
+    return _physical_network(
+        _ABILENE_HOSTS, _ABILENE_LINKS, _ABILENE_WINDOW_KIB, default_window_kib=40, noise=noise, ramp_rtts=ramp_rtts
+    )
+
+
+def _physical_network(
+    hosts: tuple[str, ...],
+    link_table: Mapping[tuple[str, str], tuple[float, float]],
+    windows_kib: Mapping[str, float],
+    *,
+    default_window_kib: float,
+    noise: float,
+    ramp_rtts: float,
+    events: Iterable[SimEvent] = (),
+) -> SimNetwork:
+    """An overlay of ``hosts`` over physical links ``{(a, b): (one-way delay ms, Mbit/s)}`` (routers: link ends
+    that are not hosts). Each overlay edge follows the shortest route by delay; one stream on it gets the
+    receiver's window over the round trip, capped by the narrowest link it crosses, and shares every link it
+    crosses with the other streams there."""
+    nodes = dict.fromkeys([*hosts, *(end for link in link_table for end in link)])
+    adjacency: dict[str, dict[str, float]] = {node: {} for node in nodes}
+    for (a, b), (delay_ms, _) in link_table.items():
         adjacency[a][b] = adjacency[b][a] = delay_ms / 1000
     links = {}
-    for (a, b), (_, rate) in _ABILENE_LINKS.items():
+    for (a, b), (_, rate) in link_table.items():
         links[f"{a}>{b}"] = links[f"{b}>{a}"] = mbit(rate)
     capacities: dict[Edge, float] = {}
     routes: dict[Edge, tuple[str, ...]] = {}
     ramps: dict[Edge, float] = {}
     rtts: dict[Edge, float] = {}
-    for u in _ABILENE_HOSTS:
+    for u in hosts:
         delay, hops = _shortest_routes(adjacency, u)
-        for v in _ABILENE_HOSTS:
+        for v in hosts:
             if u == v:
                 continue
             rtt = 2 * delay[v]
-            window = _ABILENE_WINDOW_KIB.get(v, 40) * 1024
+            window = windows_kib.get(v, default_window_kib) * 1024
             route = hops[v]
             capacities[(u, v)] = min([window / rtt] + [links[link] for link in route])
             routes[(u, v)] = route
             ramps[(u, v)] = ramp_rtts * rtt
             rtts[(u, v)] = rtt
-    return SimNetwork(_ABILENE_HOSTS, capacities, ramps, noise=noise, links=links, routes=routes, rtts=rtts)
+    return SimNetwork(
+        hosts, capacities, ramps, noise=noise, events=tuple(events), links=links, routes=routes, rtts=rtts
+    )
+
+
+# -- multipath topologies (issue 12): (one-way delay ms, Mbit/s) per physical link, 4 MiB windows everywhere, so
+# that a stream is held back by links only.
+
+MULTIPATH_SRC = "src"
+MULTIPATH_DST = "dst"
+_BIG_WINDOW_KIB = 4096.0
+
+
+def two_routes(*, noise: float = 0.03, ramp_rtts: float = 10.0, events: Iterable[SimEvent] = ()) -> SimNetwork:
+    """Two physically disjoint routes of similar rate, through depot ``a`` (20 Mbit/s) and depot ``b`` (18), and a
+    narrow direct link (4). Overlay edges between the depots cross the routes' links."""
+    table = {
+        ("src", "a"): (5.0, 20.0),
+        ("a", "dst"): (5.0, 20.0),
+        ("src", "b"): (6.0, 18.0),
+        ("b", "dst"): (6.0, 18.0),
+        ("src", "dst"): (8.0, 4.0),
+    }
+    hosts = ("src", "a", "b", "dst")
+    return _physical_network(
+        hosts, table, {}, default_window_kib=_BIG_WINDOW_KIB, noise=noise, ramp_rtts=ramp_rtts, events=events
+    )
+
+
+TWO_ROUTES: tuple[Path, ...] = (("src", "a", "dst"), ("src", "b", "dst"), ("src", "dst"))
+"""``two_routes()``'s physically disjoint routes, widest first."""
+
+
+def three_routes(*, noise: float = 0.03, ramp_rtts: float = 10.0, events: Iterable[SimEvent] = ()) -> SimNetwork:
+    """Three physically disjoint routes of different rates, through ``a`` (30 Mbit/s), ``b`` (20) and ``c`` (10).
+    There is no direct link: the direct overlay edge rides route ``a``'s links, so that direct and the path
+    through ``a`` are edge-disjoint in the overlay but share every physical link."""
+    table = {
+        ("src", "a"): (5.0, 30.0),
+        ("a", "dst"): (5.0, 30.0),
+        ("src", "b"): (6.0, 20.0),
+        ("b", "dst"): (6.0, 20.0),
+        ("src", "c"): (7.0, 10.0),
+        ("c", "dst"): (7.0, 10.0),
+    }
+    hosts = ("src", "a", "b", "c", "dst")
+    return _physical_network(
+        hosts, table, {}, default_window_kib=_BIG_WINDOW_KIB, noise=noise, ramp_rtts=ramp_rtts, events=events
+    )
+
+
+THREE_ROUTES: tuple[Path, ...] = (("src", "a", "dst"), ("src", "b", "dst"), ("src", "c", "dst"))
+"""``three_routes()``'s physically disjoint routes, widest first."""
+
+
+def one_bottleneck(*, noise: float = 0.03, ramp_rtts: float = 10.0) -> SimNetwork:
+    """A dumbbell: ``src`` and depot ``a`` behind router ``left``, depot ``b`` and ``dst`` behind ``right``, depot
+    ``c`` on a spur of ``left``; every route from ``src`` to ``dst`` crosses the 20 Mbit/s ``left``-``right``
+    link, however many edge-disjoint overlay paths there are (direct, through ``a``, through ``b``, ...)."""
+    table = {
+        ("src", "left"): (1.0, 100.0),
+        ("a", "left"): (2.0, 100.0),
+        ("c", "left"): (3.0, 100.0),
+        ("left", "right"): (10.0, 20.0),
+        ("right", "b"): (2.0, 100.0),
+        ("right", "dst"): (1.0, 100.0),
+    }
+    hosts = ("src", "a", "b", "c", "dst")
+    return _physical_network(hosts, table, {}, default_window_kib=_BIG_WINDOW_KIB, noise=noise, ramp_rtts=ramp_rtts)
 
 
 def _shortest_routes(

@@ -1,0 +1,111 @@
+"""Blocks shared among several paths at once (issue 12): which path a new block takes, and each path's rate.
+
+MDTP (seed 000) shares a file among replicas of different speed so that all of them finish together: each gets
+work in proportion to what it delivers. ``lnet.client.relay`` does the same for the paths of one transfer, at
+block granularity (a block is one allocation at every depot it crosses, verified by its own hash, so it is never
+split): a block admitted goes to the path that would deliver it soonest,
+
+    argmin_p (outstanding_bytes_p + block_len) / rate_p
+
+where ``outstanding_bytes_p`` is what the path already carries and ``rate_p`` its rate: the rate it delivered
+lately once it has delivered enough to say (``PathMeter``), else the scheduler's prediction. Handed out that way,
+every path holds about its rate times the same number of seconds of work, so they drain together; a block given
+to the wrong path costs at most one block's time on it. A path that runs faster than its rate says drains first,
+takes the next blocks, and shows a higher rate: the rule corrects itself as long as the blocks admitted at once
+cover each path's round trip (the relay admits more blocks the more paths it runs).
+
+Pure: no I/O, no clock; the relay passes ``now``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+__all__ = ["PathMeter", "soonest"]
+
+
+def soonest(outstanding: Sequence[float], rates: Sequence[float], length: int) -> int:
+    """The index of the path that would deliver one more block of ``length`` bytes soonest, given the bytes each
+    path has outstanding and its rate in bytes/s (the MDTP rule). A rate that is unknown (0, negative, not finite)
+    counts as the mean of the known ones, so a new path is neither starved nor flooded; with none known, the least
+    loaded path wins. Ties go to the lowest index (the primary path comes first)."""
+    if len(outstanding) != len(rates) or not rates:
+        raise ValueError("need one rate for each path, and at least one path")
+    known = [rate for rate in rates if rate > 0 and math.isfinite(rate)]
+    fill = sum(known) / len(known) if known else 1.0
+    best, best_s = 0, math.inf
+    for index, (load, rate) in enumerate(zip(outstanding, rates, strict=True)):
+        seconds = (load + length) / (rate if rate > 0 and math.isfinite(rate) else fill)
+        if seconds < best_s:
+            best, best_s = index, seconds
+    return best
+
+
+class PathMeter:
+    """What one path delivered lately: bytes over the time it had blocks out (busy time), the older seconds weighing
+    less (halved every ``window_s``); pure, fed ``now`` by the caller.
+
+    Busy time, not wall time: a path that is given few blocks (because it looked slow) is not measured slower for
+    it. The bytes and the time up to a path's first delivery are left out: that is the pipeline filling (a block's
+    trip through every hop), not its rate. ``rate_bps`` is None until ``min_deliveries`` blocks have arrived."""
+
+    def __init__(self, window_s: float = 5.0, min_deliveries: int = 3) -> None:
+        if not window_s > 0 or min_deliveries < 2:
+            raise ValueError("window_s must be more than 0 and min_deliveries at least 2")
+        self.window_s, self.min_deliveries = window_s, min_deliveries
+        self.outstanding = 0
+        self.deliveries = 0
+        self.delivered_bytes = 0
+        self._mark = 0.0
+        self._busy = 0.0
+        self._bytes = 0
+        self._flushed_at: float | None = None
+        self._decayed_bytes = 0.0
+        self._decayed_seconds = 0.0
+
+    def admitted(self, now: float) -> None:
+        """A block was given to the path."""
+        if self.outstanding == 0:
+            self._mark = now
+        self.outstanding += 1
+
+    def left(self, now: float) -> None:
+        """A block given to the path went elsewhere (its path left the set) or failed for good."""
+        self._settle(now)
+
+    def delivered(self, nbytes: int, now: float) -> None:
+        """A block of the path arrived, verified, at the destination."""
+        self.deliveries += 1
+        self.delivered_bytes += nbytes
+        if self.deliveries == 1:
+            # the pipeline was filling: from here on it is the path's rate
+            self._busy, self._bytes, self._decayed_bytes, self._decayed_seconds = 0.0, 0, 0.0, 0.0
+            self._mark = now
+        else:
+            self._bytes += nbytes
+        self._settle(now)
+
+    def flush(self, now: float) -> None:
+        """Fold the time since the last flush into the rate (the relay calls it at every tick)."""
+        if self.outstanding > 0:
+            self._busy += now - self._mark
+            self._mark = now
+        previous = self._flushed_at if self._flushed_at is not None else now
+        decay = 0.5 ** ((now - previous) / self.window_s)
+        self._decayed_bytes = decay * self._decayed_bytes + self._bytes
+        self._decayed_seconds = decay * self._decayed_seconds + self._busy
+        self._bytes, self._busy, self._flushed_at = 0, 0.0, now
+
+    @property
+    def rate_bps(self) -> float | None:
+        """The path's recent delivery rate (bytes/s) as of the last flush; None until it has delivered enough."""
+        if self.deliveries < self.min_deliveries or self._decayed_seconds <= 0:
+            return None
+        return self._decayed_bytes / self._decayed_seconds
+
+    def _settle(self, now: float) -> None:
+        self.outstanding = max(0, self.outstanding - 1)
+        if self.outstanding == 0:
+            self._busy += now - self._mark
+            self._mark = now

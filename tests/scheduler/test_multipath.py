@@ -1,0 +1,304 @@
+"""Path sets (issue 12): several edge-disjoint paths at once, joined when the model predicts they add rate, kept
+only while the measurements agree. The pure rule, the loop driven by hand, and the loop on the simulator with
+shared physical links."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import replace
+
+import networkx as nx
+import pytest
+
+from lnet.scheduler import (
+    THROUGHPUT,
+    DepotFailure,
+    DropDepot,
+    EdgeMemory,
+    Keep,
+    Measurement,
+    PathScheduler,
+    SchedulerConfig,
+    Switch,
+    edges_of,
+    path_set,
+)
+from lnet.scheduler.simulator import (
+    MULTIPATH_DST,
+    MULTIPATH_SRC,
+    THREE_ROUTES,
+    TWO_ROUTES,
+    FailVertex,
+    SimNetwork,
+    SimResult,
+    mbit,
+    one_bottleneck,
+    simulate_transfer,
+    three_routes,
+    two_routes,
+)
+
+MULTI = SchedulerConfig(streams=2, max_paths=3)
+
+
+def run(network: SimNetwork, config: SchedulerConfig, *, duration_s: float = 300.0, seed: int = 1) -> SimResult:
+    scheduler = PathScheduler(
+        network.vertices,
+        MULTIPATH_SRC,
+        MULTIPATH_DST,
+        EdgeMemory(),
+        config,
+        rtt_s=network.rtts_from(MULTIPATH_SRC),
+    )
+    return simulate_transfer(network, scheduler, duration_s=duration_s, seed=seed)
+
+
+def pinned(network: SimNetwork, path: tuple[str, ...], streams: int = 2) -> float:
+    """What ``path`` carries alone with ``streams`` a hop: the oracle the issue's targets are measured against."""
+    shares = network.share(dict.fromkeys(edges_of(path), streams), 0.0)
+    return min(shares.values())
+
+
+def changes(result: SimResult, reason: str) -> list[float]:
+    return [t for t, d in result.decisions if isinstance(d, Switch) and d.reason == reason]
+
+
+# -- the pure rule ---------------------------------------------------------------------------------------
+
+
+def mesh(weights: dict[str, float]) -> nx.DiGraph:
+    """A graph of the named edges only ("s_a": 5.0); every other pair of vertices unconnected."""
+    graph = nx.DiGraph()
+    graph.add_nodes_from(["s", "a", "b", "c", "d"])
+    for name, weight in weights.items():
+        u, v = name.split("_")
+        graph.add_edge(u, v, **{THROUGHPUT: weight})
+    return graph
+
+
+def test_the_set_is_the_widest_path_then_edge_disjoint_paths_that_add_the_margin() -> None:
+    graph = mesh({"s_a": 30, "a_d": 30, "s_b": 20, "b_d": 20, "s_c": 4, "c_d": 4, "a_b": 25})
+    assert path_set(graph, "s", "d", 1, 0.15) == [("s", "a", "d")]
+    # s-a-b-d would be 20 wide too, but uses s-a: the next path is edge-disjoint from the first.
+    assert path_set(graph, "s", "d", 3, 0.15) == [("s", "a", "d"), ("s", "b", "d")]
+    # Through c adds 4 to 50: 8%, under a margin of 0.15, over one of 0.05.
+    assert path_set(graph, "s", "d", 3, 0.05) == [("s", "a", "d"), ("s", "b", "d"), ("s", "c", "d")]
+    # Excluded edges (a ban) are not used by further paths, but the primary may use them.
+    assert path_set(graph, "s", "d", 3, 0.05, excluded={("s", "b")}) == [("s", "a", "d"), ("s", "c", "d")]
+    assert path_set(graph, "s", "d", 3, 0.05, excluded={("s", "a")})[0] == ("s", "a", "d")
+
+
+def test_paths_may_meet_at_a_depot_but_not_share_an_edge() -> None:
+    # Both routes cross depot m; they use different edges into and out of it.
+    graph = mesh({"s_m": 10, "m_d": 10, "s_a": 9, "a_m": 9, "m_b": 9, "b_d": 9})
+    graph.add_node("m")
+    assert path_set(graph, "s", "d", 2, 0.15) == [("s", "m", "d"), ("s", "a", "m", "b", "d")]
+
+
+def test_unknown_edges_never_join_the_set() -> None:
+    graph = mesh({"s_a": 30, "a_d": 30})
+    graph.add_edge("s", "b")  # unknown: infinitely fast for exploration, but no path joins on a guess
+    graph.add_edge("b", "d")
+    assert path_set(graph, "s", "d", 2, 0.15) == [("s", "a", "d")]
+
+
+# -- the loop, by hand -----------------------------------------------------------------------------------
+
+VERTICES = ["s", "a", "b", "d"]
+HAND = SchedulerConfig(
+    reevaluate_s=5.0, min_attempt_s=10.0, warmup_s=2.0, probes_per_round=0, max_paths=2, path_margin=0.2
+)
+VIA_A = ("s", "a", "d")
+VIA_B = ("s", "b", "d")
+
+
+def known(**rates: float) -> EdgeMemory:
+    memory = EdgeMemory()
+    for u in VERTICES:
+        for v in VERTICES:
+            if u != v:
+                memory.observe(u, v, round(rates.get(f"{u}_{v}", 1.0) * 1000), 1000.0, now=0.0)
+    return memory
+
+
+def feed(scheduler: PathScheduler, rates: dict[tuple[str, ...], float], start: float, end: float) -> None:
+    t = start
+    while t < end:
+        for path, rate in rates.items():
+            for edge in edges_of(path):
+                scheduler.measure(Measurement(edge, round(rate), 1.0, t + 1.0))
+        t += 1.0
+
+
+def test_max_paths_1_decisions_carry_no_set() -> None:
+    scheduler = PathScheduler(VERTICES, "s", "d", known(s_a=100, a_d=100, s_b=90, b_d=90), replace(HAND, max_paths=1))
+    first = scheduler.start(0.0)
+    assert (first.paths, first.rates, first.all_paths) == ((), (), (VIA_A,))
+    feed(scheduler, {VIA_A: 100}, 0.0, 20.0)
+    assert scheduler.tick(20.0) == Keep(VIA_A)
+    assert scheduler.current_paths == (VIA_A,)
+
+
+def test_a_disjoint_path_joins_and_stays_when_the_total_grows() -> None:
+    scheduler = PathScheduler(VERTICES, "s", "d", known(s_a=100, a_d=100, s_b=90, b_d=90), HAND)
+    first = scheduler.start(0.0)
+    assert (first.path, first.all_paths, first.rates) == (VIA_A, (VIA_A,), (100.0,))
+    feed(scheduler, {VIA_A: 100}, 0.0, 10.0)
+    joined = scheduler.tick(10.0)
+    assert isinstance(joined, Switch)
+    assert (joined.path, joined.reason, joined.paths, joined.rates) == (VIA_A, "join", (VIA_A, VIA_B), (100.0, 90.0))
+    assert scheduler.current_paths == (VIA_A, VIA_B)
+    feed(scheduler, {VIA_A: 100, VIA_B: 90}, 10.0, 20.0)
+    assert scheduler.tick(15.0) == Keep(VIA_A, paths=(VIA_A, VIA_B), rates=(100.0, 90.0))  # on trial, not judged
+    kept = scheduler.tick(20.0)
+    assert isinstance(kept, Keep)
+    assert kept.all_paths == (VIA_A, VIA_B)
+    # One attempt per path, overlapping in time.
+    assert [(a.path, a.start, a.end, a.reason) for a in scheduler.attempts] == [
+        (VIA_A, 0.0, None, "start"),
+        (VIA_B, 10.0, None, "join"),
+    ]
+    assert scheduler.attempts[1].throughput_bps == pytest.approx(90.0)
+
+
+def test_a_path_that_shares_the_bottleneck_is_dropped_and_not_proposed_again_until_its_edges_change() -> None:
+    memory = known(s_a=100, a_d=100, s_b=90, b_d=90)
+    scheduler = PathScheduler(VERTICES, "s", "d", memory, HAND)
+    scheduler.start(0.0)
+    feed(scheduler, {VIA_A: 100}, 0.0, 10.0)
+    assert scheduler.tick(10.0).all_paths == (VIA_A, VIA_B)
+    # The two split one link of 100: the total did not grow.
+    feed(scheduler, {VIA_A: 52, VIA_B: 50}, 10.0, 20.0)
+    dropped = scheduler.tick(20.0)
+    assert isinstance(dropped, Switch)
+    assert (dropped.path, dropped.reason, dropped.all_paths) == (VIA_A, "drop", (VIA_A,))
+    assert scheduler.attempts[-1].end == 20.0
+    feed(scheduler, {VIA_A: 100}, 20.0, 60.0)
+    for t in (30.0, 40.0, 50.0, 60.0):  # predicted to add 50 of 100, but banned
+        assert scheduler.tick(t).all_paths == (VIA_A,)
+    # A new measurement of one of its edges, well away from what it was when it left: proposed again.
+    memory.observe("b", "d", 400_000, 1000.0, now=60.0)
+    feed(scheduler, {VIA_A: 100}, 60.0, 65.0)
+    again = scheduler.tick(65.0)
+    assert isinstance(again, Switch)
+    assert (again.reason, again.all_paths) == ("join", (VIA_A, VIA_B))
+
+
+def test_a_path_that_stops_adding_leaves() -> None:
+    scheduler = PathScheduler(VERTICES, "s", "d", known(s_a=100, a_d=100, s_b=90, b_d=90), HAND)
+    scheduler.start(0.0)
+    feed(scheduler, {VIA_A: 100}, 0.0, 10.0)
+    scheduler.tick(10.0)
+    feed(scheduler, {VIA_A: 100, VIA_B: 90}, 10.0, 20.0)
+    assert scheduler.tick(20.0).all_paths == (VIA_A, VIA_B)
+    # At 15 it still adds 15% of 100: above half the margin (10%), it stays; at 5 it leaves.
+    feed(scheduler, {VIA_A: 100, VIA_B: 15}, 20.0, 30.0)
+    assert scheduler.tick(30.0).all_paths == (VIA_A, VIA_B)
+    feed(scheduler, {VIA_A: 100, VIA_B: 5}, 30.0, 40.0)
+    dropped = scheduler.tick(40.0)
+    assert isinstance(dropped, Switch)
+    assert (dropped.reason, dropped.all_paths) == ("drop", (VIA_A,))
+
+
+def test_a_failed_depot_drops_only_the_paths_through_it() -> None:
+    scheduler = PathScheduler(VERTICES, "s", "d", known(s_a=100, a_d=100, s_b=90, b_d=90), HAND)
+    scheduler.start(0.0)
+    feed(scheduler, {VIA_A: 100}, 0.0, 10.0)
+    scheduler.tick(10.0)
+    feed(scheduler, {VIA_A: 100, VIA_B: 90}, 10.0, 20.0)
+    scheduler.tick(20.0)
+    scheduler.measure(DepotFailure("a", 21.0))
+    dropped = scheduler.tick(21.0)
+    # The primary's depot failed: the other path of the set carries on as the primary, nothing restarts.
+    assert isinstance(dropped, DropDepot)
+    assert (dropped.depot, dropped.path, dropped.all_paths) == ("a", VIA_B, (VIA_B,))
+    via_b = [a for a in scheduler.attempts if a.path == VIA_B]
+    assert [(a.start, a.end) for a in via_b] == [(10.0, None)]
+
+
+def test_the_config_rejects_a_nonsense_set() -> None:
+    with pytest.raises(ValueError, match="max_paths"):
+        SchedulerConfig(max_paths=0)
+    with pytest.raises(ValueError, match="path_margin"):
+        SchedulerConfig(path_margin=1.0)
+
+
+# -- the loop on the simulator, links shared -------------------------------------------------------------
+
+
+def test_the_topologies_have_their_numbers() -> None:
+    two, three, shared = two_routes(noise=0.0), three_routes(noise=0.0), one_bottleneck(noise=0.0)
+    assert [round(pinned(two, p) * 8 / 1e6, 2) for p in TWO_ROUTES] == [20.0, 18.0, 4.0]
+    assert [round(pinned(three, p) * 8 / 1e6, 2) for p in THREE_ROUTES] == [30.0, 20.0, 10.0]
+    # Direct and the path through a are edge-disjoint in the overlay, and ride the same links.
+    assert set(three.routes[("src", "dst")]) == {"src>a", "a>dst"}
+    # Every route of the dumbbell crosses left>right: two paths at once get what one gets.
+    both = shared.share({("src", "dst"): 2, ("src", "a"): 2, ("a", "dst"): 2}, 0.0)
+    assert both[("src", "dst")] + min(both[("src", "a")], both[("a", "dst")]) == pytest.approx(mbit(20))
+
+
+def test_two_disjoint_routes_join_and_the_aggregate_approaches_their_sum() -> None:
+    network = two_routes()
+    multi = run(network, replace(MULTI, max_paths=2))
+    single = run(network, replace(MULTI, max_paths=1))
+    routes = sum(pinned(network, p) for p in TWO_ROUTES[:2])
+    print(f"\ntwo routes: {multi.mean_rate(150.0) * 8e-6:.2f} Mbit/s with two paths, "
+          f"{single.mean_rate(150.0) * 8e-6:.2f} with one; pinned sum {routes * 8e-6:.2f}")
+    assert set(multi.final_paths) == set(TWO_ROUTES[:2])
+    assert multi.mean_rate(150.0) >= 0.9 * routes
+    assert multi.mean_rate(0.0) >= 1.4 * single.mean_rate(0.0)
+
+
+def test_three_disjoint_routes_of_different_rates_all_join() -> None:
+    network = three_routes()
+    result = run(network, MULTI)
+    routes = sum(pinned(network, p) for p in THREE_ROUTES)
+    print(f"\nthree routes: {result.mean_rate(200.0) * 8e-6:.2f} Mbit/s, pinned sum {routes * 8e-6:.2f}")
+    assert result.mean_rate(200.0) >= 0.85 * routes
+    # Direct rides route a's links: it and the path through a never stay in the set together.
+    final = set(result.final_paths)
+    assert len(final) == 3
+    assert {("src", "b", "dst"), ("src", "c", "dst")} <= final
+    assert not {("src", "dst"), ("src", "a", "dst")} <= final
+
+
+@pytest.mark.parametrize("max_paths", [2, 3])
+def test_routes_through_one_bottleneck_do_not_stay(max_paths: int) -> None:
+    network = one_bottleneck()
+    multi = run(network, replace(MULTI, max_paths=max_paths), duration_s=600.0)
+    single = run(network, replace(MULTI, max_paths=1), duration_s=600.0)
+    print(f"\none bottleneck: {multi.mean_rate(0.0) * 8e-6:.2f} Mbit/s with up to {max_paths} paths, "
+          f"{single.mean_rate(0.0) * 8e-6:.2f} with one; joins at {changes(multi, 'join')}")
+    assert changes(multi, "join")  # the model did propose paths (edge-disjoint, predicted to add) ...
+    assert len(multi.final_paths) == 1  # ... and learnt that they add nothing
+    assert multi.mean_rate(0.0) >= 0.95 * single.mean_rate(0.0)
+    # Time spent with more than one path: only the trials.
+    crowded = sum(1 for s in multi.samples if len(s.paths) > 1) * 0.5
+    assert crowded <= 15.0 * len(changes(multi, "join"))
+
+
+def test_a_failed_depot_drops_its_path_and_the_other_carries_on() -> None:
+    network = two_routes(events=[FailVertex(200.0, "a")])
+    result = run(network, replace(MULTI, max_paths=2))
+    drops = [(t, d) for t, d in result.decisions if isinstance(d, DropDepot)]
+    assert [d.depot for _, d in drops] == ["a"]
+    assert drops[0][0] <= 201.0
+    assert all("a" not in p for p in drops[0][1].all_paths)
+    assert all(s.rate_bps > 0 for s in result.samples)
+    after = [s for s in result.samples if s.t >= 202.0]
+    assert all(all("a" not in p for p in s.paths) for s in after)
+    assert result.mean_rate(202.0) >= 0.9 * pinned(network, ("src", "b", "dst"))
+
+
+@pytest.mark.parametrize("topology", [two_routes, three_routes, one_bottleneck])
+def test_joins_and_drops_do_not_flap_under_noise(topology: Callable[..., SimNetwork]) -> None:
+    network = topology(noise=0.15)
+    result = run(network, MULTI, duration_s=900.0, seed=5)
+    joins, drops = changes(result, "join"), changes(result, "drop")
+    print(f"\n{topology.__name__}, 15% noise: joins at {joins}, drops at {drops}")
+    # After the first few minutes the set changes only when aging gives a banned path another chance: at most a
+    # join and a drop for each of the (up to 3) paths a ban keeps out, once per aging period, and a couple more.
+    # Without the ban a shared bottleneck is tried every 2 x min_attempt_s (30 times in 600 s); without the
+    # hysteresis band a path near the margin leaves and comes back with the noise.
+    late = [t for t in joins + drops if t > 300.0]
+    assert len(late) <= 2 * 3 * 600.0 / SchedulerConfig().age_after_s + 2
