@@ -155,7 +155,7 @@ def multipath(seeds: int, duration_s: float, margins: list[float], noise: float)
     """Cold transfers on the multipath topologies: mean Mbit/s over the whole transfer and over its second half,
     medians over ``seeds`` noise seeds, for max_paths 1, 2, 3 and each margin."""
     figures: dict[str, Any] = {}
-    print(f"path sets: cold transfers of {duration_s:g} simulated s, {MULTIPATH_STREAMS} streams a hop, noise {noise:g}")
+    print(f"path sets: cold transfers of {duration_s:g} sim. s, {MULTIPATH_STREAMS} streams a hop, noise {noise:g}")
     print(f"medians of {seeds} seeds; Mbit/s over the whole transfer / its second half; '/sum' = over the")
     print("disjoint routes' pinned rates added up; 'x1' = over max_paths 1's whole-transfer rate; 'trials' = joins")
     print(
