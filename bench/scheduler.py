@@ -151,18 +151,18 @@ def pinned_rate(network: SimNetwork, path: tuple[str, ...]) -> float:
     return min(network.share(dict.fromkeys(edges_of(path), MULTIPATH_STREAMS), 0.0).values())
 
 
-def multipath(seeds: int, duration_s: float, margins: list[float]) -> dict[str, Any]:
+def multipath(seeds: int, duration_s: float, margins: list[float], noise: float) -> dict[str, Any]:
     """Cold transfers on the multipath topologies: mean Mbit/s over the whole transfer and over its second half,
     medians over ``seeds`` noise seeds, for max_paths 1, 2, 3 and each margin."""
     figures: dict[str, Any] = {}
-    print(f"path sets: cold transfers of {duration_s:g} simulated s at {MULTIPATH_STREAMS} streams a hop, medians of")
-    print(f"{seeds} seeds; Mbit/s over the whole transfer / its second half; 'sum' = the disjoint routes' pinned")
-    print("rates added up; 'x1' = whole-transfer rate over max_paths 1's; 'trials' = joins, median")
+    print(f"path sets: cold transfers of {duration_s:g} sim. s, {MULTIPATH_STREAMS} streams a hop, noise {noise:g}")
+    print(f"medians of {seeds} seeds; Mbit/s over the whole transfer / its second half; '/sum' = over the")
+    print("disjoint routes' pinned rates added up; 'x1' = over max_paths 1's whole-transfer rate; 'trials' = joins")
     print(
         f"{'topology':>14} {'margin':>6} {'paths':>5} {'whole':>7} {'2nd half':>8} {'/sum':>5} {'x1':>5} {'trials':>6}"
     )
     for name, (make, routes) in MULTIPATH_TOPOLOGIES.items():
-        network = make()
+        network = make(noise=noise)
         total = sum(pinned_rate(network, route) for route in routes)
         single: float | None = None
         for margin in margins:
@@ -210,11 +210,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--margins", default="0.05,0.1,0.15,0.25", help="path margins for --multipath (default 0.05,0.1,0.15,0.25)"
     )
+    parser.add_argument("--noise", type=float, default=0.03, help="relative noise of a measurement, --multipath")
     args = parser.parse_args(argv)
     if args.multipath:
         margins = [float(m) for m in args.margins.split(",")]
-        paths = multipath(args.seeds, args.duration_s, margins)
-        print(json.dumps({"bench": "scheduler-multipath", "seeds": args.seeds, "duration_s": args.duration_s, **paths}))
+        paths = multipath(args.seeds, args.duration_s, margins, args.noise)
+        head = {"bench": "scheduler-multipath", "seeds": args.seeds, "duration_s": args.duration_s, "noise": args.noise}
+        print(json.dumps({**head, **paths}))
         return 0
 
     figures: dict[str, Any] = {"widest_path_s": {}, "simulator": {}}

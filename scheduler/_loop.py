@@ -96,8 +96,10 @@ class SchedulerConfig:
     path_margin: float = 0.15
     """A further path joins the set only when predicted to add at least this fraction of the set's predicted
     total; it must then make the measured total grow by half of it (else it shared a bottleneck), and it leaves
-    when its measured rate falls below half of it of the others' (theory of operation, 12). 0.15 did best in the
-    simulator (``bench/scheduler.py --multipath``)."""
+    when its measured rate falls below half of it of the others' (theory of operation, 12). Chosen in the
+    simulator (``bench/scheduler.py --multipath``): 0.05 to 0.25 do alike where routes differ widely or share one
+    bottleneck; 0.15 leaves out a route adding 10% (``two_routes``' direct link), which 0.10 takes, but at 15%
+    measurement noise 0.10's trial (5% growth) let a path through the shared bottleneck stay and churn the set."""
 
     def __post_init__(self) -> None:
         for name in ("reevaluate_s", "min_attempt_s", "age_after_s"):

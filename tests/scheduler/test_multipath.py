@@ -184,6 +184,38 @@ def test_a_path_that_shares_the_bottleneck_is_dropped_and_not_proposed_again_unt
     assert (again.reason, again.all_paths) == ("join", (VIA_A, VIA_B))
 
 
+def test_a_newcomer_whose_hops_never_report_is_not_judged_on_its_probe_figures() -> None:
+    scheduler = PathScheduler(VERTICES, "s", "d", known(s_a=100, a_d=100, s_b=90, b_d=90), HAND)
+    scheduler.start(0.0)
+    feed(scheduler, {VIA_A: 100}, 0.0, 10.0)
+    assert scheduler.tick(10.0).all_paths == (VIA_A, VIA_B)
+    feed(scheduler, {VIA_A: 100}, 10.0, 20.0)  # the engine never ran a block down s-b-d
+    dropped = scheduler.tick(20.0)
+    assert isinstance(dropped, Switch)
+    assert (dropped.reason, dropped.all_paths) == ("drop", (VIA_A,))
+
+
+@pytest.mark.parametrize(("direct", "moves"), [(112.0, False), (200.0, True)])
+def test_a_new_primary_must_beat_the_whole_set_since_it_ends_the_others(direct: float, moves: bool) -> None:
+    memory = known(s_a=100, a_d=100, s_b=95, b_d=95)
+    scheduler = PathScheduler(VERTICES, "s", "d", memory, HAND)
+    scheduler.start(0.0)
+    feed(scheduler, {VIA_A: 100}, 0.0, 10.0)
+    scheduler.tick(10.0)
+    feed(scheduler, {VIA_A: 100, VIA_B: 95}, 10.0, 20.0)
+    assert scheduler.tick(20.0).all_paths == (VIA_A, VIA_B)
+    # Direct at 112 is 12% above the primary, enough for one path. But moving there ends the path
+    # through b, and direct with the path through a (212) is not 10% above the set's 195.
+    memory.observe("s", "d", round(direct * 1000), 1000.0, now=25.0)
+    feed(scheduler, {VIA_A: 100, VIA_B: 95}, 20.0, 30.0)
+    decision = scheduler.tick(30.0)
+    if moves:
+        assert isinstance(decision, Switch)
+        assert (decision.path, decision.reason, decision.all_paths) == (("s", "d"), "better", (("s", "d"),))
+    else:
+        assert decision.all_paths == (VIA_A, VIA_B)
+
+
 def test_a_path_that_stops_adding_leaves() -> None:
     scheduler = PathScheduler(VERTICES, "s", "d", known(s_a=100, a_d=100, s_b=90, b_d=90), HAND)
     scheduler.start(0.0)
