@@ -253,8 +253,12 @@ def _lnet_wheel(root: Path, out: Path) -> str:
         for rel in source_files(root):
             (Path(tmp) / rel).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(root / rel, Path(tmp) / rel)
-        _run([sys.executable, "-m", "pip", "wheel", "--quiet", "--disable-pip-version-check", "--no-deps",
-              "--wheel-dir", str(out), tmp], PIP_TIMEOUT_S, "building lnet's wheel")
+        argv = [sys.executable, "-m", "pip", "wheel", "--quiet", "--disable-pip-version-check", "--no-deps",
+                "--wheel-dir", str(out), tmp]
+        try:
+            _run(argv, PIP_TIMEOUT_S, "building lnet's wheel")
+        except ImageError:  # seen once here: its build environment's download failed; a second try is cheap
+            _run(argv, PIP_TIMEOUT_S, "building lnet's wheel")
     wheels = sorted(p.name for p in out.glob("lnet-*.whl"))
     if len(wheels) != 1:
         raise ImageError(f"building lnet's wheel left {wheels}")
