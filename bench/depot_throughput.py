@@ -147,6 +147,13 @@ async def one_run(
                 for alloc in group:
                     await (one if alloc.depot == one.base_url else two).free(alloc.manage)
 
+        # Steady state: a relaying depot reuses the buffers of blocks it just freed (store.py's pool), so every
+        # timed path runs on buffers written and freed a moment before, as curl's and httpx's do below.
+        sources, targets = await fresh()
+        for source, target in zip(sources, targets, strict=True):
+            await one.write(source.write, block)
+            await two.write(target.write, block)
+        await free(sources, targets)
         sources, targets = await fresh()
 
         async def write() -> None:
