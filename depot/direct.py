@@ -22,8 +22,10 @@ installed only for the versions it was checked against; with others every body g
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import logging
+import socket as _socket
 from collections.abc import Awaitable, Callable, MutableMapping
 from importlib.metadata import version
 from typing import Any
@@ -39,6 +41,9 @@ log = logging.getLogger("lnet.depot.direct")
 CHECKED_HYPERCORN = frozenset({"0.17.3", "0.18.0"})
 CHECKED_H11 = frozenset({"0.14.0", "0.15.0", "0.16.0"})
 MIN_BODY = 64 * 1024  # smaller bodies are not worth the hand-over
+LOW_WATER = 512 * 1024  # bytes waiting before the socket wakes the depot (SO_RCVLOWAT)
+SOL_SOCKET = _socket.SOL_SOCKET
+_SO_RCVLOWAT: int | None = getattr(_socket, "SO_RCVLOWAT", None)
 _DATA_PATH = b"/v1/data/"
 
 Scope = MutableMapping[str, Any]
@@ -91,22 +96,7 @@ class DirectBody:
                 position = len(held)
                 target[:position] = held
             timeout = self._protocol.config.read_timeout or float("inf")
-            socket = getattr(self._stream, "socket", None)  # a plain SocketStream; TLS streams have none
-            while position < self.length:
-                try:
-                    with trio.fail_after(timeout):
-                        if socket is not None:
-                            got = await socket.recv_into(target[position:])
-                        else:
-                            data = await self._stream.receive_some(self.length - position)
-                            got = len(data)
-                            target[position : position + got] = data
-                except (trio.TooSlowError, trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
-                    log.debug("direct body cut off after %d of %d bytes: %r", position, self.length, exc)
-                    break
-                if got == 0:
-                    break
-                position += got
+            position = await _fill(self._stream, target, position, timeout)
             reader._remaining = self.length - position
             if position == self.length:
                 event = self._connection.next_event()  # the end of the body: h11's state moves on
@@ -115,6 +105,42 @@ class DirectBody:
             return position
         finally:
             self.release()
+
+
+async def _fill(stream: Any, target: memoryview, position: int, wait_s: float) -> int:
+    """Receive into ``target[position:]`` until it is full, the peer stops, or a wait passes ``wait_s``; returns
+    the new position. On a plain socket the kernel copies straight into ``target``, and the socket signals
+    readable only once ``LOW_WATER`` bytes wait (SO_RCVLOWAT), so that a client writing small pieces costs one
+    trip through the event loop per ``LOW_WATER`` bytes, not per piece."""
+    socket = getattr(stream, "socket", None)  # a plain SocketStream; TLS streams have none
+    end = len(target)
+    lowered = 0
+    with trio.CancelScope() as scope:
+        try:
+            while position < end:
+                scope.deadline = trio.current_time() + wait_s  # each wait is bounded, not the whole body
+                if socket is not None:
+                    low_water = min(LOW_WATER, end - position)  # never more than is still to come
+                    if low_water != lowered and _SO_RCVLOWAT is not None:
+                        socket.setsockopt(SOL_SOCKET, _SO_RCVLOWAT, low_water)
+                        lowered = low_water
+                    got = await socket.recv_into(target[position:])
+                else:
+                    data = await stream.receive_some(end - position)
+                    got = len(data)
+                    target[position : position + got] = data
+                if got == 0:
+                    break
+                position += got
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
+            log.debug("direct body cut off after %d of %d bytes: %r", position, end, exc)
+        finally:
+            if lowered and socket is not None:
+                with contextlib.suppress(OSError):
+                    socket.setsockopt(SOL_SOCKET, _SO_RCVLOWAT, 1)
+    if scope.cancelled_caught:
+        log.debug("direct body stalled past %gs after %d of %d bytes", wait_s, position, end)
+    return position
 
 
 def serving(app: ASGIApp) -> ASGIApp:
