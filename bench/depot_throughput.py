@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -112,6 +113,29 @@ async def raw_tcp(total: int, block: bytes) -> float:
     return total / elapsed
 
 
+class Meter:
+    """CPU seconds per GiB of each timed path: the depots' (user + system, both processes, so a copy counts its
+    source and its target) and the client's (this process, plus curl's when curl ran). Unlike rates, these hardly
+    move with the neighbours' load: the figures to compare before and after a change on a shared machine."""
+
+    def __init__(self, depots: list[int], total: int) -> None:
+        self.depots = [psutil.Process(pid) for pid in depots]
+        self.gib = total / 2**30
+        self.cpu: dict[str, tuple[float, float]] = {}
+
+    def _now(self) -> tuple[float, float]:
+        depots = sum(sum(p.cpu_times()[:2]) for p in self.depots)
+        me, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+        return depots, me.ru_utime + me.ru_stime + children.ru_utime + children.ru_stime
+
+    async def __call__(self, name: str, measured: Awaitable[float]) -> float:
+        before = self._now()
+        rate = await measured
+        after = self._now()
+        self.cpu[name] = ((after[0] - before[0]) / self.gib, (after[1] - before[1]) / self.gib)
+        return rate
+
+
 async def timed(action: Callable[[], Awaitable[None]], nbytes: int) -> float:
     started = time.perf_counter()
     await action()
@@ -132,7 +156,8 @@ async def curl(groups: list[list[str]], nbytes: int) -> float:
 
 
 async def one_run(
-    a: DepotProcess, b: DepotProcess, total: int, block: bytes, block_file: Path, use_curl: bool, rss: dict[str, int]
+    a: DepotProcess, b: DepotProcess, total: int, block: bytes, block_file: Path, use_curl: bool, rss: dict[str, int],
+    meter: Meter,
 ) -> dict[str, float]:
     count = total // len(block)
     rates: dict[str, float] = {"raw TCP": await raw_tcp(total, block)}
@@ -168,27 +193,28 @@ async def one_run(
             for source, target in zip(sources, targets, strict=True):
                 await one.copy(source.read, target.write_url)
 
-        rates["client write"] = await timed(write, total)
+        rates["client write"] = await meter("client write", timed(write, total))
         rss["full"] = max(rss.get("full", 0), psutil.Process(a.process.pid).memory_info().rss)
-        rates["client read"] = await timed(read, total)
+        rates["client read"] = await meter("client read", timed(read, total))
         if buffer != block:
             raise AssertionError("client read back other bytes than it wrote")
-        rates["client copy"] = await timed(copy, total)
+        rates["client copy"] = await meter("client copy", timed(copy, total))
         if await two.digest(targets[-1].read) != await one.digest(sources[-1].read):
             raise AssertionError("a copy differs from its source")
         await free(sources, targets)
 
         if use_curl:
             sources, targets = await fresh()
-            rates["curl PUT"] = await curl([["-T", str(block_file), x.write_url] for x in sources], total)
+            puts = [["-T", str(block_file), x.write_url] for x in sources]
+            rates["curl PUT"] = await meter("curl PUT", curl(puts, total))
             rss["full"] = max(rss["full"], psutil.Process(a.process.pid).memory_info().rss)
-            rates["curl GET"] = await curl([[x.read_url] for x in sources], total)
+            rates["curl GET"] = await meter("curl GET", curl([[x.read_url] for x in sources], total))
             posts = [
                 ["-H", "Content-Type: application/json", "-d", json.dumps({"to": target.write_url}),
                  f"{a.url}/v1/copy/{source.read}"]
                 for source, target in zip(sources, targets, strict=True)
             ]
-            rates["curl copy"] = await curl(posts, total)
+            rates["curl copy"] = await meter("curl copy", curl(posts, total))
             if await two.digest(targets[0].read) != await one.digest(sources[0].read):
                 raise AssertionError("a copy differs from its source")
             await free(sources, targets)
@@ -211,8 +237,8 @@ async def one_run(
                     answer = await plain.get(alloc.read_url)
                     answer.raise_for_status()
 
-            rates["httpx PUT 64KiB"] = await timed(httpx_put, total)
-            rates["httpx GET"] = await timed(httpx_get, total)
+            rates["httpx PUT 64KiB"] = await meter("httpx PUT 64KiB", timed(httpx_put, total))
+            rates["httpx GET"] = await meter("httpx GET", timed(httpx_get, total))
         if await one.read(sources[-1].read) != block:
             raise AssertionError("a PUT in 64 KiB pieces stored other bytes than were sent")
         await free(sources, targets)
@@ -278,8 +304,11 @@ async def main(argv: list[str] | None = None) -> int:
             depot_process("--data-dir", f"{tmp}/c", *common, "--capacity", str((args.runs + 2) * total)) as c,
         ):
             rss: dict[str, int] = {}
+            cpu: list[dict[str, tuple[float, float]]] = []
             for index in range(args.runs):
-                rates = await one_run(a, b, total, block, block_file, use_curl, rss)
+                meter = Meter([a.process.pid, b.process.pid], total)
+                rates = await one_run(a, b, total, block, block_file, use_curl, rss, meter)
+                cpu.append(meter.cpu)
                 if not args.no_chain:
                     rates["chain"] = await chain_run([a, b, c], source, block_size, work)
                 runs.append(rates)
@@ -291,8 +320,9 @@ async def main(argv: list[str] | None = None) -> int:
     print(f"\ndepot throughput on loopback: {total // MiB} MiB per path in {block_size // MiB} MiB blocks, "
           f"median of {args.runs} runs (min-max); load average after "
           f"{load_after[0]:.2f} {load_after[1]:.2f} {load_after[2]:.2f}")
-    print(f"{'path':<16} {'MB/s':>7} {'(min-max)':>13} {'of raw':>7}  target")
-    print(f"{'raw TCP':<16} {raw[0] / 1e6:>7.0f} {f'({raw[1] / 1e6:.0f}-{raw[2] / 1e6:.0f})':>13} {1:>7.0%}  reference")
+    print(f"{'path':<16} {'MB/s':>7} {'(min-max)':>13} {'of raw':>7} {'CPU-s/GiB depots':>16} {'client':>6}  target")
+    print(f"{'raw TCP':<16} {raw[0] / 1e6:>7.0f} {f'({raw[1] / 1e6:.0f}-{raw[2] / 1e6:.0f})':>13} {1:>7.0%} "
+          f"{'':>16} {'':>6}  reference")
     result: dict[str, Any] = {
         "bench": "depot_throughput", "total_bytes": total, "block_bytes": block_size, "runs": args.runs,
         "cores": os.cpu_count(), "load_before": load_before[0], "load_after": load_after[0],
@@ -317,7 +347,14 @@ async def main(argv: list[str] | None = None) -> int:
             verdict, note = "", "-"
         if verdict == "MISSED":
             misses.append(path)
-        print(f"{path:<16} {median / 1e6:>7.0f} {f'({low / 1e6:.0f}-{high / 1e6:.0f})':>13} {ratio:>7.0%}  {note}")
+        depots_cpu = client_cpu = ""
+        if all(path in c for c in cpu):
+            depots_cpu = f"{statistics.median(c[path][0] for c in cpu):.2f}"
+            client_cpu = f"{statistics.median(c[path][1] for c in cpu):.2f}"
+            result[f"{key}_depot_cpu_s_per_GiB"] = float(depots_cpu)
+            result[f"{key}_client_cpu_s_per_GiB"] = float(client_cpu)
+        print(f"{path:<16} {median / 1e6:>7.0f} {f'({low / 1e6:.0f}-{high / 1e6:.0f})':>13} {ratio:>7.0%} "
+              f"{depots_cpu:>16} {client_cpu:>6}  {note}")
     print(f"depot RSS holding {total // MiB} MiB of blocks: {rss['full'] / MiB:.0f} MiB "
           f"(capacity {int(capacity) // MiB} MiB)")
     result["rss_full_bytes"] = rss["full"]
