@@ -62,6 +62,7 @@ TARGETS: dict[str, float | None] = {
     "httpx GET": None,
 }
 CHAIN_TARGET_MBPS = 300.0
+CHAIN_REPORTS: list[dict[str, Any]] = []  # lnet-send's --json reports, for the per-edge figures
 
 RECEIVER = r"""
 import socket, sys
@@ -260,6 +261,7 @@ async def chain_run(depots: list[DepotProcess], source: Path, block_size: int, w
     if result.returncode != 0:
         raise RuntimeError(f"lnet-send failed ({result.returncode}): {result.stderr.decode()[-2000:]}")
     report = json.loads(result.stdout.decode().strip().splitlines()[-1])
+    CHAIN_REPORTS.append(report)
     return float(report["bytes"]) / float(report["seconds"])
 
 
@@ -358,6 +360,11 @@ async def main(argv: list[str] | None = None) -> int:
     print(f"depot RSS holding {total // MiB} MiB of blocks: {rss['full'] / MiB:.0f} MiB "
           f"(capacity {int(capacity) // MiB} MiB)")
     result["rss_full_bytes"] = rss["full"]
+    if CHAIN_REPORTS:
+        last = CHAIN_REPORTS[-1]
+        edges = ", ".join(f"{e['from']}->{e['to']} {e['mbps'] / 8:.0f} MB/s" for e in last.get("edges", []))
+        print(f"chain, last run: {last['blocks']} blocks, {last['resends']} re-sends, {last['seconds']:.2f} s; "
+              f"per edge (lnet-send's meters): {edges}")
     result["missed"] = misses
     print(json.dumps(result))
     return 0
