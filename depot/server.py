@@ -18,6 +18,7 @@ from hypercorn.config import Config as HypercornConfig
 from hypercorn.trio import serve as hypercorn_serve
 from hypercorn.trio import tcp_server
 
+from . import direct
 from .app import Depot
 from .config import DepotConfig
 
@@ -29,6 +30,8 @@ log = logging.getLogger("lnet.depot")
 # through the event loop per byte (measured by bench/depot_throughput.py).
 RECEIVE_SIZE = 1024 * 1024
 tcp_server.MAX_RECV = RECEIVE_SIZE
+# Data bodies skip hypercorn's per-piece path altogether: received straight into the allocation (direct.py).
+direct.install()
 
 
 def _hypercorn_config(config: DepotConfig) -> HypercornConfig:
@@ -101,5 +104,6 @@ async def _serve_hypercorn(
     *,
     task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED,
 ) -> None:
-    app: Any = depot.app  # hypercorn's own ASGI types are narrower than starlette's; the protocol is the same
+    # hypercorn's own ASGI types are narrower than starlette's; the protocol is the same
+    app: Any = direct.serving(depot.app)
     await hypercorn_serve(app, hc, shutdown_trigger=shutdown_trigger, task_status=task_status, mode="asgi")
