@@ -67,7 +67,9 @@ def test_design_rates_and_which_targets_apply() -> None:
     assert two.design(2) == pytest.approx({"widest": 20 * payload, "second": 16 * payload, "multi": 36 * payload})
     assert three.design(2) == pytest.approx({"widest": 22 * payload, "second": 16 * payload,
                                              "multi": 48 * payload})
-    assert two.similar and three.similar and not shared.similar
+    assert two.similar
+    assert three.similar
+    assert not shared.similar
     assert two.max_paths((2, 3)) == [2]  # two routes: a third path has nowhere to go
     assert three.max_paths((2, 3)) == [2, 3]
 

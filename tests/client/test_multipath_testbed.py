@@ -25,7 +25,7 @@ import trio
 
 from lnet.scheduler import EdgeMemory
 
-from .testbed_depots import DepotBed, depots_on, make_payload
+from .testbed_depots import DepotBed, depots_on, make_payload, tail
 
 pytestmark = pytest.mark.root
 
@@ -60,7 +60,7 @@ async def finish(bed: DepotBed, sender: trio.Process, log: Path, timeout_s: floa
         async for chunk in sender.stdout:
             output += chunk
         await sender.wait()
-    assert sender.returncode == 0, log.read_text()[-3000:]
+    assert sender.returncode == 0, tail(log)
     summary: dict[str, Any] = json.loads(output)
     return summary
 

@@ -102,6 +102,11 @@ def make_payload(tmp: Path, size: int) -> tuple[Path, str]:
     return path, hashlib.sha256(data).hexdigest()
 
 
+def tail(log: Path, chars: int = 3000) -> str:
+    """The end of a log file, for a failure's message."""
+    return log.read_text(errors="replace")[-chars:]
+
+
 def sha256_of(path: Path) -> str:
     digest = hashlib.sha256()
     with path.open("rb") as f:
