@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 import trio
 
-from .testbed_depots import DepotBed, depots_on, make_payload, tail
+from .testbed_depots import DepotBed, depots_on, keep, make_payload, tail
 
 pytestmark = pytest.mark.root
 
@@ -75,6 +75,7 @@ async def send_until(bed: DepotBed, argv: list[str], log: Path, deadline_s: floa
                     f"about 40 s): the direct link carried {links.get(('src', 'dst'), 0)} bytes, the detour's last "
                     f"link {links.get(('d2', 'dst'), 0)}; its log: {tail(log)}")
     assert sender.returncode == 0, tail(log)
+    keep(log.with_name("summary.json"), output)
     summary: dict[str, Any] = json.loads(output)
     return summary
 

@@ -25,7 +25,7 @@ import trio
 
 from lnet.scheduler import EdgeMemory
 
-from .testbed_depots import DepotBed, depots_on, make_payload, tail
+from .testbed_depots import DepotBed, depots_on, keep, make_payload, tail
 
 pytestmark = pytest.mark.root
 
@@ -61,6 +61,7 @@ async def finish(bed: DepotBed, sender: trio.Process, log: Path, timeout_s: floa
             output += chunk
         await sender.wait()
     assert sender.returncode == 0, tail(log)
+    keep(log.with_name("summary.json"), output)
     summary: dict[str, Any] = json.loads(output)
     return summary
 

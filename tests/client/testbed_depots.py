@@ -102,6 +102,11 @@ def make_payload(tmp: Path, size: int) -> tuple[Path, str]:
     return path, hashlib.sha256(data).hexdigest()
 
 
+def keep(path: Path, data: bytes) -> None:
+    """Keep what a test saw (a summary) beside its other files, for whoever reads a failure."""
+    path.write_bytes(data)
+
+
 def tail(log: Path, chars: int = 3000) -> str:
     """The end of a log file, for a failure's message."""
     return log.read_text(errors="replace")[-chars:]
