@@ -159,7 +159,7 @@ def figures_of(case: MultiCase, result: dict[str, Any]) -> dict[str, Any]:
 
     routes = {short(route): of(f"route:{short(route)}") for route in case.routes}
     known = [v for v in routes.values() if v is not None]
-    total = sum(known) if len(known) == len(routes) else None
+    total = sum(known) if len(known) == len(routes) and case.disjoint else None  # shared routes do not add
     single = of("mp1")
     multi = {int(k[2:]): of(k) for k in sorted({r["kind"] for r in result["runs"]}) if k.startswith("mp")}
     multi.pop(1, None)

@@ -140,7 +140,8 @@ def test_where_every_route_shares_a_bottleneck_no_multipath_run_may_lose() -> No
     runs = [run("route:direct", 18.0), run("route:a", 18.0), run("route:b", 18.0), run("mp1", 18.0),
             run("mp2", 17.5), run("mp3", 18.2)]
     f = mp.figures_of(case, {"runs": runs})
-    assert f["multi_over_sum"] is None  # no sum of shared routes
+    assert f["sum_routes_mbps"] is None  # routes through one bottleneck do not add up
+    assert f["multi_over_sum"] is None
     assert f["worst_over_single"] == pytest.approx(17.5 / 18)
     assert f["targets"] == {"worst_over_single": True}
     f = mp.figures_of(case, {"runs": [*runs[:-1], run("mp3", 16.0)]})
