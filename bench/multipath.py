@@ -29,10 +29,10 @@ Mbit/s is the size over lnet-send's own seconds (--json); medians over the repet
   multi/control the largest N's rate over its control (no target: read it beside multi/single).
 The default size makes a run last about RUN_SECONDS at the rate multipath should reach (the routes' sum, or the
 bottleneck), as bench/pathchoice.py sizes its runs (1 MiB blocks, 16 to 512 of them). A full default run takes
-about 80 minutes (the estimate is printed first); --quick (8-block transfers, one run) is a smoke test of the
-harness, too short for a path to join. Progress one line per transfer; at the end a table and one JSON line;
-every summary, report, manifest and the whole result (multipath.json) are written into --out. Every testbed is
-brought down however the benchmark ends (an error, Ctrl-C, SIGTERM).
+about 100 minutes on the 2-core machine (the estimate is printed first: 98); --quick (8-block transfers, one run)
+is a smoke test of the harness, too short for a path to join. Progress one line per transfer; at the end a table
+and one JSON line; every summary, report, manifest and the whole result (multipath.json) are written into --out.
+Every testbed is brought down however the benchmark ends (an error, Ctrl-C, SIGTERM).
 """
 
 from __future__ import annotations
@@ -321,7 +321,7 @@ def print_table(results: Sequence[dict[str, Any]], plan: Plan) -> None:
         f = result["figures"]
 
         def cell(key: str, f: dict[str, Any] = f) -> str:
-            text = fmt(f[key])
+            text = fmt(f[key], ".3f")  # three places: 1.396 against a target of 1.4 must not print as 1.40
             return f"{text} {pc.mark(f['targets'][key])}" if key in f["targets"] else text
 
         routes = " ".join(f"{name} {fmt(mbps, '.1f')}" for name, mbps in f["route_mbps"].items())
@@ -330,7 +330,7 @@ def print_table(results: Sequence[dict[str, Any]], plan: Plan) -> None:
               + "".join(f"{fmt(f['mp_mbps'].get(str(n)), '.1f'):>7}{fmt(f['control_mbps'].get(str(n)), '.1f'):>7}"
                         for n in columns)
               + f"  {cell('multi_over_sum'):<13} {cell('multi_over_single'):<13} {cell('worst_over_single'):<13} "
-              f"{fmt(f['multi_over_control']):>10}")
+              f"{fmt(f['multi_over_control'], '.3f'):>10}")
     print("(a) disjoint routes: the most paths run over the sum of the routes pinned alone; (b) where two routes"
           f" of similar rate exist (second >= {SIMILAR:g} x widest by design): over --max-paths 1; (c) where every"
           " route shares a bottleneck: every --max-paths over --max-paths 1. ctrlN: --max-paths 1 with N times the"
