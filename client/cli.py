@@ -18,7 +18,7 @@ from rich.console import Console
 
 from lnet.client import overlay_status, report
 from lnet.client.exits import EXIT_CODES_HELP, ExitCode
-from lnet.depot.units import format_size, parse_size
+from lnet.units import format_size, parse_size
 
 __all__ = ["SUBCOMMANDS", "Subcommand", "main"]
 

@@ -22,7 +22,7 @@ from rich.table import Table
 
 from lnet.client.depot_client import DepotClient, NotFound
 from lnet.depot import DepotConfig, serve
-from lnet.depot.units import format_size, parse_size
+from lnet.units import format_size, parse_size
 
 __all__ = ["main"]
 

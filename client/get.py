@@ -53,7 +53,7 @@ from lnet.client.manifest import (
 from lnet.client.manifest import load as load_manifest
 from lnet.client.overlay import Overlay, OverlayError, default_depots_path
 from lnet.client.partfile import part_path, preallocate, state_path, write_at
-from lnet.depot.units import format_size, parse_duration
+from lnet.units import format_size, parse_duration
 
 __all__ = [
     "DEFAULT_PARALLEL",

@@ -21,6 +21,8 @@ from urllib.parse import urlsplit
 import h11
 import trio
 
+from .http_patches import install_http_patches
+
 __all__ = ["ConnectionEnded", "Head", "RangeConnection", "ReplicaError", "ReplicaRefused", "parse_url", "redact_url"]
 
 RECEIVE_SIZE = 256 * 1024
@@ -93,6 +95,7 @@ class RangeConnection:
     """``async with RangeConnection(url, timeout) as conn``: send range requests, read the responses in order."""
 
     def __init__(self, url: str, timeout: float, ssl_context: ssl.SSLContext | None = None) -> None:
+        install_http_patches()
         self.url = url
         self._target = parse_url(url)
         self.timeout = timeout

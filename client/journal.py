@@ -29,7 +29,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
-from lnet.depot.units import format_size
+from lnet.units import format_size
 
 from .depot_client import Allocation
 from .manifest import HASH_ALGORITHMS

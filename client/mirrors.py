@@ -44,7 +44,7 @@ from rich.progress import (
 )
 from rich.table import Table
 
-from lnet.depot.units import format_size, parse_size
+from lnet.units import format_size, parse_size
 
 from .chunks import STRATEGIES, TAILS, ChunkPlanner, Drop, Fetch, PlanConfig, ReplicaStats
 from .documents import write_private_file

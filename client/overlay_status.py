@@ -38,7 +38,7 @@ from lnet.client.depot_client import (
 )
 from lnet.client.exits import ExitCode
 from lnet.client.overlay import DepotEntry, Overlay, OverlayError
-from lnet.depot.units import format_size, parse_duration
+from lnet.units import format_size, parse_duration
 
 __all__ = [
     "DEFAULT_TIMEOUT_S",

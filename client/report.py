@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
 from lnet.client.documents import check_object, kind, read_json, show, write_private_file
-from lnet.depot.units import format_size
+from lnet.units import format_size
 
 __all__ = [
     "FORMAT",

@@ -38,8 +38,8 @@ from rich.progress import (
 
 from lnet.depot.clock import TrioWallClock
 from lnet.depot.protocol import innermost
-from lnet.depot.units import format_size, parse_duration, parse_size
 from lnet.scheduler import EdgeMemory, PathScheduler, SchedulerConfig
+from lnet.units import format_size, parse_duration, parse_size
 
 from . import mirrors, report
 from .depot_client import DepotClient

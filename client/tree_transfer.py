@@ -30,8 +30,8 @@ from rich.console import Console
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn, TransferSpeedColumn
 
 from lnet.depot.protocol import innermost
-from lnet.depot.units import format_size, parse_size
 from lnet.scheduler import EdgeMemory
+from lnet.units import format_size, parse_size
 
 from . import get, send, smallfiles, tree
 from .depot_client import DepotClient
