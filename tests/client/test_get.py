@@ -11,7 +11,7 @@ import pytest
 import trio
 
 from lnet.client.exits import ExitCode
-from lnet.client.get import (
+from lnet.client.fetching.blocks import (
     BlockUnavailable,
     DepotLoad,
     GetError,
@@ -26,7 +26,7 @@ from lnet.client.get import (
     source_order,
     state_path,
 )
-from lnet.client.manifest import BlockEntry, BlockSource, Manifest, hash_bytes
+from lnet.client.formats.manifest import BlockEntry, BlockSource, Manifest, hash_bytes
 
 from ..depot.conftest import MakeDepot, Routes
 from .blocks import Counting, upload_blocks

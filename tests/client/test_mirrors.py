@@ -11,10 +11,11 @@ from pathlib import Path
 import pytest
 import trio
 
-from lnet.client import get, mirrors
-from lnet.client.chunks import PlanConfig
+from lnet.client.commands import get
+from lnet.client.engines.chunks import PlanConfig
 from lnet.client.exits import ExitCode
-from lnet.client.mirrors import MirrorError, Validators, fetch_mirrors, reference
+from lnet.client.fetching.mirrors import MirrorError, Validators, fetch_mirrors, reference
+from lnet.client.fetching.partfile import part_path, state_path
 
 from .http_replicas import Replica, replicas
 
@@ -36,8 +37,8 @@ async def test_identical_bytes_from_every_replica_over_one_connection_each(tmp_p
         result = await fetch_mirrors([s.url for s in servers], out, config=CONFIG, sha256=SHA)
     assert out.read_bytes() == DATA
     assert result.sha256 == SHA
-    assert not mirrors.part_path(out).exists()
-    assert not mirrors.state_path(out).exists()
+    assert not part_path(out).exists()
+    assert not state_path(out).exists()
     assert [r.state for r in result.replicas] == ["ok"] * 3
     assert all(r.bytes > 0 for r in result.replicas)
     assert result.replicas[0].bytes > result.replicas[2].bytes  # the faster, the larger its share
@@ -146,7 +147,7 @@ async def test_a_wrong_sha256_fails_and_leaves_no_output(tmp_path: Path) -> None
             await fetch_mirrors([s.url for s in servers], out, config=CONFIG, sha256="0" * 64)
     assert info.value.exit_code == ExitCode.INTEGRITY
     assert not out.exists()
-    assert mirrors.part_path(out).exists()
+    assert part_path(out).exists()
 
 
 async def test_an_interrupted_download_resumes_with_what_it_has(tmp_path: Path) -> None:
@@ -155,14 +156,14 @@ async def test_an_interrupted_download_resumes_with_what_it_has(tmp_path: Path) 
         urls = [s.url for s in servers]
         with trio.move_on_after(1.2):
             await fetch_mirrors(urls, out, config=CONFIG)
-        assert mirrors.state_path(out).exists()
+        assert state_path(out).exists()
         result = await fetch_mirrors(urls, out, config=CONFIG, sha256=SHA)
     assert out.read_bytes() == DATA
     assert 0 < result.resumed_bytes < len(DATA)
 
 
 async def test_depots_holding_a_copy_are_replicas_too(tmp_path: Path) -> None:
-    from lnet.client.depot_client import DepotClient
+    from lnet.client.wire.depot_client import DepotClient
 
     from .loopback import loopback_depots
 
@@ -216,7 +217,7 @@ def test_the_command_refuses_bad_input(tmp_path: Path, capsys: pytest.CaptureFix
 
 
 async def test_send_with_replicas_feeding_the_first_hop(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from lnet.client import send
+    from lnet.client.commands import send
 
     from .loopback import depots_file, loopback_depots
 
@@ -249,7 +250,7 @@ async def test_send_with_replicas_feeding_the_first_hop(tmp_path: Path, capsys: 
 
 
 def test_send_wants_a_file_or_sources_not_both(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from lnet.client import send
+    from lnet.client.commands import send
 
     config = tmp_path / "depots.toml"
     config.write_text('here = "me"\n[depots.c]\nurl = "http://127.0.0.1:9"\n')

@@ -29,11 +29,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
+from lnet.client.formats.manifest import HASH_ALGORITHMS
+from lnet.client.sending.relay import BlockRecord
+from lnet.client.wire.depot_client import Allocation
 from lnet.units import format_size
-
-from .depot_client import Allocation
-from .manifest import HASH_ALGORITHMS
-from .relay import BlockRecord
 
 __all__ = [
     "FORMAT",

@@ -20,8 +20,7 @@ import trio
 from rich.console import Console
 from rich.table import Table
 
-from lnet.client.depot_client import DepotClient, NotFound
-from lnet.depot import DepotConfig, serve
+from lnet.client.wire.depot_client import DepotClient, NotFound
 from lnet.units import format_size, parse_size
 
 __all__ = ["main"]
@@ -40,6 +39,8 @@ def check(condition: bool, what: str) -> None:
 
 
 async def demo(block_size: int, expire_s: float) -> None:
+    from lnet.depot import DepotConfig, serve  # the demo runs two depots in process: the server, loaded only here
+
     with tempfile.TemporaryDirectory(prefix="lnet-demo-") as tmp:
         configs = [
             DepotConfig(name=name, listen="127.0.0.1:0", data_dir=Path(tmp) / name, capacity=4 * block_size,

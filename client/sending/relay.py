@@ -50,6 +50,8 @@ from typing import Any, TypeGuard
 
 import trio
 
+from lnet.client.engines.striping import PathMeter, soonest
+from lnet.client.wire.depot_client import Allocation, DepotClient, DepotUnreachable
 from lnet.depot.clock import TrioWallClock
 from lnet.depot.protocol import DepotError, DepotFull, NotFound, TooLarge, innermost
 from lnet.scheduler import (
@@ -65,9 +67,6 @@ from lnet.scheduler import (
     Switch,
     widest_path,
 )
-
-from .depot_client import Allocation, DepotClient, DepotUnreachable
-from .striping import PathMeter, soonest
 
 __all__ = [
     "BlockDelivered",

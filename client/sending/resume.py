@@ -28,13 +28,20 @@ from typing import Any
 
 import trio
 
+from lnet.client.formats.manifest import block_hasher, hash_bytes
+from lnet.client.sending import journal
+from lnet.client.sending.journal import JournalHeader
+from lnet.client.sending.relay import (
+    BlockDelivered,
+    BlockRecord,
+    Offload,
+    RelayConfig,
+    RelayEvent,
+    Stream,
+    TransferFailed,
+)
+from lnet.client.wire.depot_client import DepotClient, DepotUnreachable, NotFound
 from lnet.depot.protocol import DepotError
-
-from . import journal
-from .depot_client import DepotClient, DepotUnreachable, NotFound
-from .journal import JournalHeader
-from .manifest import block_hasher, hash_bytes
-from .relay import BlockDelivered, BlockRecord, Offload, RelayConfig, RelayEvent, Stream, TransferFailed
 
 __all__ = [
     "PARALLEL_DIGESTS",
@@ -42,7 +49,6 @@ __all__ = [
     "ResumeRefused",
     "SendJournal",
     "file_header",
-    "is_interrupt",
     "journal_path",
     "resume_command",
     "source_header",
@@ -58,13 +64,6 @@ READ_CHUNK = 4 * 1024 * 1024
 
 class ResumeRefused(Exception):
     """The journal belongs to a transfer that cannot be resumed as asked (the source changed, other arguments)."""
-
-
-def is_interrupt(exc: BaseException) -> bool:
-    """Ctrl-C: ``KeyboardInterrupt`` out of ``trio.run``, bare or in the group a nursery wraps it in."""
-    if isinstance(exc, KeyboardInterrupt):
-        return True
-    return isinstance(exc, BaseExceptionGroup) and exc.subgroup(KeyboardInterrupt) is not None
 
 
 def journal_path(manifest: Path) -> Path:

@@ -22,43 +22,34 @@ import hashlib
 import json
 import math
 import os
-import re
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from functools import partial
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-import platformdirs
 import trio
-from rich.console import Console
-from rich.progress import (
-    BarColumn,
-    DownloadColumn,
-    Progress,
-    TextColumn,
-    TimeRemainingColumn,
-    TransferSpeedColumn,
+
+from lnet.client.engines.chunks import ChunkPlanner, Drop, Fetch, PlanConfig, ReplicaStats
+from lnet.client.exits import ExitCode
+from lnet.client.fetching.partfile import (
+    HASH_CHUNK,
+    STATE_SAVE_INTERVAL_S,
+    part_path,
+    preallocate,
+    state_path,
+    write_at,
 )
-from rich.table import Table
-
-from lnet.units import format_size, parse_size
-
-from .chunks import STRATEGIES, TAILS, ChunkPlanner, Drop, Fetch, PlanConfig, ReplicaStats
-from .documents import write_private_file
-from .exits import ExitCode
-from .http_range import (
+from lnet.client.formats.documents import write_private_file
+from lnet.client.wire.range_connection import (
     ConnectionEnded,
     Head,
     RangeConnection,
     ReplicaError,
     ReplicaRefused,
-    parse_url,
     redact_url,
 )
-from .partfile import part_path, preallocate, state_path, write_at
 
 __all__ = [
     "MirrorError",
@@ -67,7 +58,6 @@ __all__ = [
     "Validators",
     "Watcher",
     "fetch_mirrors",
-    "history_path",
     "part_path",
     "reference",
     "state_path",
@@ -75,8 +65,6 @@ __all__ = [
 
 STATE_FORMAT = "lnet-mirrors-state/1"
 HISTORY_FORMAT = "lnet-replica-history/1"
-STATE_SAVE_INTERVAL_S = 0.5
-HASH_CHUNK = 4 * 1024 * 1024
 CHANNEL_SIZE = 64  # Fetch decisions waiting for a replica's sender: the planner keeps far fewer outstanding
 RETRY_STATUSES = {408, 425, 429, 500, 502, 503, 504}
 
@@ -179,10 +167,6 @@ class MirrorResult:
             "resumed_bytes": self.resumed_bytes,
             "replicas": [r.to_dict() for r in self.replicas],
         }
-
-
-def history_path() -> Path:
-    return platformdirs.user_cache_path("lnet") / "replicas.json"
 
 
 def _origin(url: str) -> str:
@@ -662,119 +646,3 @@ async def _keep_state(path: Path, ref: Validators, have: _Have) -> None:
         await trio.sleep(STATE_SAVE_INTERVAL_S)
         await trio.to_thread.run_sync(_save_state, path, ref, have)
 
-# -- the command (lnet-get URL ...) ----------------------------------------------------------------------------
-
-EPILOG = """\
-replicas (lnet-get URL URL ... -o OUT):
-  Every replica gets one persistent connection; byte ranges are pipelined on it, sized by --strategy:
-    mdtp        (default) a uniform first chunk each, then chunks proportional to each replica's measured
-                throughput so that every round ends together (seed 000, MDTP)
-    static      equal chunks (--chunk, default 4MiB), the next to whoever has room
-    brute       size / n to each replica, once          history  shares from remembered throughputs
-    aggressive  equal chunks; doubled for a replica beating the fastest so far, none for one far behind
-  --tail: when a replica is idle and nothing is left, split the largest remainder (default) or hedge it.
-  Replicas must serve the same bytes: one whose length, ETag or Last-Modified differs is refused.
-
-examples:
-  lnet-get https://a.example/data.h5 https://b.example/data.h5 https://c.example/data.h5 -o data.h5
-  lnet-get URL1 URL2 -o data.h5 --sha256 9f86d08...   # check the whole file too
-  lnet-get URL1 URL2 -o data.h5 --json                # one JSON object with the per-replica table
-"""
-
-
-def is_url(text: str) -> bool:
-    return text.startswith(("http://", "https://"))
-
-
-def add_arguments(p: Any, title: str = "replicas (URL mode)") -> None:
-    g = p.add_argument_group(title)
-    g.add_argument("--strategy", choices=STRATEGIES, default="mdtp", help="how ranges are sized (default mdtp)")
-    g.add_argument("--tail", choices=TAILS, default="split", help="the tail rule (default split)")
-    g.add_argument("--chunk", metavar="SIZE", help="mdtp: the fastest replica's chunk (default: 1/16 of the "
-                   "expected time, 1-8 s of it); static, aggressive: the equal chunk (default 4MiB)")
-    g.add_argument("--initial-chunk", default="1MiB", metavar="SIZE", help="mdtp: the uniform first chunk (1MiB)")
-    g.add_argument("--sha256", metavar="HEX", help="the whole file's SHA-256: the download fails if it differs")
-    g.add_argument("--ignore-validators", action="store_true",
-                   help="compare only lengths, not ETag/Last-Modified (mirrors running different servers); "
-                   "use with --sha256")
-    g.add_argument("--history", type=Path, metavar="FILE",
-                   help=f"replica throughputs remembered between runs (default {history_path()})")
-
-
-def plan_config(args: Any, timeout_s: float) -> PlanConfig:
-    """The planner's configuration from the options ``add_arguments`` added; a replica stalls after ``timeout_s``."""
-    chunk = parse_size(args.chunk) if args.chunk else None
-    changes: dict[str, Any] = {"strategy": args.strategy, "tail": args.tail, "stall_s": timeout_s,
-                               "initial_chunk": parse_size(args.initial_chunk)}
-    if chunk is not None:
-        changes["large_chunk" if args.strategy == "mdtp" else "static_chunk"] = chunk
-    return PlanConfig(**changes)
-
-
-def main(args: Any, err: Any) -> int:
-    """``lnet-get URL ...``: the arguments are parsed by ``lnet.client.get``."""
-    def fail(code: ExitCode, message: str) -> int:
-        err.print(f"lnet-get: {message}", markup=False, soft_wrap=True)
-        if args.json:
-            print(json.dumps({"ok": False, "exit": int(code), "error": message, "path": str(args.output)}))
-        return int(code)
-
-    if args.sha256 is not None and not re.fullmatch(r"[0-9a-fA-F]{64}", args.sha256):
-        return fail(ExitCode.USAGE, f"--sha256 wants 64 hex digits, not {args.sha256!r}")
-    try:
-        config = plan_config(args, args.timeout)
-    except ValueError as exc:
-        return fail(ExitCode.USAGE, str(exc))
-    if args.output.is_dir():
-        return fail(ExitCode.USAGE, f"{args.output} is a directory: give the file's path")
-    for url in args.sources:
-        try:
-            parse_url(url)
-        except ValueError as exc:
-            return fail(ExitCode.USAGE, str(exc))
-    show = not args.no_progress and err.is_terminal
-    progress = Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
-                        TimeRemainingColumn(), console=err, disable=not show)
-    tasks: dict[int, Any] = {}
-
-    def on_start(size: int, shown: list[str]) -> None:
-        tasks[-1] = progress.add_task(args.output.name, total=size)
-        for i, url in enumerate(shown):
-            tasks[i] = progress.add_task(f"  {url.split('://', 1)[-1].split('/', 1)[0]}", total=None)
-
-    def on_progress(replica: int, nbytes: int) -> None:
-        progress.advance(tasks[-1], nbytes)
-        progress.advance(tasks[replica], nbytes)
-
-    history = args.history if args.history is not None else history_path()
-    fetch = partial(fetch_mirrors, args.sources, args.output, config=config, timeout_s=args.timeout,
-                    sha256=args.sha256, check_validators=not args.ignore_validators, history=history,
-                    on_start=on_start, on_progress=on_progress)
-    try:
-        with progress:
-            result = trio.run(fetch)
-    except MirrorError as exc:
-        return fail(exc.exit_code, str(exc))
-    except KeyboardInterrupt:
-        return fail(ExitCode.INTERRUPTED, f"interrupted; what arrived is kept in {part_path(args.output)}: run the "
-                    "same command to resume")
-    if args.json:
-        print(json.dumps(result.to_dict()))
-        return int(ExitCode.OK)
-    table = Table(title=f"{result.path}: per replica", title_justify="left")
-    for column in ("replica", "bytes", "share", "requests", "chunks (min / median / max)", "Mbit/s", "state"):
-        table.add_column(column, justify="left" if column in ("replica", "state") else "right")
-    for report in result.replicas:
-        d = report.to_dict()
-        chunks = (f"{format_size(d['chunk_min'])} / {format_size(d['chunk_median'])} / {format_size(d['chunk_max'])}"
-                  if report.chunks else "-")
-        state = report.state if not report.reason or report.state == "ok" else f"{report.state}: {report.reason}"
-        table.add_row(report.url, format_size(report.bytes), f"{report.share:.1%}", str(report.requests), chunks,
-                      f"{report.mbps:.1f}", state)
-    out = Console(highlight=False, soft_wrap=True)
-    out.print(table)
-    resumed = f", {format_size(result.resumed_bytes)} resumed" if result.resumed_bytes else ""
-    out.print(f"{result.path}: {format_size(result.size)} in {result.seconds:.2f} s ({result.mbps:.1f} Mbit/s) "
-              f"from {sum(1 for r in result.replicas if r.bytes)} replicas{resumed}, sha256 {result.sha256}",
-              markup=False)
-    return int(ExitCode.OK)

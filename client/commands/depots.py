@@ -27,7 +27,9 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from lnet.client.depot_client import (
+from lnet.client.exits import ExitCode
+from lnet.client.formats.overlay import DepotEntry, Overlay, OverlayError
+from lnet.client.wire.depot_client import (
     Busy,
     DepotClient,
     DepotError,
@@ -36,8 +38,6 @@ from lnet.client.depot_client import (
     Forbidden,
     Unauthorized,
 )
-from lnet.client.exits import ExitCode
-from lnet.client.overlay import DepotEntry, Overlay, OverlayError
 from lnet.units import format_size, parse_duration
 
 __all__ = [

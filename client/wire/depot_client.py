@@ -18,6 +18,7 @@ from typing import Any, Literal
 
 import httpx
 
+from lnet.client.wire.http_patches import install_http_patches
 from lnet.depot.protocol import (
     MSGPACK,
     BadRequest,
@@ -36,8 +37,6 @@ from lnet.depot.protocol import (
     encode_body,
     error_from_body,
 )
-
-from .http_patches import install_http_patches
 
 __all__ = [
     "Allocation",

@@ -1,0 +1,119 @@
+"""The part file every download writes before its output is complete: one ``PartFile`` for ``lnet-get MANIFEST``
+(``fetching.blocks``), ``lnet-get URL ...`` (``fetching.mirrors``) and a tree's stream (``fetching.tree``).
+
+Bytes go to ``OUT.lnet-part`` at their offsets (positional writes, never a shared file position); what is in
+place is recorded in ``OUT.lnet-part.state``; the part file is preallocated to the file's size when the size is
+known (a full disk shows at the start, not after hours), and renamed to ``OUT`` only when the whole file is
+verified, after an fsync. While a download has it open it holds an exclusive ``flock`` on it, so that a second
+``lnet-get`` on the same ``OUT`` fails at once instead of writing into the same file; the lock is held until
+after the rename.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import os
+from pathlib import Path
+
+__all__ = [
+    "HASH_CHUNK",
+    "STATE_SAVE_INTERVAL_S",
+    "PartFile",
+    "PartFileBusy",
+    "PartFileError",
+    "part_path",
+    "preallocate",
+    "state_path",
+    "write_at",
+]
+
+HASH_CHUNK = 4 * 1024 * 1024
+"""Bytes hashed at a time (in a worker thread) over the part file: a cancellation is heard in between."""
+STATE_SAVE_INTERVAL_S = 0.5
+"""The resume state is rewritten at most this often while bytes land (and always at the end, however the run
+ends): a crash loses at most this much bookkeeping, never correctness, since what it lists is checked again."""
+
+
+def part_path(out: Path) -> Path:
+    return out.with_name(out.name + ".lnet-part")
+
+
+def state_path(out: Path) -> Path:
+    return out.with_name(out.name + ".lnet-part.state")
+
+
+def write_at(fd: int, data: bytes | bytearray | memoryview, offset: int) -> None:
+    """All of ``data`` at ``offset`` (``pwrite`` may write less than asked)."""
+    view = memoryview(data)
+    while view:
+        written = os.pwrite(fd, view, offset)
+        view = view[written:]
+        offset += written
+
+
+def preallocate(fd: int, size: int) -> None:
+    """Give the part file its full size now, so a full disk shows at the start and not after hours."""
+    os.ftruncate(fd, size)
+    if size > 0 and hasattr(os, "posix_fallocate"):
+        try:
+            os.posix_fallocate(fd, 0, size)
+        except OSError as exc:
+            if exc.errno not in (errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS):
+                raise
+
+
+class PartFileError(OSError):
+    """The part file cannot be opened for writing (its message names it and says why)."""
+
+
+class PartFileBusy(PartFileError):
+    """Another download holds the part file: a second ``lnet-get`` on the same ``OUT``."""
+
+
+class PartFile:
+    """``OUT.lnet-part``, open and locked for one download. ``open`` it, write, ``commit`` (fsync and rename to
+    ``OUT``), and ``close`` (also after a failure: the part file and its state stay for a resume)."""
+
+    def __init__(self, out: Path, fd: int) -> None:
+        self.out = out
+        self.path = part_path(out)
+        self.state_path = state_path(out)
+        self.fd = fd
+
+    @classmethod
+    def open(cls, out: Path) -> PartFile:
+        """Open (or create) ``out``'s part file and lock it; raises ``PartFileBusy`` when another download holds
+        it, ``PartFileError`` when it cannot be written."""
+        out = Path(out)
+        path = part_path(out)
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
+        except OSError as exc:
+            raise PartFileError(exc.errno, f"cannot write {path}: {exc.strerror}") from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise PartFileBusy(errno.EBUSY, f"another lnet-get is writing {path}") from None
+        return cls(out, fd)
+
+    def size(self) -> int:
+        """Its size on disk now (a previous run's, before ``preallocate``)."""
+        return os.fstat(self.fd).st_size
+
+    def preallocate(self, size: int) -> None:
+        preallocate(self.fd, size)
+
+    def write_at(self, data: bytes | bytearray | memoryview, offset: int) -> None:
+        write_at(self.fd, data, offset)
+
+    def commit(self) -> None:
+        """fsync, then rename into place as ``OUT``, still locked (so no other run can open it in between)."""
+        os.fsync(self.fd)
+        os.replace(self.path, self.out)
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
