@@ -14,8 +14,6 @@ the state, or wait on the network without the ``--timeout`` bound (every wait go
 
 from __future__ import annotations
 
-import errno
-import fcntl
 import json
 import os
 import time
@@ -28,11 +26,13 @@ import httpx
 import trio
 
 from lnet.client.exits import ExitCode
+from lnet.client.fetching import partfile
 from lnet.client.fetching.partfile import (
     HASH_CHUNK,
     STATE_SAVE_INTERVAL_S,
+    PartFile,
+    PartFileError,
     part_path,
-    preallocate,
     state_path,
     write_at,
 )
@@ -283,50 +283,23 @@ class ResumeState:
 # -- the download ---------------------------------------------------------------------------------------------
 
 
-class PrefixHasher:
-    """The whole file's hash, computed while the download runs: it hashes the part file's bytes up to the first
-    block not yet verified, and moves on each time that block is, so that at the end only the tail is left.
-
-    A verified block's bytes never change again in a run, so what it has hashed stays true."""
+class PrefixHasher(partfile.PrefixHasher):
+    """The whole file's hash over the part file's verified prefix: up to the first block not yet verified."""
 
     def __init__(self, fd: int, manifest: Manifest, verified: set[int]) -> None:
-        self.fd = fd
+        super().__init__(fd, manifest.size, manifest.hash_algorithm, self._verified_prefix)
         self.manifest = manifest
         self.verified = verified  # shared with the resume state, which adds to it
-        self.hashed = 0  # bytes of the file hashed so far
-        self._hasher = block_hasher(manifest.hash_algorithm)
         self._next_block = 0
-        self._wake = trio.Event()
 
     def block_verified(self) -> None:
-        self._wake.set()
+        self.advanced()
 
-    async def run(self) -> None:
-        """Hash until every block is in; returns then (cancel it to stop earlier)."""
+    def _verified_prefix(self) -> int:
         blocks = self.manifest.blocks
-        while True:
-            while self._next_block < len(blocks) and self._next_block in self.verified:
-                self._next_block += 1
-            end = blocks[self._next_block - 1].end if self._next_block else 0
-            while self.hashed < end:  # chunk by chunk, so that a cancellation (Ctrl-C) is heard in between
-                length = min(HASH_CHUNK, end - self.hashed)
-                await trio.to_thread.run_sync(self._hash_chunk, self.hashed, length)
-                self.hashed += length
-            if self._next_block == len(blocks):
-                return
-            await self._wake.wait()
-            self._wake = trio.Event()
-
-    def hexdigest(self) -> str:
-        if self.hashed != self.manifest.size:
-            raise RuntimeError(f"only {self.hashed} of {self.manifest.size} bytes are hashed")
-        return self._hasher.hexdigest()
-
-    def _hash_chunk(self, offset: int, length: int) -> None:
-        data = os.pread(self.fd, length, offset)
-        if len(data) != length:
-            raise OSError(errno.EIO, f"the part file ended at {offset + len(data)}, before {offset + length}")
-        self._hasher.update(data)
+        while self._next_block < len(blocks) and self._next_block in self.verified:
+            self._next_block += 1
+        return blocks[self._next_block - 1].end if self._next_block else 0
 
 
 @dataclass
@@ -376,24 +349,20 @@ async def get_file(
         raise ValueError("parallel must be at least 1")
     started = trio.current_time()
     out = Path(out)
-    part = part_path(out)
     if out.is_dir():
         raise OutputError(f"{out} is a directory")
     if not out.parent.is_dir():
         raise OutputError(f"{out.parent} is not a directory")
     try:
-        fd = os.open(part, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
-    except OSError as exc:
-        raise OutputError(f"cannot write {part}: {exc.strerror}") from None
+        part = PartFile.open(out)
+    except PartFileError as exc:
+        raise OutputError(str(exc)) from None
+    fd = part.fd
     try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise OutputError(f"another lnet-get is writing {part}") from None
         state = ResumeState(state_path(out), manifest, set())
         try:
             state.verified = await _recheck(fd, manifest, ResumeState.read(state.path, manifest))
-            preallocate(fd, manifest.size)
+            part.preallocate(manifest.size)
             resumed = len(state.verified)
             progress = on_progress or (lambda nbytes: None)
             progress(sum(manifest.blocks[i].length for i in state.verified))
@@ -415,17 +384,16 @@ async def get_file(
                 state.forget()
                 raise IntegrityError(
                     f"the whole file's {manifest.hash_algorithm} does not match the manifest's; "
-                    f"the bytes are kept in {part} for inspection"
+                    f"the bytes are kept in {part.path} for inspection"
                 )
-            os.fsync(fd)
-            os.replace(part, out)
+            await trio.to_thread.run_sync(part.commit)
             state.remove()
         finally:
             state.save(trio.current_time())
     except OSError as exc:
         raise GetError(f"{out}: {exc.strerror or exc}") from None
     finally:
-        os.close(fd)
+        part.close()
     return GetResult(
         out, manifest.size, trio.current_time() - started, len(manifest.blocks), resumed, run.fetched_bytes,
         run.fallbacks, run.loads,

@@ -18,10 +18,8 @@ the planner's range requests are pipelined, so that each replica's pipe stays fu
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import math
-import os
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -34,12 +32,13 @@ import trio
 from lnet.client.engines.chunks import ChunkPlanner, Drop, Fetch, PlanConfig, ReplicaStats
 from lnet.client.exits import ExitCode
 from lnet.client.fetching.partfile import (
-    HASH_CHUNK,
     STATE_SAVE_INTERVAL_S,
+    PartFile,
+    PartFileBusy,
+    PartFileError,
+    PrefixHasher,
     part_path,
-    preallocate,
     state_path,
-    write_at,
 )
 from lnet.client.formats.documents import write_private_file
 from lnet.client.wire.range_connection import (
@@ -305,7 +304,7 @@ class _Download:
     planner: ChunkPlanner
     replicas: list[_Replica]
     reference: Validators
-    fd: int
+    part: PartFile
     timeout_s: float
     check_validators: bool
     on_progress: Callable[[int, int], None]
@@ -407,7 +406,7 @@ class _Download:
                 raise _Close  # stopped where it was (a hedge lost) or voided
             n = min(len(data), limit - pos)
             if n > 0:
-                write_at(self.fd, memoryview(data)[:n], pos)
+                self.part.write_at(memoryview(data)[:n], pos)
                 self.have.add(pos, pos + n)
                 self.planner.received(fetch.request, n, trio.current_time())
                 self.on_progress(replica, n)
@@ -440,37 +439,6 @@ class _Download:
             with trio.move_on_at(wakeup if wakeup is not None else math.inf):
                 await self.wake.wait()
             self.wake = trio.Event()
-
-
-class _PrefixHasher:
-    """SHA-256 of the part file's growing prefix, so that little is left to hash at the end."""
-
-    def __init__(self, fd: int, have: _Have, size: int) -> None:
-        self.fd, self.have, self.size = fd, have, size
-        self.hashed = 0
-        self._hash = hashlib.sha256()
-        self.wake = trio.Event()
-
-    async def run(self) -> None:
-        while self.hashed < self.size:
-            end = self.have.prefix
-            while self.hashed < end:
-                length = min(HASH_CHUNK, end - self.hashed)
-                await trio.to_thread.run_sync(self._chunk, self.hashed, length)
-                self.hashed += length
-            if self.hashed < self.size:
-                with trio.move_on_after(0.2):
-                    await self.wake.wait()
-                self.wake = trio.Event()
-
-    def _chunk(self, offset: int, length: int) -> None:
-        data = os.pread(self.fd, length, offset)
-        if len(data) != length:
-            raise OSError(f"the part file ended at {offset + len(data)}, before {offset + length}")
-        self._hash.update(data)
-
-    def hexdigest(self) -> str:
-        return self._hash.hexdigest()
 
 
 def _load_state(path: Path, ref: Validators) -> list[tuple[int, int]]:
@@ -575,14 +543,16 @@ async def _download(
         reasons = "; ".join(f"{rep.shown}: {rep.probe_error}" for rep in replicas)
         raise MirrorError(f"no replica answered with the file ({reasons})", ExitCode.UNREACHABLE)
     urls = [rep.url for rep in replicas]
-    part, state = part_path(out), state_path(out)
     try:
-        fd = os.open(part, os.O_RDWR | os.O_CREAT, 0o644)
-    except OSError as exc:
-        raise MirrorError(f"cannot write {part}: {exc.strerror}") from None
+        part = PartFile.open(out)
+    except PartFileBusy as exc:
+        raise MirrorError(str(exc), ExitCode.USAGE) from None
+    except PartFileError as exc:
+        raise MirrorError(str(exc)) from None
+    state = part.state_path
     try:
-        resumed = _Have(_load_state(state, ref) if os.fstat(fd).st_size == ref.length else [])
-        preallocate(fd, ref.length)
+        resumed = _Have(_load_state(state, ref) if part.size() == ref.length else [])
+        part.preallocate(ref.length)
         planner = ChunkPlanner(ref.length, len(replicas), config, history=load_history(history, urls),
                                have=[(a, b) for a, b in resumed.spans])
         now = trio.current_time()
@@ -598,11 +568,17 @@ async def _download(
                 planner.failed(rep.index, now, rep.probe_error)
         on_start(ref.length, [rep.shown for rep in replicas])
         have = _Have([(a, b) for a, b in resumed.spans])
-        run = _Download(planner, replicas, ref, fd, timeout_s, check_validators, on_progress, have)
+        hasher = PrefixHasher(part.fd, ref.length, "sha256", lambda: have.prefix)
+        run = _Download(planner, replicas, ref, part, timeout_s, check_validators, on_progress, have)
+        run.on_write = hasher.advanced
         if watcher is not None:
-            watcher._start(ref.length, part, have)
-            run.on_write = watcher._added
-        hasher = _PrefixHasher(fd, have, ref.length)
+            watcher._start(ref.length, part.path, have)
+
+            def written() -> None:
+                hasher.advanced()
+                watcher._added()
+
+            run.on_write = written
         resumed_bytes = resumed.total
         try:
             async with trio.open_nursery() as hashing:
@@ -620,13 +596,12 @@ async def _download(
         if sha256 is not None and digest != sha256.lower():
             raise MirrorError(
                 f"the file's SHA-256 is {digest}, not the {sha256.lower()} asked for: the replicas serve other "
-                f"bytes under the same name and validators; {part} is kept for inspection", ExitCode.INTEGRITY)
-        await trio.to_thread.run_sync(os.fsync, fd)
+                f"bytes under the same name and validators; {part.path} is kept for inspection", ExitCode.INTEGRITY)
+        if watcher is not None:
+            await watcher._released.wait()
+        await trio.to_thread.run_sync(part.commit)  # still locked: no other run opens it in between
     finally:
-        os.close(fd)
-    if watcher is not None:
-        await watcher._released.wait()
-    os.replace(part, out)
+        part.close()
     with contextlib.suppress(FileNotFoundError):
         state.unlink()
     seconds = trio.current_time() - started

@@ -14,7 +14,12 @@ from __future__ import annotations
 import errno
 import fcntl
 import os
+from collections.abc import Callable
 from pathlib import Path
+
+import trio
+
+from lnet.client.formats.manifest import block_hasher
 
 __all__ = [
     "HASH_CHUNK",
@@ -22,6 +27,7 @@ __all__ = [
     "PartFile",
     "PartFileBusy",
     "PartFileError",
+    "PrefixHasher",
     "part_path",
     "preallocate",
     "state_path",
@@ -63,7 +69,7 @@ def preallocate(fd: int, size: int) -> None:
                 raise
 
 
-class PartFileError(OSError):
+class PartFileError(Exception):
     """The part file cannot be opened for writing (its message names it and says why)."""
 
 
@@ -90,12 +96,12 @@ class PartFile:
         try:
             fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
         except OSError as exc:
-            raise PartFileError(exc.errno, f"cannot write {path}: {exc.strerror}") from None
+            raise PartFileError(f"cannot write {path}: {exc.strerror}") from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             os.close(fd)
-            raise PartFileBusy(errno.EBUSY, f"another lnet-get is writing {path}") from None
+            raise PartFileBusy(f"another lnet-get is writing {path}") from None
         return cls(out, fd)
 
     def size(self) -> int:
@@ -117,3 +123,46 @@ class PartFile:
         if self.fd >= 0:
             os.close(self.fd)
             self.fd = -1
+
+
+class PrefixHasher:
+    """The whole file's hash, computed while the download runs: it hashes the part file's bytes from 0 up to
+    ``prefix()`` (what is in place and final from the start: verified blocks, or ranges written), and goes on each
+    time it is told the prefix ``advanced()``, so that at the end little is left to hash.
+
+    Bytes in the prefix never change again in a run, so what it has hashed stays true. Run it with ``run()``
+    alongside the download; it returns once all ``size`` bytes are hashed (cancel it to stop earlier)."""
+
+    def __init__(self, fd: int, size: int, algorithm: str, prefix: Callable[[], int]) -> None:
+        self.fd = fd
+        self.size = size
+        self.hashed = 0  # bytes of the file hashed so far
+        self._prefix = prefix
+        self._hasher = block_hasher(algorithm)
+        self._wake = trio.Event()
+
+    def advanced(self) -> None:
+        self._wake.set()
+
+    async def run(self) -> None:
+        while True:
+            end = min(self._prefix(), self.size)
+            while self.hashed < end:  # chunk by chunk, so that a cancellation (Ctrl-C) is heard in between
+                length = min(HASH_CHUNK, end - self.hashed)
+                await trio.to_thread.run_sync(self._hash_chunk, self.hashed, length)
+                self.hashed += length
+            if self.hashed >= self.size:
+                return
+            await self._wake.wait()
+            self._wake = trio.Event()
+
+    def hexdigest(self) -> str:
+        if self.hashed != self.size:
+            raise RuntimeError(f"only {self.hashed} of {self.size} bytes are hashed")
+        return self._hasher.hexdigest()
+
+    def _hash_chunk(self, offset: int, length: int) -> None:
+        data = os.pread(self.fd, length, offset)
+        if len(data) != length:
+            raise OSError(errno.EIO, f"the part file ended at {offset + len(data)}, before {offset + length}")
+        self._hasher.update(data)
