@@ -16,7 +16,7 @@ from pathlib import Path
 import trio
 from rich.console import Console
 
-from lnet.client.commands import depots as overlay_status
+from lnet.client.commands import depots
 from lnet.client.exits import EXIT_CODES_HELP, ExitCode
 from lnet.client.formats import report
 from lnet.units import format_size, parse_size
@@ -88,10 +88,10 @@ SUBCOMMANDS: list[Subcommand] = [
     Subcommand(
         "depots",
         "is the overlay healthy? every depot of the depots file: state, capacity, limits, links",
-        overlay_status.add_arguments,
-        overlay_status.run,
-        description=overlay_status.DESCRIPTION,
-        epilog=overlay_status.EPILOG,
+        depots.add_arguments,
+        depots.run,
+        description=depots.DESCRIPTION,
+        epilog=depots.EPILOG,
     ),
     Subcommand(
         "demo",

@@ -3,7 +3,8 @@
 Starts two depots on loopback (real sockets, port 0, throw-away data directories) and walks an allocation
 through its life: allocate, write, ranged read, depot-to-depot copy, the links it leaves in the status,
 extension, and expiry. Every step checks its outcome; the exit status is 0 only when all of them held.
-This is the main job until the relay transfer (``lnet-send``) exists.
+``./run demo --local`` runs it (the main job, ``./run demo``, is the testbed experiment in ``lnet.testbed.demo``);
+it is the one client command that loads the depot server, in ``demo`` and only when it runs.
 """
 
 from __future__ import annotations

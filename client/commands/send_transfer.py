@@ -11,14 +11,16 @@ import json
 import shutil
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import trio
 from rich.console import Console
 
 from lnet.client.commands import replica_options
-from lnet.client.commands.output import transfer_progress
+from lnet.client.commands.output import CommandOutput, transfer_progress
 from lnet.client.commands.send import DEFAULT_DURATION_S, DEFAULT_MAX_PATHS
 from lnet.client.engines import smallfiles
 from lnet.client.engines.chunks import PlanConfig
@@ -117,11 +119,8 @@ def path_change_text(event: PathChanged) -> str:
 def run(args: argparse.Namespace, argv: list[str]) -> int:
     """``lnet-send`` once its arguments are parsed: checks them, then sends a file, a tree or a file from its
     replicas, and turns the outcome into output and an exit code."""
-    console = Console(stderr=True, highlight=False, soft_wrap=True)
-
-    def fail(code: ExitCode, message: str) -> int:
-        console.print(f"lnet-send: {message}")
-        return int(code)
+    out = CommandOutput("lnet-send")
+    fail = out.fail
 
     try:
         overlay = Overlay.load(args.depots)
@@ -172,33 +171,83 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
         pinned = [overlay.here, *names]
     memory_path = args.memory or EdgeMemory.default_path()
     memory = EdgeMemory() if args.cold else EdgeMemory.load(memory_path)
-    if args.file is not None and args.file.is_dir():  # a tree: planned, packed and sent by lnet.client.tree_transfer
-        return send_directory(args, overlay, relay_config, pinned, memory, memory_path, console, argv)
+    if args.file is not None and args.file.is_dir():  # a tree: planned and packed here, sent by send()
+        name = args.file.resolve().name or "tree"
+        manifest_path = args.manifest or Path(f"{name}.manifest.json")
+        return _with_journal(out, args, manifest_path, lambda journal: _send_tree(
+            args, overlay, relay_config, pinned, memory, memory_path, out, argv, journal, manifest_path))
     name = args.file.name if args.file is not None else source_name(args.source)
     manifest_path = args.manifest or Path(f"{name}.manifest.json")
-    try:  # resumes an interrupted run of this transfer (lnet.client.resume)
+    return _with_journal(out, args, manifest_path, lambda journal: _send_file(
+        args, argv, out, name, manifest_path, journal, overlay, relay_config, pinned, memory, memory_path, plan,
+        timeout))
+
+
+def _with_journal(
+    out: CommandOutput, args: argparse.Namespace, manifest_path: Path, body: Callable[[SendJournal], int],
+) -> int:
+    """Run ``body`` with the transfer's send journal open (it resumes an interrupted run of this transfer,
+    ``lnet.client.sending.resume``); a journal that recorded nothing is removed: nothing to resume."""
+    try:
         journal = SendJournal.open(journal_path(manifest_path), restart=args.restart)
     except ResumeRefused as exc:
-        return fail(ExitCode.USAGE, str(exc))
+        return out.fail(ExitCode.USAGE, str(exc))
     try:
-        return _send_file(args, argv, console, name, manifest_path, journal, overlay, relay_config, pinned, memory,
-                          memory_path, plan, timeout)
+        return body(journal)
     finally:
         if not journal.records:
-            journal.remove()  # no block is at the destination: nothing to resume
+            journal.remove()
         journal.close()
 
 
+Sent = tuple[RelayResult, PathScheduler | None, list[str]]
+
+
+def _relay(
+    out: CommandOutput, args: argparse.Namespace, argv: list[str], journal: SendJournal, subject: Path | None,
+    progress: _SendProgress, go: Callable[[], Sent],
+) -> Sent | int:
+    """Run the transfer ``go`` under the progress bar; a failure or Ctrl-C becomes its message and exit code
+    (with the command that resumes, when blocks are already at the destination)."""
+    try:
+        with progress.progress:
+            return go()
+    except BaseException as exc:  # Ctrl-C comes out of trio.run bare, or in a group from a nursery
+        if is_interrupt(exc):
+            return out.fail(ExitCode.INTERRUPTED, interrupted(journal, args.to, argv))
+        if not isinstance(exc, Exception):
+            raise
+        mapped = failure_exit(exc, subject)  # anything else is a bug: re-raised
+        if mapped is None:
+            raise
+        code = out.fail(*mapped)
+        if journal.records and mapped[0] != ExitCode.USAGE:
+            out.note(interrupted(journal, args.to, argv, what="stopped"))
+        return code
+
+
+def _delivered(
+    out: CommandOutput, args: argparse.Namespace, memory: EdgeMemory, memory_path: Path, result: RelayResult,
+    scheduler: PathScheduler | None, name: str, size: int,
+) -> dict[str, Any]:
+    """After a delivery: the edge memory saved for the next warm start, the summary, and ``--report``."""
+    try:
+        memory.save(memory_path)
+    except OSError as exc:
+        out.note(f"could not save the edge memory to {memory_path}: {exc}")
+    report = summary(result, scheduler, size)
+    if args.report is not None:
+        save_report(args.report, name, size, report)
+    return report
+
+
 def _send_file(
-    args: argparse.Namespace, argv: list[str], console: Console, name: str, manifest_path: Path,
+    args: argparse.Namespace, argv: list[str], out: CommandOutput, name: str, manifest_path: Path,
     journal: SendJournal, overlay: Overlay, relay_config: RelayConfig, pinned: list[str] | None,
     memory: EdgeMemory, memory_path: Path, plan: PlanConfig, timeout: float,
 ) -> int:
-    """``main`` for one file, or one file from its replicas (``--source``), with its journal open."""
-
-    def fail(code: ExitCode, message: str) -> int:
-        console.print(f"lnet-send: {message}")
-        return int(code)
+    """One file, or one file from its replicas (``--source``), with its journal open."""
+    fail, console = out.fail, out.err
 
     dest_url = overlay.depots[args.to].url
     if args.file is not None:
@@ -232,40 +281,25 @@ def _send_file(
             args.source, spool / name, mirror_options=mirror_options, on_size=sized, **options)
         return result, scheduler, skipped
 
-    try:
-        with progress.progress:
-            if args.file is not None:
-                result, scheduler, skipped = trio.run(lambda: send(args.file, **options))
-            else:
-                if args.restart:
-                    shutil.rmtree(spool, ignore_errors=True)
-                spool.mkdir(mode=0o700, parents=True, exist_ok=True)
-                result, scheduler, skipped = trio.run(from_replicas, spool)
-    except BaseException as exc:  # Ctrl-C comes out of trio.run bare, or in a group from a nursery
-        if is_interrupt(exc):
-            return fail(ExitCode.INTERRUPTED, interrupted(journal, args.to, argv))
-        if not isinstance(exc, Exception):
-            raise
-        mapped = failure_exit(exc, args.file)
-        if mapped is None:
-            raise
-        code = fail(*mapped)
-        if journal.records and mapped[0] != ExitCode.USAGE:
-            console.print(f"lnet-send: {interrupted(journal, args.to, argv, what='stopped')}")
-        return code
+    def go() -> Sent:
+        if args.file is not None:
+            return trio.run(lambda: send(args.file, **options))
+        if args.restart:
+            shutil.rmtree(spool, ignore_errors=True)
+        spool.mkdir(mode=0o700, parents=True, exist_ok=True)
+        return trio.run(from_replicas, spool)
+
+    sent = _relay(out, args, argv, journal, args.file, progress, go)
+    if isinstance(sent, int):
+        return sent
+    result, scheduler, skipped = sent
     final = final_path(result)
     manifest = build_manifest(Path(name), dest_url, result, relay_config, final)
     manifest.save(manifest_path)
     journal.remove()
     if args.source:
         shutil.rmtree(spool, ignore_errors=True)
-    try:
-        memory.save(memory_path)
-    except OSError as exc:
-        console.print(f"lnet-send: could not save the edge memory to {memory_path}: {exc}")
-    report = summary(result, scheduler, size)
-    if args.report is not None:
-        save_report(args.report, name, size, report)
+    report = _delivered(out, args, memory, memory_path, result, scheduler, name, size)
     sources = fed.to_dict()["replicas"] if fed is not None else None
     if args.json:
         print(json.dumps({**report, "file": str(args.file or name), "manifest": str(manifest_path),
@@ -286,41 +320,13 @@ def _send_file(
     return int(ExitCode.OK)
 
 
-def send_directory(
-    args: argparse.Namespace, overlay: Overlay, relay_config: RelayConfig, pinned: list[str] | None,
-    memory: EdgeMemory, memory_path: Path, console: Console, argv: list[str],
-) -> int:
-    """``lnet-send DIR``: the arguments are ``send``'s, already checked by its ``main``."""
-
-    def fail(code: ExitCode, message: str) -> int:
-        console.print(f"lnet-send: {message}")
-        return int(code)
-
-    root: Path = args.file
-    name = root.resolve().name or "tree"
-    manifest_path = args.manifest or Path(f"{name}.manifest.json")
-    try:  # resumes an interrupted run of this transfer (lnet.client.resume)
-        journal = SendJournal.open(journal_path(manifest_path), restart=args.restart)
-    except ResumeRefused as exc:
-        return fail(ExitCode.USAGE, str(exc))
-    try:
-        return _send_tree(args, overlay, relay_config, pinned, memory, memory_path, console, argv, journal,
-                          manifest_path)
-    finally:
-        if not journal.records:
-            journal.remove()  # no block is at the destination: nothing to resume
-        journal.close()
-
-
 def _send_tree(
     args: argparse.Namespace, overlay: Overlay, relay_config: RelayConfig, pinned: list[str] | None,
-    memory: EdgeMemory, memory_path: Path, console: Console, argv: list[str], journal: SendJournal,
+    memory: EdgeMemory, memory_path: Path, out: CommandOutput, argv: list[str], journal: SendJournal,
     manifest_path: Path,
 ) -> int:
-    def fail(code: ExitCode, message: str) -> int:
-        console.print(f"lnet-send: {message}")
-        return int(code)
-
+    """``lnet-send DIR``, with its journal open: walk, plan, pack, send the stream, write the tree manifest."""
+    fail, console = out.fail, out.err
     root: Path = args.file
     name = root.resolve().name or "tree"
     try:
@@ -370,28 +376,16 @@ def _send_tree(
     size = packed.stream.size
     show = not args.no_progress and not args.json and console.is_terminal
     progress = _SendProgress(console, size, show=show, lines=not args.json, arrivals=arrivals)
-    try:
-        with progress.progress:
-            result, scheduler, skipped = trio.run(
-                lambda: send(
-                    packed.stream, overlay, args.to, pinned=pinned, memory=memory, warm=not args.cold,
-                    relay_config=config, scheduler_config=scheduler_config(args),
-                    timeout_s=relay_config.timeout_s, on_event=progress, longest_duration=args.duration is None,
-                    journal=journal,
-                )
-            )
-    except BaseException as exc:  # Ctrl-C comes out of trio.run bare, or in a group from a nursery
-        if is_interrupt(exc):
-            return fail(ExitCode.INTERRUPTED, interrupted(journal, args.to, argv))
-        if not isinstance(exc, Exception):
-            raise
-        mapped = failure_exit(exc, root)  # as for a file; anything else re-raised
-        if mapped is None:
-            raise
-        code = fail(*mapped)
-        if journal.records and mapped[0] != ExitCode.USAGE:
-            console.print(f"lnet-send: {interrupted(journal, args.to, argv, what='stopped')}")
-        return code
+    sent = _relay(out, args, argv, journal, root, progress, lambda: trio.run(
+        lambda: send(
+            packed.stream, overlay, args.to, pinned=pinned, memory=memory, warm=not args.cold, relay_config=config,
+            scheduler_config=scheduler_config(args), timeout_s=relay_config.timeout_s, on_event=progress,
+            longest_duration=args.duration is None, journal=journal,
+        )
+    ))
+    if isinstance(sent, int):
+        return sent
+    result, scheduler, skipped = sent
     final = final_path(result)
     stream_manifest = build_manifest(Path(name), overlay.depots[args.to].url, result, config, final)
     manifest = tree.TreeManifest(
@@ -401,13 +395,7 @@ def _send_tree(
     )
     manifest.save(manifest_path)
     journal.remove()
-    try:
-        memory.save(memory_path)
-    except OSError as exc:
-        console.print(f"lnet-send: could not save the edge memory to {memory_path}: {exc}")
-    report = summary(result, scheduler, size)
-    if args.report is not None:
-        save_report(args.report, name, size, report)
+    report = _delivered(out, args, memory, memory_path, result, scheduler, name, size)
     plan_summary = {
         "bdp": plan.bdp, "rtt_s": rtt, "rate_bps": rate, "pp": plan.pp, "new_pp": plan.new_pp, "times": plan.times,
         "big_files": plan.n_big,

@@ -282,7 +282,10 @@ class Watcher:
 
 
 @dataclass
-class _Replica:
+class _ReplicaWorker:
+    """One replica's I/O side: its connection, the channel of the planner's requests for it, its probe's answer
+    (the planner's own view of the replica is ``chunks.ReplicaStats``)."""
+
     index: int
     url: str
     shown: str
@@ -302,7 +305,7 @@ class _Close(Exception):  # noqa: N818 - a signal, not an error
 @dataclass
 class _Download:
     planner: ChunkPlanner
-    replicas: list[_Replica]
+    replicas: list[_ReplicaWorker]
     reference: Validators
     part: PartFile
     timeout_s: float
@@ -317,7 +320,7 @@ class _Download:
 
     # -- one replica: its connection, pipelined requests and their responses ----------------------------------
 
-    async def worker(self, rep: _Replica) -> None:
+    async def worker(self, rep: _ReplicaWorker) -> None:
         pending: deque[Fetch] = deque()  # sent (or to send again) on the current connection, in order
         while True:
             pending = deque(f for f in pending if self.planner.limit(f.request) is not None)
@@ -353,7 +356,7 @@ class _Download:
                 return
 
     async def _sender(
-        self, rep: _Replica, conn: RangeConnection, pending: deque[Fetch], on_wire: trio.MemorySendChannel[Fetch],
+        self, rep: _ReplicaWorker, conn: RangeConnection, pending: deque[Fetch], on_wire: trio.MemorySendChannel[Fetch],
     ) -> None:
         """Write each request as soon as it is decided; the receiver reads the answers in the same order."""
         for fetch in list(pending):  # what a connection closed on purpose left unanswered: again, on this one
@@ -466,7 +469,7 @@ def _save_state(path: Path, ref: Validators, have: _Have) -> None:
     write_private_file(path, (json.dumps(document) + "\n").encode())
 
 
-async def _probe(rep: _Replica, timeout_s: float) -> None:
+async def _probe(rep: _ReplicaWorker, timeout_s: float) -> None:
     """Ask for byte 0: the file's length and validators, on the connection the downloads will then use."""
     conn = RangeConnection(rep.url, timeout_s)
     try:
@@ -519,7 +522,7 @@ async def fetch_mirrors(
     replicas = []
     for i, url in enumerate(urls):
         send, receive = trio.open_memory_channel[Fetch](CHANNEL_SIZE)
-        replicas.append(_Replica(i, url, redact_url(url), send, receive))
+        replicas.append(_ReplicaWorker(i, url, redact_url(url), send, receive))
     async with trio.open_nursery() as nursery:
         for rep in replicas:
             nursery.start_soon(_probe, rep, timeout_s)
@@ -534,7 +537,7 @@ async def fetch_mirrors(
 
 
 async def _download(
-    replicas: list[_Replica], out: Path, config: PlanConfig, timeout_s: float, sha256: str | None,
+    replicas: list[_ReplicaWorker], out: Path, config: PlanConfig, timeout_s: float, sha256: str | None,
     check_validators: bool, history: Path | None, started: float,
     on_start: Callable[[int, list[str]], None], on_progress: Callable[[int, int], None], watcher: Watcher | None,
 ) -> MirrorResult:

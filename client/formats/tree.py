@@ -1,11 +1,12 @@
-"""Directory trees as lnet carries them: walking a tree, the packed byte stream, the tree manifest, and rebuilding.
+"""Directory trees as lnet carries them: walking a tree, the tree manifest, and rebuilding a tree from its stream.
 
 ``lnet-send DIR`` walks the tree (``walk``: symlinks recorded, never followed), lets the small-file planner
-(``lnet.client.smallfiles``) order and pack its files into blocks, and sends those blocks as one ``relay.Stream``
-(``PackedTree.stream``). The tree manifest (``"format": "lnet-tree/1"``) holds the entries (names, types, sizes,
-modes, modification times, symlink targets), which pieces of which files each block holds, and the ordinary file
-manifest of the packed stream (``lnet-manifest/1``: its blocks, hashes and read capabilities). ``lnet-get`` fetches
-that stream as it fetches a file (verified, resumable), then ``rebuild`` puts the tree in place.
+(``lnet.client.engines.smallfiles``) order and pack its files into blocks, and sends those blocks as one stream
+(``lnet.client.sending.tree.PackedTree``). The tree manifest (``"format": "lnet-tree/1"``) holds the entries
+(names, types, sizes, modes, modification times, symlink targets), which pieces of which files each block holds,
+and the ordinary file manifest of the packed stream (``lnet-manifest/1``: its blocks, hashes and read
+capabilities). ``lnet-get`` fetches that stream as it fetches a file (verified, resumable), then ``rebuild`` puts
+the tree in place.
 
 A manifest may come from anyone. ``parse`` refuses every entry that could land outside the target directory
 (absolute paths, ``..``, ``.``, empty components, NUL), duplicates, an entry whose parent is not a directory listed

@@ -73,7 +73,7 @@ __all__ = [
     "BlockRecord",
     "DepotRefused",
     "EdgeMeter",
-    "IntegrityError",
+    "BlockDamaged",
     "Note",
     "PathChanged",
     "PathRun",
@@ -98,7 +98,7 @@ class TransferFailed(Exception):
     """The transfer cannot complete: a block ran out of routes or retries, or the destination is gone."""
 
 
-class IntegrityError(TransferFailed):
+class BlockDamaged(TransferFailed):
     """A block reached the destination with the wrong bytes, again and again."""
 
 
@@ -417,7 +417,7 @@ class Relay:
     ) -> None:
         """``available``, when the file is still arriving (replicas feeding the first hop): returns once bytes
         ``[start, end)`` of ``source`` are in place. ``delivered``: blocks already at the destination (a resumed
-        transfer, ``lnet.client.resume``), by index; they are neither read nor sent, and their records are the
+        transfer, ``lnet.client.sending.resume``), by index; they are neither read nor sent, and their records are the
         result's as they are (the whole-file hash still covers every byte)."""
         if (scheduler is None) == (pinned is None):
             raise ValueError("give either a scheduler or a pinned path")
@@ -665,7 +665,7 @@ class Relay:
             block.holders.pop()
             await self._release((node, alloc))
             if block.attempts >= self.config.retries:
-                raise IntegrityError(f"block {block.index} keeps arriving damaged at {self.dest}")
+                raise BlockDamaged(f"block {block.index} keeps arriving damaged at {self.dest}")
             raise _HopFailed(f"block {block.index} arrived damaged at {self.dest} (hash mismatch)")
         for holder in block.holders[:-1]:
             await self._release(holder)

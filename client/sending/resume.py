@@ -2,7 +2,7 @@
 
 ``SendJournal.open`` takes the journal beside the manifest (``MANIFEST.journal``, mode 0600: it holds
 capabilities), locks it against a second ``lnet-send`` on the same manifest, and reads what an interrupted run
-recorded (``lnet.client.journal``: append-only lines with a checksum each; a torn tail is cut off). ``begin``
+recorded (``lnet.client.sending.journal``: append-only lines with a checksum each; a torn tail is cut off). ``begin``
 compares that run's header with the transfer asked for now and refuses (``ResumeRefused``, naming ``--restart``)
 when they differ, or starts a fresh journal. While the relay runs, every block verified at the destination is
 appended (``recording``) and the file is fsynced about once a second (``keep_synced``); a record a crash loses

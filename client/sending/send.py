@@ -4,7 +4,7 @@ The I/O shell around ``Relay`` (the pipeline) and ``PathScheduler`` (the choice 
 and the edge memory, checks that the depots answer and fits the transfer to their limits (``fit_to_limits``,
 pure: what each depot's ``/v1/status`` says it allows), runs the transfer with a live progress bar, then writes
 the manifest (0600: it holds read capabilities), the optional report, and the edge memory for the next warm
-start. Meanwhile the send journal beside the manifest (``lnet.client.resume``) records every block delivered, so
+start. Meanwhile the send journal beside the manifest (``lnet.client.sending.resume``) records every block delivered, so
 that the same command, run again after an interruption, sends only what the destination lacks.
 """
 
@@ -26,10 +26,10 @@ from lnet.client.formats import report
 from lnet.client.formats.manifest import BlockEntry, BlockSource, Manifest
 from lnet.client.formats.overlay import Overlay
 from lnet.client.sending.relay import (
+    BlockDamaged,
     BlockDelivered,
     BlockRecord,
     DepotRefused,
-    IntegrityError,
     Note,
     PathShares,
     Relay,
@@ -302,7 +302,7 @@ def failure_exit(exc: BaseException, subject: Path | None) -> tuple[ExitCode, st
         return ExitCode.USAGE, str(inner)
     if isinstance(inner, mirrors.MirrorError):
         return inner.exit_code, f"the replicas: {inner}"
-    if isinstance(inner, IntegrityError):
+    if isinstance(inner, BlockDamaged):
         return ExitCode.INTEGRITY, str(inner)
     if isinstance(inner, DepotRefused):  # asking again would not help: a limit or a token, else something odd
         usage = inner.error.status in (400, 401, 403, 413)
