@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from enum import IntEnum
 
-__all__ = ["EXIT_CODES_HELP", "ExitCode", "is_interrupt"]
+__all__ = ["EXIT_CODES_HELP", "ExitCode", "Failure", "is_interrupt"]
 
 
 class ExitCode(IntEnum):
@@ -44,3 +44,10 @@ def is_interrupt(exc: BaseException) -> bool:
     if isinstance(exc, KeyboardInterrupt):
         return True
     return isinstance(exc, BaseExceptionGroup) and exc.subgroup(KeyboardInterrupt) is not None
+
+
+class Failure(Exception):
+    """An error that says which exit status it means (``exit_code``): what the libraries raise for a command to
+    report as it is."""
+
+    exit_code: ExitCode = ExitCode.FAILED

@@ -12,21 +12,24 @@ import argparse
 import json
 import re
 import sys
+from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from lnet.client.commands import replica_options
 from lnet.client.commands.output import CommandOutput, transfer_progress
-from lnet.client.exits import EXIT_CODES_HELP, ExitCode, is_interrupt
+from lnet.client.exits import EXIT_CODES_HELP, ExitCode, Failure, is_interrupt
 from lnet.units import format_size, parse_duration
 
 if TYPE_CHECKING:
-    from rich.progress import TaskID
+    from rich.progress import Progress, TaskID
 
     from lnet.client.fetching.blocks import GetResult
     from lnet.client.fetching.mirrors import MirrorResult
 
 __all__ = ["DEFAULT_PARALLEL", "DEFAULT_TIMEOUT_S", "MAX_PARALLEL", "main"]
+
+R = TypeVar("R")
 
 DEFAULT_PARALLEL = 8
 DEFAULT_TIMEOUT_S = 30.0
@@ -100,11 +103,26 @@ def main(argv: list[str] | None = None) -> int:
     return _from_depots(args, out, Path(args.sources[0]))
 
 
-def _from_depots(args: argparse.Namespace, out: CommandOutput, path: Path) -> int:
-    """A manifest's file, or a tree manifest's tree, from the depots that hold its blocks."""
+def _run(out: CommandOutput, progress: Progress, fetch: Callable[[], Awaitable[R]], kept: str) -> R | int:
+    """Run a download under its progress bar: its result, or the exit code of its failure or of Ctrl-C (``kept``
+    says what is kept for a resume)."""
     import trio
 
-    from lnet.client.fetching.blocks import GetError, depot_tokens, get_file
+    try:
+        with progress:
+            return trio.run(fetch)
+    except Failure as exc:
+        return out.fail(exc.exit_code, str(exc))
+    except BaseException as exc:
+        if not is_interrupt(exc):
+            raise
+        return out.fail(ExitCode.INTERRUPTED, f"interrupted; {kept}")
+
+
+def _from_depots(args: argparse.Namespace, out: CommandOutput, path: Path) -> int:
+    """A manifest's file, or a tree manifest's tree, from the depots that hold its blocks."""
+
+    from lnet.client.fetching.blocks import depot_tokens, get_file
     from lnet.client.fetching.partfile import part_path
     from lnet.client.fetching.tree import get_directory
     from lnet.client.formats import tree
@@ -134,17 +152,11 @@ def _from_depots(args: argparse.Namespace, out: CommandOutput, path: Path) -> in
         return await get_file(manifest, args.output, parallel=args.parallel, timeout_s=args.timeout,
                               on_progress=on_progress, tokens=tokens)
 
-    try:
-        with progress:
-            result = trio.run(fetch)
-    except GetError as exc:
-        return out.fail(exc.exit_code, str(exc))
-    except BaseException as exc:
-        if not is_interrupt(exc):
-            raise
-        kept = "run the same command to resume" if is_tree else (
-            f"the verified blocks are kept in {part_path(args.output)}: run the same command to resume")
-        return out.fail(ExitCode.INTERRUPTED, f"interrupted; {kept}")
+    kept = "run the same command to resume" if is_tree else (
+        f"the verified blocks are kept in {part_path(args.output)}: run the same command to resume")
+    result = _run(out, progress, fetch, kept)
+    if isinstance(result, int):
+        return result
     if isinstance(manifest, tree.TreeManifest):
         files = len(manifest.files())
         if args.json:
@@ -178,11 +190,10 @@ def _from_replicas(args: argparse.Namespace, out: CommandOutput) -> int:
         return out.fail(ExitCode.USAGE, str(exc))
     if args.output.is_dir():
         return out.fail(ExitCode.USAGE, f"{args.output} is a directory: give the file's path")
-    import trio
     from rich.console import Console
     from rich.table import Table
 
-    from lnet.client.fetching.mirrors import MirrorError, fetch_mirrors
+    from lnet.client.fetching.mirrors import fetch_mirrors
     from lnet.client.fetching.partfile import part_path
     from lnet.client.wire.range_connection import parse_url
 
@@ -211,16 +222,10 @@ def _from_replicas(args: argparse.Namespace, out: CommandOutput) -> int:
             check_validators=not args.ignore_validators, history=history, on_start=on_start,
             on_progress=on_progress)
 
-    try:
-        with progress:
-            result = trio.run(fetch)
-    except MirrorError as exc:
-        return out.fail(exc.exit_code, str(exc))
-    except BaseException as exc:
-        if not is_interrupt(exc):
-            raise
-        return out.fail(ExitCode.INTERRUPTED, f"interrupted; what arrived is kept in {part_path(args.output)}: "
-                        "run the same command to resume")
+    result = _run(out, progress, fetch, f"what arrived is kept in {part_path(args.output)}: run the same "
+                  "command to resume")
+    if isinstance(result, int):
+        return result
     if args.json:
         print(json.dumps(result.to_dict()))
         return int(ExitCode.OK)

@@ -25,7 +25,7 @@ from typing import Any
 import httpx
 import trio
 
-from lnet.client.exits import ExitCode
+from lnet.client.exits import ExitCode, Failure
 from lnet.client.fetching import partfile
 from lnet.client.fetching.partfile import (
     HASH_CHUNK,
@@ -71,7 +71,7 @@ STATE_FORMAT = "lnet-get-state/1"
 BUSY_RETRIES = 3
 
 
-class GetError(Exception):
+class GetError(Failure):
     """Why a download did not complete; ``exit_code`` is what ``lnet-get`` exits with."""
 
     exit_code = ExitCode.FAILED

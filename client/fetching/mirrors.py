@@ -30,7 +30,7 @@ from urllib.parse import urlsplit
 import trio
 
 from lnet.client.engines.chunks import ChunkPlanner, Drop, Fetch, PlanConfig, ReplicaStats
-from lnet.client.exits import ExitCode
+from lnet.client.exits import ExitCode, Failure
 from lnet.client.fetching.partfile import (
     STATE_SAVE_INTERVAL_S,
     PartFile,
@@ -68,7 +68,7 @@ CHANNEL_SIZE = 64  # Fetch decisions waiting for a replica's sender: the planner
 RETRY_STATUSES = {408, 425, 429, 500, 502, 503, 504}
 
 
-class MirrorError(Exception):
+class MirrorError(Failure):
     def __init__(self, message: str, exit_code: ExitCode = ExitCode.FAILED) -> None:
         super().__init__(message)
         self.exit_code = exit_code
