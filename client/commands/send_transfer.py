@@ -25,7 +25,7 @@ from lnet.client.commands.send import DEFAULT_DURATION_S, DEFAULT_MAX_PATHS
 from lnet.client.engines import smallfiles
 from lnet.client.engines.chunks import PlanConfig
 from lnet.client.exits import ExitCode, is_interrupt
-from lnet.client.fetching.mirrors import MirrorResult
+from lnet.client.fetching.mirrors import MirrorResult, ReplicaOptions
 from lnet.client.formats import tree
 from lnet.client.formats.overlay import Overlay, OverlayError
 from lnet.client.sending.relay import (
@@ -46,6 +46,7 @@ from lnet.client.sending.resume import (
     tree_header,
 )
 from lnet.client.sending.send import (
+    SendOptions,
     build_manifest,
     failure_exit,
     final_path,
@@ -258,9 +259,11 @@ def _send_file(
     size = args.file.stat().st_size if args.file is not None else 0
     show = not args.no_progress and not args.json and console.is_terminal
     progress = _SendProgress(console, size, show=show, lines=not args.json)
-    options = {"overlay": overlay, "dest": args.to, "pinned": pinned, "memory": memory, "warm": not args.cold,
-               "relay_config": relay_config, "scheduler_config": scheduler_config(args), "timeout_s": timeout,
-               "on_event": progress, "longest_duration": args.duration is None, "journal": journal}
+    options = SendOptions(
+        overlay, args.to, pinned, memory, warm=not args.cold, relay_config=relay_config,
+        scheduler_config=scheduler_config(args), timeout_s=timeout, on_event=progress,
+        longest_duration=args.duration is None, journal=journal,
+    )
     fed: MirrorResult | None = None
     # --source: the spool outlives an interrupted run (the download resumes from it); named after the journal
     spool = Path(args.spool or tempfile.gettempdir()) / (
@@ -274,16 +277,16 @@ def _send_file(
 
     async def from_replicas(spool: Path) -> tuple[RelayResult, PathScheduler | None, list[str]]:
         nonlocal fed
-        mirror_options = {"config": plan, "timeout_s": timeout, "sha256": args.sha256,
-                          "check_validators": not args.ignore_validators,
-                          "history": args.history if args.history is not None else replica_options.history_path()}
+        replicas = ReplicaOptions(
+            plan, timeout, args.sha256, not args.ignore_validators,
+            args.history if args.history is not None else replica_options.history_path())
         result, scheduler, skipped, fed = await send_from_replicas(
-            args.source, spool / name, mirror_options=mirror_options, on_size=sized, **options)
+            args.source, spool / name, replicas=replicas, on_size=sized, options=options)
         return result, scheduler, skipped
 
     def go() -> Sent:
         if args.file is not None:
-            return trio.run(lambda: send(args.file, **options))
+            return trio.run(options.send, args.file)
         if args.restart:
             shutil.rmtree(spool, ignore_errors=True)
         spool.mkdir(mode=0o700, parents=True, exist_ok=True)

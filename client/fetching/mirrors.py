@@ -53,6 +53,7 @@ from lnet.client.wire.range_connection import (
 __all__ = [
     "MirrorError",
     "MirrorResult",
+    "ReplicaOptions",
     "ReplicaReport",
     "Validators",
     "Watcher",
@@ -66,6 +67,17 @@ STATE_FORMAT = "lnet-mirrors-state/1"
 HISTORY_FORMAT = "lnet-replica-history/1"
 CHANNEL_SIZE = 64  # Fetch decisions waiting for a replica's sender: the planner keeps far fewer outstanding
 RETRY_STATUSES = {408, 425, 429, 500, 502, 503, 504}
+
+
+@dataclass(frozen=True)
+class ReplicaOptions:
+    """How to fetch from replicas, as ``fetch_mirrors`` takes it (for a caller that passes it on)."""
+
+    config: PlanConfig
+    timeout_s: float = 30.0
+    sha256: str | None = None
+    check_validators: bool = True
+    history: Path | None = None
 
 
 class MirrorError(Failure):

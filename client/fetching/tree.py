@@ -12,6 +12,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import replace
 from pathlib import Path
 
+import httpx
 import trio
 
 from lnet.client.fetching.blocks import (
@@ -56,6 +57,7 @@ def _check_output(out: Path) -> None:
 async def get_directory(
     manifest: tree.TreeManifest, out: Path, *, parallel: int = DEFAULT_PARALLEL, timeout_s: float = DEFAULT_TIMEOUT_S,
     on_progress: Callable[[int], None] | None = None, tokens: Mapping[str, str] | None = None,
+    transport: httpx.AsyncBaseTransport | None = None,
 ) -> GetResult:
     """Fetch the tree's stream (resuming), then rebuild the tree under ``out`` and remove the stream file."""
     spool = stream_path(out)
@@ -68,7 +70,7 @@ async def get_directory(
                                0, 0)
     else:
         result = await get_file(manifest.stream, spool, parallel=parallel, timeout_s=timeout_s,
-                                    on_progress=on_progress, tokens=tokens)
+                                    on_progress=on_progress, tokens=tokens, transport=transport)
     try:
         await trio.to_thread.run_sync(tree.rebuild, manifest, spool, out)
     except OSError as exc:

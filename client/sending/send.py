@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+import httpx
 import trio
 
 from lnet.client.exits import ExitCode
@@ -34,6 +35,7 @@ from lnet.client.sending.relay import (
     PathShares,
     Relay,
     RelayConfig,
+    RelayEvent,
     RelayResult,
     Stream,
 )
@@ -52,6 +54,7 @@ from lnet.units import format_size
 __all__ = [
     "DepotLimits",
     "SendError",
+    "SendOptions",
     "build_manifest",
     "failure_exit",
     "final_path",
@@ -164,10 +167,11 @@ async def send(
     relay_config: RelayConfig,
     scheduler_config: SchedulerConfig | None = None,
     timeout_s: float = 30.0,
-    on_event: Any = None,
+    on_event: Callable[[RelayEvent], None] | None = None,
     available: Callable[[int, int], Awaitable[None]] | None = None,
     longest_duration: bool = False,
     journal: SendJournal | None = None,
+    transport: httpx.AsyncBaseTransport | None = None,
 ) -> tuple[RelayResult, PathScheduler | None, list[str]]:
     """Run one transfer; returns the relay's result, the scheduler (None when pinned) and the depots skipped.
 
@@ -177,7 +181,8 @@ async def send(
     (reported as delivered at the start), and every block delivered now is recorded in it."""
     clock = TrioWallClock()
     clients = {
-        name: DepotClient(entry.url, token=entry.token, timeout=timeout_s) for name, entry in overlay.depots.items()
+        name: DepotClient(entry.url, token=entry.token, timeout=timeout_s, transport=transport)
+        for name, entry in overlay.depots.items()
     }
     try:
         alive: dict[str, bool] = {}
@@ -261,9 +266,37 @@ async def send(
                 await client.aclose()
 
 
+@dataclass(frozen=True)
+class SendOptions:
+    """Everything ``send`` takes besides what it sends (see ``send``), as one typed value a command builds once."""
+
+    overlay: Overlay
+    dest: str
+    pinned: Sequence[str] | None
+    memory: EdgeMemory
+    warm: bool
+    relay_config: RelayConfig
+    scheduler_config: SchedulerConfig | None = None
+    timeout_s: float = 30.0
+    on_event: Callable[[RelayEvent], None] | None = None
+    longest_duration: bool = False
+    journal: SendJournal | None = None
+    transport: httpx.AsyncBaseTransport | None = None
+
+    async def send(
+        self, file: Path | Stream, available: Callable[[int, int], Awaitable[None]] | None = None,
+    ) -> tuple[RelayResult, PathScheduler | None, list[str]]:
+        return await send(
+            file, self.overlay, self.dest, pinned=self.pinned, memory=self.memory, warm=self.warm,
+            relay_config=self.relay_config, scheduler_config=self.scheduler_config, timeout_s=self.timeout_s,
+            on_event=self.on_event, available=available, longest_duration=self.longest_duration,
+            journal=self.journal, transport=self.transport,
+        )
+
+
 async def send_from_replicas(
-    urls: Sequence[str], spool: Path, *, mirror_options: dict[str, Any], on_size: Callable[[int], None],
-    **options: Any,
+    urls: Sequence[str], spool: Path, *, replicas: mirrors.ReplicaOptions, on_size: Callable[[int], None],
+    options: SendOptions,
 ) -> tuple[RelayResult, PathScheduler | None, list[str], mirrors.MirrorResult]:
     """``send`` of a file that is still arriving from its replicas into ``spool``: each block leaves as soon as
     its bytes are in (the relay waits on the download's ``Watcher``)."""
@@ -271,14 +304,16 @@ async def send_from_replicas(
     downloaded: list[mirrors.MirrorResult] = []
 
     async def download() -> None:
-        downloaded.append(await mirrors.fetch_mirrors(urls, spool, watcher=watcher, **mirror_options))
+        downloaded.append(await mirrors.fetch_mirrors(
+            urls, spool, config=replicas.config, timeout_s=replicas.timeout_s, sha256=replicas.sha256,
+            check_validators=replicas.check_validators, history=replicas.history, watcher=watcher))
 
     async with trio.open_nursery() as nursery:
         nursery.start_soon(download)
         await watcher.started.wait()
         on_size(watcher.size)
         try:
-            result, scheduler, skipped = await send(watcher.path, available=watcher.wait_for, **options)
+            result, scheduler, skipped = await options.send(watcher.path, available=watcher.wait_for)
         finally:
             watcher.release()
     return result, scheduler, skipped, downloaded[0]

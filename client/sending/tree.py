@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import httpx
 import trio
 
 from lnet.client.engines import smallfiles
@@ -56,10 +57,12 @@ class FileArrivals:
                 self.arrived.append((piece.key, t))
 
 
-async def round_trip(url: str, timeout_s: float, token: str | None = None) -> float:
+async def round_trip(
+    url: str, timeout_s: float, token: str | None = None, transport: httpx.AsyncBaseTransport | None = None,
+) -> float:
     """The shortest of a few control round trips to ``url`` (the first opens the connection, so it is not used);
     ``token`` for a depot that requires its operator token for status."""
-    async with DepotClient(url, token=token, timeout=timeout_s) as client:
+    async with DepotClient(url, token=token, timeout=timeout_s, transport=transport) as client:
         await client.status()
         best = float("inf")
         for _ in range(RTT_SAMPLES):

@@ -6,10 +6,12 @@ so what it reports is what ``lnet-get``, ``lnet-send`` and a library user pay at
 
 from __future__ import annotations
 
+import ast
 import json
 import pkgutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -76,3 +78,51 @@ def test_a_depot_client_applies_the_patches_when_made() -> None:
         "assert logging.getLogger('httpx').filters, 'no capability filter on httpx'\n"
     )
     assert result["patched"] is True
+
+
+# What each layer may import of the client (its own package always): dependencies run one way, from the commands
+# down. ``exits`` sits below them all.
+MAY_IMPORT = {
+    "commands": {"commands", "sending", "fetching", "wire", "engines", "formats", "exits"},
+    "sending": {"sending", "fetching", "wire", "engines", "formats", "exits"},
+    "fetching": {"fetching", "wire", "engines", "formats", "exits"},
+    "wire": {"wire", "exits"},
+    "formats": {"formats", "exits"},
+    "engines": {"engines"},
+}
+
+
+def imported_modules(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text())
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module is not None:
+            assert node.level == 0, f"{path}: relative import"
+            names.add(node.module)
+            names.update(f"{node.module}.{alias.name}" for alias in node.names)
+    return names
+
+
+@pytest.mark.parametrize("layer", sorted(MAY_IMPORT))
+def test_dependencies_run_one_way(layer: str) -> None:
+    root = Path(lnet.client.__path__[0])
+    wrong = []
+    for path in sorted((root / layer).glob("*.py")):
+        for name in imported_modules(path):
+            parts = name.split(".")
+            if parts[:2] == ["lnet", "client"] and len(parts) > 2 and parts[2] in {*MAY_IMPORT, "exits"}:
+                if parts[2] not in MAY_IMPORT[layer]:
+                    wrong.append(f"{path.name}: {name}")
+    assert wrong == []
+
+
+def test_the_engines_import_the_standard_library_only() -> None:
+    root = Path(lnet.client.__path__[0]) / "engines"
+    outside = {
+        name for path in root.glob("*.py") for name in imported_modules(path)
+        if name.split(".")[0] not in sys.stdlib_module_names
+        and not name.startswith(("lnet.client.engines", "__future__"))
+    }
+    assert outside == set()
