@@ -43,6 +43,7 @@ from lnet.client.fetching.partfile import (
 from lnet.client.formats.documents import write_private_file
 from lnet.client.wire.range_connection import (
     ConnectionEnded,
+    Connector,
     Head,
     RangeConnection,
     ReplicaError,
@@ -303,6 +304,7 @@ class _ReplicaWorker:
     shown: str
     send: trio.MemorySendChannel[Fetch]
     receive: trio.MemoryReceiveChannel[Fetch]
+    connect: Connector | None = None  # None: TCP (tests: an emulated network)
     connection: RangeConnection | None = None  # the probe's, handed to the worker
     validators: Validators | None = None
     probe_error: str = ""
@@ -345,7 +347,7 @@ class _Download:
             try:
                 with trio.CancelScope() as rep.scope:
                     if conn is None:
-                        conn = await RangeConnection(rep.url, self.timeout_s).__aenter__()
+                        conn = await RangeConnection(rep.url, self.timeout_s, connect=rep.connect).__aenter__()
                     on_wire, answering = trio.open_memory_channel[Fetch](CHANNEL_SIZE)
                     async with trio.open_nursery() as nursery:
                         nursery.start_soon(self._sender, rep, conn, pending, on_wire)
@@ -483,7 +485,7 @@ def _save_state(path: Path, ref: Validators, have: _Have) -> None:
 
 async def _probe(rep: _ReplicaWorker, timeout_s: float) -> None:
     """Ask for byte 0: the file's length and validators, on the connection the downloads will then use."""
-    conn = RangeConnection(rep.url, timeout_s)
+    conn = RangeConnection(rep.url, timeout_s, connect=rep.connect)
     try:
         await conn.__aenter__()
         await conn.send(0, 1)
@@ -523,8 +525,10 @@ async def fetch_mirrors(
     on_start: Callable[[int, list[str]], None] = lambda size, urls: None,
     on_progress: Callable[[int, int], None] = lambda replica, nbytes: None,
     watcher: Watcher | None = None,
+    connect: Connector | None = None,
 ) -> MirrorResult:
-    """Download one file from ``urls`` (replicas of it) into ``out``; see the module's docstring."""
+    """Download one file from ``urls`` (replicas of it) into ``out``; see the module's docstring. ``connect`` opens
+    the byte stream to a replica (None: TCP; tests pass an emulated network)."""
     if not urls:
         raise MirrorError("no replica URL given", ExitCode.USAGE)
     if len(set(urls)) != len(urls):
@@ -534,7 +538,7 @@ async def fetch_mirrors(
     replicas = []
     for i, url in enumerate(urls):
         send, receive = trio.open_memory_channel[Fetch](CHANNEL_SIZE)
-        replicas.append(_ReplicaWorker(i, url, redact_url(url), send, receive))
+        replicas.append(_ReplicaWorker(i, url, redact_url(url), send, receive, connect))
     async with trio.open_nursery() as nursery:
         for rep in replicas:
             nursery.start_soon(_probe, rep, timeout_s)

@@ -18,7 +18,7 @@ from lnet.client.exits import ExitCode
 from lnet.client.fetching.mirrors import MirrorError, MirrorResult, fetch_mirrors
 from lnet.client.fetching.partfile import PartFile, PartFileBusy, PrefixHasher, part_path, state_path
 
-from .http_replicas import Replica, replicas
+from .http_replicas import Replica, emulated, replicas
 
 MiB = 1024 * 1024
 DATA = os.urandom(3 * MiB + 777)
@@ -79,17 +79,19 @@ async def test_the_prefix_hasher_hashes_only_what_is_in_place_and_all_of_it_at_t
         os.close(fd)
 
 
-async def test_two_replica_downloads_to_the_same_output_cannot_both_write_it(tmp_path: Path) -> None:
+async def test_two_replica_downloads_to_the_same_output_cannot_both_write_it(
+    tmp_path: Path, autojump_clock: trio.abc.Clock
+) -> None:
     out = tmp_path / "file.bin"
     outcomes: list[MirrorResult | MirrorError] = []
 
     async def one(urls: list[str]) -> None:
         try:
-            outcomes.append(await fetch_mirrors(urls, out, config=CONFIG, sha256=SHA))
+            outcomes.append(await fetch_mirrors(urls, out, config=CONFIG, sha256=SHA, connect=connect))
         except MirrorError as exc:
             outcomes.append(exc)
 
-    async with replicas(Replica(DATA, rate=2e6), Replica(DATA, rate=2e6)) as servers:
+    async with emulated(Replica(DATA, rate=2e6), Replica(DATA, rate=2e6)) as (servers, connect):
         urls = [s.url for s in servers]
         async with trio.open_nursery() as nursery:
             nursery.start_soon(one, urls)
