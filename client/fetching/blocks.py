@@ -14,7 +14,6 @@ the state, or wait on the network without the ``--timeout`` bound (every wait go
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
@@ -29,14 +28,13 @@ from lnet.client.exits import ExitCode, Failure
 from lnet.client.fetching import partfile
 from lnet.client.fetching.partfile import (
     HASH_CHUNK,
-    STATE_SAVE_INTERVAL_S,
     PartFile,
     PartFileError,
+    StateFile,
     part_path,
     state_path,
     write_at,
 )
-from lnet.client.formats.documents import write_private_file
 from lnet.client.formats.manifest import (
     BlockEntry,
     BlockSource,
@@ -242,42 +240,31 @@ def decode_state(document: Any, manifest: Manifest) -> set[int]:
 
 
 class ResumeState:
-    """The state file beside the part file, rewritten atomically (at most every ``STATE_SAVE_INTERVAL_S``)."""
+    """The verified blocks, kept in the part file's ``StateFile`` (format ``lnet-get-state/1``)."""
 
     def __init__(self, path: Path, manifest: Manifest, verified: set[int]) -> None:
         self.path = path
         self.manifest = manifest
         self.verified = set(verified)
-        self._dirty = True
-        self._saved_at = float("-inf")
+        self._file = StateFile(path, lambda: encode_state(self.manifest, self.verified))
 
     @staticmethod
     def read(path: Path, manifest: Manifest) -> set[int]:
-        try:
-            document = json.loads(path.read_bytes())
-        except (OSError, ValueError, RecursionError):
-            return set()
-        return decode_state(document, manifest)
+        return decode_state(StateFile(path, dict).read(), manifest)
 
     def add(self, index: int, now: float) -> None:
         self.verified.add(index)
-        self._dirty = True
-        if now - self._saved_at >= STATE_SAVE_INTERVAL_S:
-            self.save(now)
+        self._file.changed(now)
 
     def forget(self) -> None:
         self.verified.clear()
-        self._dirty = True
+        self._file.changed(None)  # for the final save
 
     def save(self, now: float) -> None:
-        if self._dirty:
-            write_private_file(self.path, json.dumps(encode_state(self.manifest, self.verified)).encode())
-            self._dirty = False
-            self._saved_at = now
+        self._file.save(now)
 
     def remove(self) -> None:
-        self.path.unlink(missing_ok=True)
-        self._dirty = False
+        self._file.remove()
 
 
 # -- the download ---------------------------------------------------------------------------------------------

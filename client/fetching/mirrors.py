@@ -32,11 +32,11 @@ import trio
 from lnet.client.engines.chunks import ChunkPlanner, Drop, Fetch, PlanConfig, ReplicaStats
 from lnet.client.exits import ExitCode, Failure
 from lnet.client.fetching.partfile import (
-    STATE_SAVE_INTERVAL_S,
     PartFile,
     PartFileBusy,
     PartFileError,
     PrefixHasher,
+    StateFile,
     part_path,
     state_path,
 )
@@ -458,12 +458,8 @@ class _Download:
             self.wake = trio.Event()
 
 
-def _load_state(path: Path, ref: Validators) -> list[tuple[int, int]]:
-    """The ranges a previous run left in place, if it fetched the same file; else none."""
-    try:
-        document = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return []
+def _resumable(document: object, ref: Validators) -> list[tuple[int, int]]:
+    """The ranges a previous run left in place (its state ``document``), if it fetched the same file; else none."""
     if not isinstance(document, dict) or document.get("format") != STATE_FORMAT:
         return []
     if [document.get("size"), document.get("etag"), document.get("last_modified")] != [
@@ -477,10 +473,9 @@ def _load_state(path: Path, ref: Validators) -> list[tuple[int, int]]:
     return spans
 
 
-def _save_state(path: Path, ref: Validators, have: _Have) -> None:
-    document = {"format": STATE_FORMAT, "size": ref.length, "etag": ref.etag, "last_modified": ref.last_modified,
-                "have": have.spans}
-    write_private_file(path, (json.dumps(document) + "\n").encode())
+def _state_document(ref: Validators, have: _Have) -> dict[str, object]:
+    return {"format": STATE_FORMAT, "size": ref.length, "etag": ref.etag, "last_modified": ref.last_modified,
+            "have": have.spans}
 
 
 async def _probe(rep: _ReplicaWorker, timeout_s: float) -> None:
@@ -568,9 +563,10 @@ async def _download(
         raise MirrorError(str(exc), ExitCode.USAGE) from None
     except PartFileError as exc:
         raise MirrorError(str(exc)) from None
-    state = part.state_path
+    have = _Have()
+    state = StateFile(part.state_path, lambda: _state_document(ref, have))
     try:
-        resumed = _Have(_load_state(state, ref) if part.size() == ref.length else [])
+        resumed = _Have(_resumable(state.read(), ref) if part.size() == ref.length else [])
         part.preallocate(ref.length)
         planner = ChunkPlanner(ref.length, len(replicas), config, history=load_history(history, urls),
                                have=[(a, b) for a, b in resumed.spans])
@@ -586,18 +582,19 @@ async def _download(
             elif rep.validators is None:
                 planner.failed(rep.index, now, rep.probe_error)
         on_start(ref.length, [rep.shown for rep in replicas])
-        have = _Have([(a, b) for a, b in resumed.spans])
+        have.spans = [[a, b] for a, b in resumed.spans]
         hasher = PrefixHasher(part.fd, ref.length, "sha256", lambda: have.prefix)
         run = _Download(planner, replicas, ref, part, timeout_s, check_validators, on_progress, have)
-        run.on_write = hasher.advanced
         if watcher is not None:
             watcher._start(ref.length, part.path, have)
 
-            def written() -> None:
-                hasher.advanced()
+        def written() -> None:
+            hasher.advanced()
+            state.changed(trio.current_time())
+            if watcher is not None:
                 watcher._added()
 
-            run.on_write = written
+        run.on_write = written
         resumed_bytes = resumed.total
         try:
             async with trio.open_nursery() as hashing:
@@ -606,11 +603,10 @@ async def _download(
                     for rep in replicas:
                         if not rep.refused:
                             nursery.start_soon(run.worker, rep)
-                    nursery.start_soon(_keep_state, state, ref, have)
                     await run.drive()
                     nursery.cancel_scope.cancel()
         finally:
-            _save_state(state, ref, have)
+            state.save(trio.current_time())
         digest = hasher.hexdigest()
         if sha256 is not None and digest != sha256.lower():
             raise MirrorError(
@@ -621,8 +617,7 @@ async def _download(
         await trio.to_thread.run_sync(part.commit)  # still locked: no other run opens it in between
     finally:
         part.close()
-    with contextlib.suppress(FileNotFoundError):
-        state.unlink()
+    state.remove()
     seconds = trio.current_time() - started
     stats = planner.stats()
     save_history(history, urls, stats)
@@ -633,10 +628,3 @@ async def _download(
         for rep, stat in zip(replicas, stats, strict=True)
     ]
     return MirrorResult(out, ref.length, seconds, config.strategy, config.tail, digest, resumed_bytes, reports)
-
-
-async def _keep_state(path: Path, ref: Validators, have: _Have) -> None:
-    while True:
-        await trio.sleep(STATE_SAVE_INTERVAL_S)
-        await trio.to_thread.run_sync(_save_state, path, ref, have)
-

@@ -13,12 +13,15 @@ from __future__ import annotations
 
 import errno
 import fcntl
+import json
 import os
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import trio
 
+from lnet.client.formats.documents import write_private_file
 from lnet.client.formats.manifest import block_hasher
 
 __all__ = [
@@ -28,6 +31,7 @@ __all__ = [
     "PartFileBusy",
     "PartFileError",
     "PrefixHasher",
+    "StateFile",
     "part_path",
     "preallocate",
     "state_path",
@@ -166,3 +170,40 @@ class PrefixHasher:
         if len(data) != length:
             raise OSError(errno.EIO, f"the part file ended at {offset + len(data)}, before {offset + length}")
         self._hasher.update(data)
+
+
+class StateFile:
+    """``OUT.lnet-part.state``: what of the part file is in place, so that the same command resumes.
+
+    ``document()`` says it (each download its own format); it is rewritten atomically (0600) when ``changed`` at
+    most every ``STATE_SAVE_INTERVAL_S``, and always by ``save`` at the end, however the run ends. ``read`` gives
+    what a previous run left (None when there is nothing readable: a state is ignored rather than refused, the
+    worst that costs is fetching again)."""
+
+    def __init__(self, path: Path, document: Callable[[], object]) -> None:
+        self.path = path
+        self._document = document
+        self._dirty = True
+        self._saved_at = float("-inf")
+
+    def read(self) -> Any:
+        try:
+            return json.loads(self.path.read_bytes())
+        except (OSError, ValueError, RecursionError):
+            return None
+
+    def changed(self, now: float | None) -> None:
+        """What ``document()`` says has changed; saved now if the last save is old enough (None: not now)."""
+        self._dirty = True
+        if now is not None and now - self._saved_at >= STATE_SAVE_INTERVAL_S:
+            self.save(now)
+
+    def save(self, now: float) -> None:
+        if self._dirty:
+            write_private_file(self.path, (json.dumps(self._document()) + "\n").encode())
+            self._dirty = False
+            self._saved_at = now
+
+    def remove(self) -> None:
+        self.path.unlink(missing_ok=True)
+        self._dirty = False

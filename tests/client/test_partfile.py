@@ -16,7 +16,15 @@ from lnet.client.commands import get
 from lnet.client.engines.chunks import PlanConfig
 from lnet.client.exits import ExitCode
 from lnet.client.fetching.mirrors import MirrorError, MirrorResult, fetch_mirrors
-from lnet.client.fetching.partfile import PartFile, PartFileBusy, PrefixHasher, part_path, state_path
+from lnet.client.fetching.partfile import (
+    STATE_SAVE_INTERVAL_S,
+    PartFile,
+    PartFileBusy,
+    PrefixHasher,
+    StateFile,
+    part_path,
+    state_path,
+)
 
 from .http_replicas import Replica, emulated, replicas
 
@@ -123,3 +131,20 @@ async def test_two_lnet_get_commands_on_the_same_output_one_refused(
     assert sorted(codes) == [ExitCode.OK, ExitCode.USAGE]
     assert "another lnet-get is writing" in capsys.readouterr().err
     assert out.read_bytes() == DATA
+
+
+def test_the_state_is_saved_at_most_every_interval_and_always_at_the_end(tmp_path: Path) -> None:
+    have: list[int] = []
+    state = StateFile(tmp_path / "s", lambda: {"have": have})
+    assert state.read() is None  # nothing yet: ignored, not refused
+    have.append(1)
+    state.changed(10.0)
+    assert state.read() == {"have": [1]}
+    assert (tmp_path / "s").stat().st_mode & 0o777 == 0o600
+    have.append(2)
+    state.changed(10.0 + STATE_SAVE_INTERVAL_S / 2)  # too soon after the last save
+    assert state.read() == {"have": [1]}
+    state.save(10.0 + STATE_SAVE_INTERVAL_S / 2)  # the end of a run: whatever changed
+    assert state.read() == {"have": [1, 2]}
+    state.remove()
+    assert not (tmp_path / "s").exists()
