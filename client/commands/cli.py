@@ -17,6 +17,7 @@ import trio
 from rich.console import Console
 
 from lnet.client.commands import depots
+from lnet.client.commands.output import parse_arguments
 from lnet.client.exits import EXIT_CODES_HELP, ExitCode
 from lnet.client.formats import report
 from lnet.units import format_size, parse_size
@@ -164,10 +165,9 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    try:
-        args = _parser().parse_args(argv)
-    except SystemExit as exc:  # --help, or a usage error argparse has already explained
-        return exc.code if isinstance(exc.code, int) else ExitCode.USAGE
+    args = parse_arguments(_parser(), argv)
+    if isinstance(args, int):
+        return args
     run: Callable[[argparse.Namespace], int] = args.run
     return run(args)
 

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
 from lnet.client.commands import replica_options
-from lnet.client.commands.output import CommandOutput, transfer_progress
+from lnet.client.commands.output import CommandOutput, parse_arguments, transfer_progress
 from lnet.client.exits import EXIT_CODES_HELP, ExitCode, Failure, is_interrupt
 from lnet.units import format_size, parse_duration
 
@@ -91,10 +91,9 @@ def _timeout(text: str) -> float:
 
 
 def main(argv: list[str] | None = None) -> int:
-    try:
-        args = _parser().parse_args(argv)
-    except SystemExit as exc:  # --help, or a usage error argparse has already explained
-        return exc.code if isinstance(exc.code, int) else ExitCode.USAGE
+    args = parse_arguments(_parser(), argv)
+    if isinstance(args, int):
+        return args
     out = CommandOutput("lnet-get", json_failures=args.json, path=args.output)
     if all(replica_options.is_url(source) for source in args.sources):
         return _from_replicas(args, out)

@@ -4,6 +4,7 @@ progress bar set-up. rich is imported here only when a console or a bar is made.
 
 from __future__ import annotations
 
+import argparse
 import json
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -14,7 +15,7 @@ if TYPE_CHECKING:
     from rich.console import Console
     from rich.progress import Progress
 
-__all__ = ["CommandOutput", "transfer_progress"]
+__all__ = ["CommandOutput", "parse_arguments", "transfer_progress"]
 
 
 class CommandOutput:
@@ -70,3 +71,11 @@ def transfer_progress(console: Console, *labels: str, enabled: bool = True, tran
         *columns, BarColumn(), DownloadColumn(), TransferSpeedColumn(), TimeRemainingColumn(),
         console=console, disable=not enabled, transient=transient,
     )
+
+
+def parse_arguments(parser: argparse.ArgumentParser, argv: list[str] | None) -> argparse.Namespace | int:
+    """The parsed arguments, or the exit code once argparse has answered ``--help`` or explained a usage error."""
+    try:
+        return parser.parse_args(argv)
+    except SystemExit as exc:
+        return exc.code if isinstance(exc.code, int) else int(ExitCode.USAGE)
