@@ -18,7 +18,7 @@ from hypercorn.config import Config as HypercornConfig
 from hypercorn.trio import serve as hypercorn_serve
 from hypercorn.trio import tcp_server
 
-from . import h11_receive
+from . import direct, h11_receive
 from .app import Depot
 from .config import DepotConfig
 from .protocol import guard_http_logs
@@ -34,9 +34,10 @@ RECEIVE_SIZE = 1024 * 1024
 
 def install_server_patches() -> None:
     """What the depot changes in the libraries under it, applied when a server starts and never at import:
-    hypercorn's read size, h11's copy-saving receive buffer, and the log filter that keeps capabilities out of
-    the HTTP libraries' logs. Idempotent."""
+    hypercorn's read size, data bodies received straight into the allocation (``direct``), h11's copy-saving
+    receive buffer, and the log filter that keeps capabilities out of the HTTP libraries' logs. Idempotent."""
     tcp_server.MAX_RECV = RECEIVE_SIZE
+    direct.install()
     h11_receive.install()
     guard_http_logs()
 
@@ -112,5 +113,6 @@ async def _serve_hypercorn(
     *,
     task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED,
 ) -> None:
-    app: Any = depot.app  # hypercorn's own ASGI types are narrower than starlette's; the protocol is the same
+    # hypercorn's own ASGI types are narrower than starlette's; the protocol is the same
+    app: Any = direct.serving(depot.app)
     await hypercorn_serve(app, hc, shutdown_trigger=shutdown_trigger, task_status=task_status, mode="asgi")

@@ -531,7 +531,8 @@ class Relay:
             paths=self._paths,
             resends=self._resends,
             path_bytes=dict(self._path_bytes),
-            final_paths=self.paths,
+            # A depot that died in the last moments may not have been acted on by a tick yet: its paths are over.
+            final_paths=tuple(p for p in self.paths if not set(p) & self.dead) or self.paths,
         )
 
     # -- one block --------------------------------------------------------------------------------------------

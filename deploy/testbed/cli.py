@@ -1,8 +1,8 @@
 """`lnet-testbed`: bring a topology up on this machine, run commands on its hosts, show and change it, take it
-down; or write a docker-compose testbed from it.
+down; or write a docker-compose testbed from it, build its image and bring it up and down on Docker.
 
-Exit codes: 0 done; 1 the testbed failed (set-up, a running command's own failure is its code); 2 bad usage or a
-bad topology file; 3 the named testbed is not up, or is already up.
+Exit codes: 0 done; 1 the testbed failed (set-up, Docker, the image build; a running command's own failure is
+its code); 2 bad usage or a bad topology file; 3 the named testbed is not up, or is already up.
 """
 
 from __future__ import annotations
@@ -14,7 +14,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from .compose import write_compose
+from .compose import DEPOT_PORT, IMAGE, write_compose
+from .composebed import compose_down, compose_up
+from .engine import EngineError, ensure_engine
+from .image import CACHE_DIR, ImageError, build_image
 from .netns import STATE_ROOT, TestbedError, TestbedStateError, namespace_name
 from .testbed import control_request, running_testbeds, start_detached, stop
 from .topology import Topology, TopologyError
@@ -58,11 +61,41 @@ def _parser() -> argparse.ArgumentParser:
     sl.add_argument("--jitter-ms", type=float)
     sl.add_argument("--queue-ms", type=float)
 
-    co = sub.add_parser("compose", help="write docker-compose.yml and Dockerfile for a topology")
+    co = sub.add_parser("compose", help="write docker-compose.yml for a topology; --up / --down on Docker")
     co.add_argument("topology", type=Path)
     co.add_argument("-o", "--output", type=Path, help="directory (default: deploy/compose/NAME)")
-    co.add_argument("--context", type=Path, help="docker build context (default: this lnet repository)")
+    updown = co.add_mutually_exclusive_group()
+    updown.add_argument("--up", action="store_true",
+                        help="also build the image if it is not current, and bring the testbed up (containers)")
+    updown.add_argument("--down", action="store_true",
+                        help="take it down: no containers, networks or lnet image left (the base image stays)")
+    co.add_argument("--keep-image", action="store_true", help="with --down: keep the lnet image as well")
+    _image_options(co)
+
+    im = sub.add_parser("image", help=f"build the compose testbed's image {IMAGE} with no registry (cached)")
+    _image_options(im)
+    im.add_argument("--rebuild", action="store_true", help="build it even if it is current")
     return p
+
+
+def _image_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--base", metavar="IMAGE",
+                   help="start from this image (pulled if need be) instead of a debootstrapped Debian")
+    p.add_argument("--suite", help="the Debian suite to debootstrap (default: this machine's)")
+    p.add_argument("--mirror", help="the Debian mirror (default: the one apt uses here)")
+    p.add_argument("--source", type=Path, help="the lnet checkout to install (default: the one running)")
+    p.add_argument("--cache-dir", type=Path, default=CACHE_DIR, help=f"wheels and scratch space ({CACHE_DIR})")
+
+
+def _build(args: argparse.Namespace, rebuild: bool = False) -> None:
+    def log(line: str) -> None:
+        print(f"lnet-testbed image: {line}", flush=True)
+
+    ensure_engine(log=log)
+    built = build_image(args.source, base=args.base, cache_dir=args.cache_dir, suite=args.suite,
+                        mirror=args.mirror, rebuild=rebuild, log=log)
+    state = "built" if built.built else "already current"
+    print(f"image {built.tag} {state} (base {built.base}) in {built.seconds:.1f} s", flush=True)
 
 
 def _one_running(name: str | None, state_root: Path) -> str:
@@ -112,11 +145,32 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     state_root: Path = args.state_dir
     try:
+        if args.command == "image":
+            _build(args, rebuild=args.rebuild)
+            return EXIT_OK
         if args.command == "compose":
             topo = Topology.load(args.topology)
             out = args.output or Path("deploy/compose") / topo.name
-            for path in write_compose(topo, out, args.context):
-                print(f"wrote {path}")
+            if args.down:
+                ensure_engine()
+                left = compose_down(topo, out, remove_image=not args.keep_image)
+                if left["containers"] or left["networks"]:
+                    print(f"lnet-testbed: still there after down: {left}", file=sys.stderr)
+                    return EXIT_FAILED
+                print(f"testbed lnet-{topo.name} is down: no containers or networks left; "
+                      + (f"image {IMAGE} kept" if args.keep_image else "the base image kept"))
+                return EXIT_OK
+            if not args.up:
+                for path in write_compose(topo, out):
+                    print(f"wrote {path}")
+                return EXIT_OK
+            _build(args)
+            bed = compose_up(topo, out)
+            print(f"testbed {bed.project} is up ({bed.file}); take it down with: lnet-testbed compose "
+                  f"{args.topology} -o {out} --down")
+            for h in topo.hosts:
+                print(f"  {h.name:<12} {h.address:<12} container {bed.container(h.name)}, "
+                      f"depot http://{h.address}:{DEPOT_PORT}")
             return EXIT_OK
         if args.command == "up":
             topo = Topology.load(args.topology)
@@ -171,7 +225,7 @@ def main(argv: list[str] | None = None) -> int:
     except TestbedStateError as exc:
         print(f"lnet-testbed: {exc}", file=sys.stderr)
         return EXIT_STATE
-    except TestbedError as exc:
+    except (TestbedError, EngineError, ImageError) as exc:
         print(f"lnet-testbed: {exc}", file=sys.stderr)
         return EXIT_FAILED
     except KeyboardInterrupt:

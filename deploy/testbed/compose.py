@@ -1,14 +1,18 @@
-"""The docker-compose testbed: the same topology file as the namespace testbed, for ordinary Linux hosts whose
-kernel has netem.
+"""The docker-compose testbed: the same topology file as the namespace testbed, as containers on one Docker host.
 
-One service per host, one docker network per link (10.78.K.0/24 for link K: the `a` end is .2, the `b` end .3;
-docker keeps .1). Each host also holds its testbed address (10.77.0.x, the same as in the namespace testbed) on
-`lo`, and reaches every other host's address over the shortest-delay route, through the hosts in between, which
-forward (net.ipv4.ip_forward=1). At start each service shapes the egress of each of its link interfaces: a tbf
-root qdisc for the rate (its `latency` is the link's queue, tail drop), with netem under it for the delay,
-jitter and loss, so that both directions of a link are shaped like the userspace emulator's.
+One service per host (container `lnet-TOPOLOGY-HOST`, image `lnet-testbed:latest`, which `lnet-testbed image`
+builds with no image registry: `image.py`), one docker network per link (10.78.K.0/24 for link K: the `a` end
+is .2, the `b` end .3; docker keeps .1). Each host also holds its testbed address (10.77.0.x, the same as in the
+namespace testbed) on `lo`, and reaches every other host's address over the shortest-delay route, through the
+hosts in between, which forward (net.ipv4.ip_forward=1). At start each service shapes the egress of each of its
+link interfaces: a tbf root qdisc for the rate (its `latency` is the link's queue, tail drop), with netem under
+it for the delay, jitter and loss, so that both directions of a link are shaped like the userspace emulator's.
+Where the kernel has no netem (sch_netem), the service says so in one line on its log and runs rate-only: tbf
+alone, no delay, jitter or loss. Then it runs its command: by default an lnet depot on its testbed address, port
+6714, with `$LNET_DEPOTS` naming a depots file that lists every other host's depot.
 
-Pure text generation: nothing here runs docker or tc, so the output is tested by parsing it.
+Pure text generation: nothing here runs docker or tc, so the output is tested by parsing it (and, live, by
+tests/testbed/test_compose_live.py).
 """
 
 from __future__ import annotations
@@ -21,11 +25,32 @@ from pathlib import Path
 from .netns import receive_buffer_bytes
 from .topology import Host, Link, Topology, TopologyError
 
-__all__ = ["LINK_PREFIX", "HostPlan", "compose_yaml", "dockerfile", "dockerignore", "host_plan", "write_compose"]
+__all__ = [
+    "DEPOT_PORT",
+    "DEPOTS_FILE",
+    "IMAGE",
+    "LINK_PREFIX",
+    "NO_NETEM_LINE",
+    "READY_LINE",
+    "HostPlan",
+    "compose_yaml",
+    "container_name",
+    "depot_command",
+    "host_plan",
+    "project_name",
+    "write_compose",
+]
 
 LINK_PREFIX = "10.78"
 MAX_LINKS = 250
 NETEM_LIMIT_PACKETS = 100000  # netem's own queue only holds packets in flight on the wire, never tail-drops here
+IMAGE = "lnet-testbed:latest"
+DEPOT_PORT = 6714
+DEPOTS_FILE = "/etc/lnet/depots.toml"
+DEPOT_DATA_DIR = "/var/lib/lnet/depot"
+NO_NETEM_LINE = ("lnet-testbed: this kernel has no netem (sch_netem), so the links are shaped for rate only (tbf)"
+                 " with no delay, jitter or loss")
+READY_LINE = "lnet-testbed: host ready"
 
 
 @dataclass(frozen=True)
@@ -76,12 +101,42 @@ def shaping_commands(dev: str, link: Link, mtu: int) -> list[str]:
     return cmds
 
 
+def project_name(topology: Topology) -> str:
+    """The compose project: its containers are `lnet-NAME-HOST`, its networks `lnet-NAME_linkK`."""
+    return f"lnet-{topology.name}"
+
+
+def container_name(topology: Topology, host: str) -> str:
+    return f"{project_name(topology)}-{host}"
+
+
+def depot_command(host: Host) -> list[str]:
+    """The default command of a host's service: an lnet depot on its testbed address."""
+    return ["lnet-depot", "--listen", f"{host.address}:{DEPOT_PORT}", "--name", host.name, "--data-dir",
+            DEPOT_DATA_DIR, "--log-level", "warning"]
+
+
+def _netem_probe() -> list[str]:
+    """Shell lines that set $netem to 1 where the kernel has netem, else 0 after saying so in one line."""
+    return [
+        "netem=1",
+        "tc qdisc add dev lo root handle 1: netem delay 0ms 2>/dev/null || netem=0",
+        "[ $netem = 0 ] || tc qdisc del dev lo root",
+        f"[ $netem = 1 ] || echo {_sh_quote(NO_NETEM_LINE)} >&2",
+    ]
+
+
+def _sh_quote(s: str) -> str:
+    assert "'" not in s
+    return f"'{s}'"
+
+
 def host_plan(topology: Topology, host: Host) -> HostPlan:
     if len(topology.links) > MAX_LINKS:
         raise TopologyError(f"{len(topology.links)} links: the compose generator supports at most {MAX_LINKS}")
     index_of = {link.key: i for i, link in enumerate(topology.links)}
     addresses: dict[str, str] = {}
-    commands = ["set -e", f"ip addr add {host.address}/32 dev lo"]
+    commands = ["set -e", *_netem_probe(), f"ip addr replace {host.address}/32 dev lo"]
     for i, link in enumerate(topology.links):
         if host.name not in (link.a, link.b):
             continue
@@ -90,7 +145,9 @@ def host_plan(topology: Topology, host: Host) -> HostPlan:
         dev = f"$dev{i}"
         commands.append(f"dev{i}=$(ip -o -4 addr show to {addr}/32 | awk '{{print $2}}')")
         commands.append(f"ip link set {dev} mtu {topology.mtu}")
-        commands.extend(shaping_commands(dev, link, topology.mtu))
+        for line in shaping_commands(dev, link, topology.mtu):
+            # without netem: tbf alone (rate-only); a link with no rate is then not shaped at all
+            commands.append(f"[ $netem = 0 ] || {line}" if " netem " in line else line)
     for other in topology.hosts:
         if other is host:
             continue
@@ -98,6 +155,13 @@ def host_plan(topology: Topology, host: Host) -> HostPlan:
         i = index_of[frozenset((host.name, nxt))]
         via = link_address(i, "a" if topology.links[i].a == nxt else "b")
         commands.append(f"ip route replace {other.address}/32 via {via} src {host.address}")
+    depots = [f'here = "{host.name}"']
+    for other in topology.hosts:
+        if other is not host:
+            depots += [f"[depots.{other.name}]", f'url = "http://{other.address}:{DEPOT_PORT}"']
+    commands.append(f"mkdir -p {os.path.dirname(DEPOTS_FILE)}")
+    commands.append("printf '%s\\n' " + " ".join(_sh_quote(line) for line in depots) + f" > {DEPOTS_FILE}")
+    commands.append(f"echo {_sh_quote(READY_LINE)} >&2")
     commands.append('exec "$@"')
     rcvbuf = receive_buffer_bytes(host.window_bytes, topology.mtu)
     wmax = max(2 * host.window_bytes, 65536)
@@ -124,37 +188,38 @@ def _q_shell(s: str) -> str:
     return json.dumps(s.replace("$", "$$"))
 
 
-def compose_yaml(topology: Topology, context: str, dockerfile_path: str, command: list[str] | None = None) -> str:
-    """docker-compose.yml for the topology. `context` is the build context relative to the compose file (the
-    repository root), `dockerfile_path` the Dockerfile relative to the context."""
-    command = command or ["sleep", "infinity"]
+def compose_yaml(topology: Topology, command: list[str] | None = None, image: str = IMAGE) -> str:
+    """docker-compose.yml for the topology. `command` replaces every service's default (an lnet depot)."""
+    project = project_name(topology)
     out = [
         f"# Generated by `lnet-testbed compose` from the topology {topology.name!r}; regenerate, do not edit.",
-        "# Needs a kernel with netem (sch_netem) on the docker host. Run: docker compose up -d --build",
-        f"name: {_q('lnet-' + topology.name)}",
+        f"# Image: `lnet-testbed image` builds {image} (no registry needed). Up and down:",
+        f"#   lnet-testbed compose deploy/topologies/{topology.name}.toml --up / --down",
+        f"#   or docker-compose -p {project} -f THIS_FILE up -d / down (docker compose ... where it is installed)",
+        "# Where the kernel has no netem, each service says so in one line on its log and runs rate-only (tbf).",
+        "# No top-level `name:` (Debian's docker-compose 1.29 refuses it): the project name is given with -p.",
         "services:",
     ]
     for host in topology.hosts:
         plan = host_plan(topology, host)
         out += [
             f"  {host.name}:",
-            "    build:",
-            f"      context: {_q(context)}",
-            f"      dockerfile: {_q(dockerfile_path)}",
-            f"    image: {_q('lnet-testbed:' + topology.name)}",
+            f"    image: {_q(image)}",
+            f"    container_name: {_q(container_name(topology, host.name))}",
             f"    hostname: {_q(host.name)}",
             "    cap_add:",
             '      - "NET_ADMIN"',
             "    sysctls:",
         ]
         out += [f"      {k}: {_q(v)}" for k, v in plan.sysctls.items()]
+        out += ["    environment:", f"      LNET_DEPOTS: {_q(DEPOTS_FILE)}"]
         out.append("    networks:")
         for net, addr in plan.link_addresses.items():
             out += [f"      {net}:", f"        ipv4_address: {_q(addr)}"]
         out += ["    entrypoint:", '      - "sh"', '      - "-c"', f"      - {_q_shell('; '.join(plan.commands))}",
                 '      - "lnet-testbed-start"']
         out.append("    command:")
-        out += [f"      - {_q_shell(word)}" for word in command]
+        out += [f"      - {_q_shell(word)}" for word in (command or depot_command(host))]
     out.append("networks:")
     for i, link in enumerate(topology.links):
         out += [
@@ -170,45 +235,11 @@ def compose_yaml(topology: Topology, context: str, dockerfile_path: str, command
     return "\n".join(out) + "\n"
 
 
-def dockerfile() -> str:
-    return "\n".join(
-        [
-            "# The lnet image for compose testbeds: lnet installed from the repository, plus iproute2 for tc and ip.",
-            "FROM python:3.11-slim",
-            "RUN apt-get update \\",
-            " && apt-get install -y --no-install-recommends iproute2 \\",
-            " && rm -rf /var/lib/apt/lists/*",
-            "WORKDIR /src/lnet",
-            "COPY . .",
-            "RUN pip install --no-cache-dir .",
-            'CMD ["sleep", "infinity"]',
-            "",
-        ]
-    )
-
-
-def dockerignore() -> str:
-    """Dockerfile.dockerignore (BuildKit reads it next to the Dockerfile): keep the build context small."""
-    return "\n".join([".git", ".venv", "**/__pycache__", "**/.mypy_cache", ".ruff_cache", ".pytest_cache",
-                      ".hypothesis", "bench/results", ""])
-
-
-def repository_root() -> Path | None:
-    """The repository this package is installed from (editable installs), if it is one."""
-    root = Path(__file__).resolve().parents[2]
-    return root if (root / "pyproject.toml").exists() and (root / "deploy").is_dir() else None
-
-
-def write_compose(topology: Topology, out_dir: str | os.PathLike[str], context: str | os.PathLike[str] | None = None,
-                  command: list[str] | None = None) -> list[Path]:
-    """Write docker-compose.yml, Dockerfile and Dockerfile.dockerignore into `out_dir`; returns the files."""
+def write_compose(topology: Topology, out_dir: str | os.PathLike[str], command: list[str] | None = None,
+                  image: str = IMAGE) -> list[Path]:
+    """Write docker-compose.yml into `out_dir`; returns the files written."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    ctx = Path(context) if context is not None else (repository_root() or out)
-    rel_ctx = os.path.relpath(ctx.resolve(), out.resolve())
-    rel_dockerfile = os.path.relpath((out / "Dockerfile").resolve(), ctx.resolve())
-    files = [out / "docker-compose.yml", out / "Dockerfile", out / "Dockerfile.dockerignore"]
-    files[0].write_text(compose_yaml(topology, rel_ctx, rel_dockerfile, command))
-    files[1].write_text(dockerfile())
-    files[2].write_text(dockerignore())
-    return files
+    path = out / "docker-compose.yml"
+    path.write_text(compose_yaml(topology, command, image))
+    return [path]

@@ -378,6 +378,42 @@ async def test_a_depot_killed_on_one_route_leaves_the_other_carrying_on(
     assert drops[0].paths == (VIA_B,)
 
 
+class DeafScheduler(ScriptedScheduler):
+    """Hears of a depot's failure but never acts on it, as when the transfer ends before the next tick."""
+
+    def measure(self, event: object) -> None:
+        self.events.append(event)
+
+
+async def test_the_final_set_leaves_out_a_depot_that_died_before_any_tick_acted_on_it(
+    tmp_path: Path, autojump_clock: trio.abc.Clock
+) -> None:
+    network = two_routes()
+    path, data = make_file(tmp_path, 30 * MiB)
+    async with depots(network, ["a", "b", "dst"], tmp_path) as clients:
+        scheduler = DeafScheduler([VIA_A, VIA_B], (10 * MiB, 5 * MiB), TWO_ROUTES)
+        delivered = trio.Event()
+
+        def watch(event: RelayEvent) -> None:
+            if isinstance(event, BlockDelivered) and event.index >= 5:
+                delivered.set()
+
+        relay = Relay(path, "here", "dst", clients, scheduler=scheduler,  # type: ignore[arg-type]
+                      config=RelayConfig(block_size=MiB), offload=inline, on_event=watch)
+
+        async def kill_a() -> None:
+            await delivered.wait()
+            network.dead.add("a")
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(kill_a)
+            result = await relay.run()
+        assert await fetch(clients, result) == data
+    assert "a" in relay.dead
+    assert relay.paths == (VIA_A, VIA_B)  # the scheduler never dropped it
+    assert result.final_paths == (VIA_B,)  # but the summary does not report a dead route as in use
+
+
 async def test_a_path_dropped_from_the_set_takes_no_more_blocks(
     tmp_path: Path, autojump_clock: trio.abc.Clock
 ) -> None:

@@ -2,16 +2,22 @@
 
 from __future__ import annotations
 
+import os
+from types import SimpleNamespace
+from typing import Any
+
+import h11
 from h11._receivebuffer import ReceiveBuffer
 from hypothesis import given
 from hypothesis import strategies as st
 
 from lnet.depot import h11_receive
-from lnet.depot.h11_receive import _original_extract, _original_maybe_extract_at_most
+from lnet.depot.h11_receive import _original_extract, _original_iadd, _original_maybe_extract_at_most
 
 operations = st.lists(
     st.one_of(
         st.tuples(st.just("add"), st.binary(max_size=64).map(lambda b: b.replace(b"x", b"\r\n"))),
+        st.tuples(st.just("add"), st.binary(max_size=64).map(lambda b: bytearray(b.replace(b"y", b"\n\n")))),
         st.tuples(st.just("at_most"), st.integers(min_value=0, max_value=80)),
         st.tuples(st.just("line"), st.none()),
         st.tuples(st.just("lines"), st.none()),
@@ -24,14 +30,15 @@ def run(ops: list[tuple[str, object]], *, fast: bool) -> list[object]:
     buffer = ReceiveBuffer()
     extract = h11_receive._extract if fast else _original_extract
     at_most = h11_receive._maybe_extract_at_most if fast else _original_maybe_extract_at_most
+    iadd = h11_receive._iadd if fast else _original_iadd
     seen: list[object] = []
     saved = ReceiveBuffer._extract
     ReceiveBuffer._extract = extract  # type: ignore[method-assign]
     try:
         for name, arg in ops:
             if name == "add":
-                assert isinstance(arg, bytes)
-                buffer += arg
+                assert isinstance(arg, bytes | bytearray)
+                iadd(buffer, arg)
             elif name == "at_most":
                 assert isinstance(arg, int)
                 out = at_most(buffer, arg)
@@ -66,3 +73,34 @@ def test_a_whole_extract_hands_out_the_buffer_without_copying() -> None:
     out = h11_receive._maybe_extract_at_most(buffer, 5000)
     assert out is inner
     assert len(buffer) == 0
+
+
+def test_received_bytes_that_all_go_are_handed_out_as_they_came() -> None:
+    buffer = ReceiveBuffer()
+    received = bytes(range(256)) * 64
+    h11_receive._iadd(buffer, received)
+    assert h11_receive._maybe_extract_at_most(buffer, len(received) + 1) is received  # no copy at all
+    assert len(buffer) == 0
+
+
+async def test_httpcore_writes_a_body_view_as_it_is_and_the_same_bytes() -> None:
+    class Stream:
+        def __init__(self) -> None:
+            self.written: list[Any] = []
+
+        async def write(self, data: Any, timeout: float | None = None) -> None:  # noqa: ASYNC109
+            self.written.append(data)
+
+    body = memoryview(bytearray(os.urandom(200_000)))
+    events = [
+        h11.Request(method="PUT", target="/v1/data/x", headers=[("Host", "d"), ("Content-Length", str(len(body)))]),
+        h11.Data(data=body),
+        h11.EndOfMessage(),
+    ]
+    fast = SimpleNamespace(_h11_state=h11.Connection(h11.CLIENT), _network_stream=Stream())
+    for event in events:
+        await h11_receive._send_event(fast, event)
+    assert any(piece is body for piece in fast._network_stream.written)  # not copied
+    plain = h11.Connection(h11.CLIENT)
+    expected = b"".join(plain.send(event) or b"" for event in events)
+    assert b"".join(bytes(piece) for piece in fast._network_stream.written) == expected

@@ -1,0 +1,463 @@
+"""Multipath on the testbed (issue 12): does one transfer striped over several disjoint chains move at close to
+the sum of their rates, and does it lose nothing where every chain shares one bottleneck?
+
+    flock /tmp/lnet-testbed.lock .venv/bin/python bench/multipath.py [--topologies two,three,shared]
+        [--max-paths 2,3] [--size SIZE] [--runs 3] [--max-inflight 2|default] [--block-size 1MiB] [--out DIR]
+        [--quick] [--list]
+
+Needs root (the testbed) and an lnet-send with --max-paths. Three fixed topologies (deploy/topologies/):
+  two     multipath2.toml: two physically disjoint routes of similar rate (direct 16, through a 20 Mbit/s)
+  three   multipath3.toml: three disjoint routes of different rates (direct 10, through m 16, the detour through
+          d1 and d2 22 Mbit/s)
+  shared  multipath-shared.toml: a dumbbell; every route (direct, through a, through b) crosses one 20 Mbit/s
+          link, and any one of them alone fills it
+For each topology, --runs repetitions of, each on freshly started depots:
+  1. every designed route pinned alone (lnet-send --path, --cold): its rate;
+  2. a cold start (--cold, a fresh memory file, --max-paths the largest asked for), which leaves the memory every
+     later run of the repetition starts from;
+  3. warm runs, each on freshly started depots (no weather of earlier runs) from a copy of that memory:
+     --max-paths 1 (today's single path), --max-paths N for each N of --max-paths (up to the topology's number of
+     routes), and for each N the like-for-like control, --max-paths 1 with N times the blocks in flight per hop
+     (N x --max-inflight; N x 16, lnet-send's cap, with --max-inflight default): the total a transfer over N
+     paths may keep in flight. A gain over --max-paths 1 that the control shows too comes from more
+     connections, not from more paths.
+Mbit/s is the size over lnet-send's own seconds (--json); medians over the repetitions. Figures and targets:
+  multi/sum    the largest N's rate over the sum of the routes' pinned rates, >= 0.85 (disjoint topologies);
+  multi/single the largest N's rate over --max-paths 1, >= 1.4 where two routes of similar rate exist (the
+               second widest by design at least SIMILAR of the widest: `two`, `three`);
+  worst/single the lowest of every N's rate over --max-paths 1, >= 0.95 where every route shares a bottleneck;
+  multi/control the largest N's rate over its control (no target: read it beside multi/single).
+The default size makes a run last about RUN_SECONDS at the rate multipath should reach (the routes' sum, or the
+bottleneck), as bench/pathchoice.py sizes its runs (1 MiB blocks, 16 to 512 of them). A full default run takes
+about 100 minutes on the 2-core machine (the estimate is printed first: 98); --quick (8-block transfers, one run)
+is a smoke test of the harness, too short for a path to join. Progress one line per transfer; at the end a table
+and one JSON line; every summary, report, manifest and the whole result (multipath.json) are written into --out.
+Every testbed is brought down however the benchmark ends (an error, Ctrl-C, SIGTERM).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import trio
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import pathchoice as pc  # noqa: E402  (bench/pathchoice.py: the depots, lnet-send on a host, payloads, medians)
+
+from lnet.depot.units import format_size, parse_size  # noqa: E402
+from lnet.testbed import Testbed  # noqa: E402
+from lnet.testbed.topology import Topology  # noqa: E402
+
+REPO = pc.REPO
+TOPOLOGIES = REPO / "deploy" / "topologies"
+RUN_SECONDS = pc.RUN_SECONDS
+RUN_BLOCKS = pc.RUN_BLOCKS
+QUICK_RUN_BLOCKS = pc.QUICK_RUN_BLOCKS
+LNET_SEND_MAX_INFLIGHT = 16  # lnet-send's default --max-inflight: the cap of its own in-flight rule
+SIMILAR = 0.7  # routes are "of similar rate" when the second widest is at least this fraction of the widest
+TARGETS = {"multi_over_sum": 0.85, "multi_over_single": 1.4, "worst_over_single": 0.95}
+
+
+@dataclass(frozen=True)
+class MultiCase:
+    """One topology: its file, the transfer's ends, and the routes it was designed with (overlay paths)."""
+
+    name: str
+    tests: str
+    file: str
+    source: str
+    dest: str
+    routes: tuple[tuple[str, ...], ...]
+    disjoint: bool  # False: every route crosses one bottleneck
+    routers: tuple[str, ...] = ()
+
+    @property
+    def toml(self) -> str:
+        return (TOPOLOGIES / self.file).read_text()
+
+    @property
+    def topology(self) -> Topology:
+        return Topology.parse(self.toml, default_name=self.name)
+
+    @property
+    def depots(self) -> list[str]:
+        return [h for h in self.topology.host_names if h != self.source and h not in self.routers]
+
+    def route_mbps(self, route: Sequence[str], inflight: int) -> float:
+        """What the topology's numbers predict for a route pinned alone: its narrowest overlay edge."""
+        topology = self.topology
+        return min(pc.design_mbps(topology, u, v, inflight) for u, v in zip(route, route[1:], strict=False))
+
+    def design(self, inflight: int) -> dict[str, float]:
+        """The routes' design rates (widest first), and what multipath should reach: their sum where they are
+        disjoint, the bottleneck (the widest route alone) where they share it."""
+        rates = sorted((self.route_mbps(r, inflight) for r in self.routes), reverse=True)
+        return {"widest": rates[0], "second": rates[1] if len(rates) > 1 else 0.0,
+                "multi": sum(rates) if self.disjoint else rates[0]}
+
+    @property
+    def similar(self) -> bool:
+        rates = self.design(2)
+        return self.disjoint and rates["second"] >= SIMILAR * rates["widest"]
+
+    def max_paths(self, asked: Sequence[int]) -> list[int]:
+        """The --max-paths values this topology runs: those asked for, at most its number of routes."""
+        return [n for n in asked if n <= len(self.routes)]
+
+
+CASES: dict[str, MultiCase] = {
+    "two": MultiCase("two", "two physically disjoint routes of similar rate", "multipath2.toml", "src", "dst",
+                     (("src", "a", "dst"), ("src", "dst")), disjoint=True),
+    "three": MultiCase("three", "three physically disjoint routes of different rates", "multipath3.toml", "src",
+                       "dst", (("src", "d1", "d2", "dst"), ("src", "m", "dst"), ("src", "dst")), disjoint=True),
+    "shared": MultiCase("shared", "every route shares one bottleneck (multipath must not lose)",
+                        "multipath-shared.toml", "src", "dst",
+                        (("src", "dst"), ("src", "a", "dst"), ("src", "b", "dst")), disjoint=False,
+                        routers=("left", "right")),
+}
+
+
+def short(route: Sequence[str]) -> str:
+    """A route by its depots on the way ("direct" for none)."""
+    inner = list(route[1:-1])
+    return ",".join(inner) if inner else "direct"
+
+
+# -- figures (pure) ------------------------------------------------------------------------------------------
+
+
+def path_shares(summary: dict[str, Any]) -> dict[str, int]:
+    """Bytes each path carried, by lnet-send's --json summary: its per-path figures where it has them
+    (``path_shares``: one entry per path with ``path`` and ``bytes``), else the bytes delivered while each path was
+    the current one (``path_attempts``, as before multipath). Keys are short names (see ``short``)."""
+    shares: dict[str, int] = {}
+    entries = summary.get("path_shares") or summary.get("path_attempts") or []
+    for entry in entries:
+        key = short(entry["path"])
+        shares[key] = shares.get(key, 0) + int(entry.get("bytes", 0))
+    return shares
+
+
+def figures_of(case: MultiCase, result: dict[str, Any]) -> dict[str, Any]:
+    """The per-topology figures and targets from a case's runs (pure)."""
+    runs = [r for r in result["runs"] if r["ok"]]
+
+    def of(kind: str) -> float | None:
+        return pc.median([r["mbps"] for r in runs if r["kind"] == kind])
+
+    routes = {short(route): of(f"route:{short(route)}") for route in case.routes}
+    known = [v for v in routes.values() if v is not None]
+    total = sum(known) if len(known) == len(routes) and case.disjoint else None  # shared routes do not add
+    single = of("mp1")
+    multi = {int(k[2:]): of(k) for k in sorted({r["kind"] for r in result["runs"]}) if k.startswith("mp")}
+    multi.pop(1, None)
+    control = {int(k[4:]): of(k) for k in sorted({r["kind"] for r in result["runs"]}) if k.startswith("ctrl")}
+    largest = max(multi) if multi else None
+    best = multi.get(largest) if largest is not None else None
+    ratios = [pc.ratio(m, single) for m in multi.values()]
+    figures: dict[str, Any] = {
+        "route_mbps": routes, "sum_routes_mbps": total, "best_route_mbps": max(known) if known else None,
+        "mp1_mbps": single, "mp_mbps": {str(n): m for n, m in multi.items()},
+        "control_mbps": {str(n): c for n, c in control.items()}, "cold_mbps": of("cold"), "multi_paths": largest,
+        "multi_over_sum": pc.ratio(best, total) if case.disjoint else None,
+        "multi_over_single": pc.ratio(best, single),
+        "worst_over_single": None if not ratios or None in ratios else min(r for r in ratios if r is not None),
+        "multi_over_control": pc.ratio(best, control.get(largest)) if largest is not None else None,
+    }
+    applies = {"multi_over_sum": case.disjoint, "multi_over_single": case.similar,
+               "worst_over_single": not case.disjoint}
+    checks: dict[str, bool | None] = {}
+    for key, target in TARGETS.items():
+        if applies[key]:
+            value = figures[key]
+            checks[key] = None if value is None else value >= target
+    figures["targets"] = checks
+    return figures
+
+
+# -- running it ----------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The warm runs of one repetition: (kind, extra lnet-send arguments)."""
+
+    settings: pc.Settings
+    max_paths: tuple[int, ...]
+
+    def warm_runs(self, case: MultiCase) -> list[tuple[str, list[str]]]:
+        per_hop = self.settings.inflight or LNET_SEND_MAX_INFLIGHT
+        runs = [("mp1", ["--max-paths", "1"])]
+        for n in case.max_paths(self.max_paths):
+            runs.append((f"mp{n}", ["--max-paths", str(n)]))
+            runs.append((f"ctrl{n}", ["--max-paths", "1", "--max-inflight", str(n * per_hop)]))
+        return runs
+
+    def cold_run(self, case: MultiCase) -> list[str]:
+        return ["--cold", "--max-paths", str(max(case.max_paths(self.max_paths), default=1))]
+
+
+def transfer_size(case: MultiCase, settings: pc.Settings) -> int:
+    if settings.size is not None:
+        return settings.size
+    if settings.quick:
+        return QUICK_RUN_BLOCKS * settings.block_bytes
+    return settings.blocks(case.design(settings.design_inflight)["multi"], RUN_SECONDS, RUN_BLOCKS) * \
+        settings.block_bytes
+
+
+async def run_case(case: MultiCase, plan: Plan, out_root: Path, payloads: pc.Payloads,
+                   say: Callable[[str], None]) -> dict[str, Any]:
+    out = out_root / case.name
+    shutil.rmtree(out, ignore_errors=True)
+    out.mkdir(parents=True)
+    (out / "topology.toml").write_text(case.toml)
+    settings = plan.settings
+    size = transfer_size(case, settings)
+    result: dict[str, Any] = {"topology": case.name, "tests": case.tests, "file": case.file, "size": size,
+                              "routes": [list(r) for r in case.routes], "disjoint": case.disjoint,
+                              "similar": case.similar, "design": case.design(settings.design_inflight), "runs": []}
+    try:
+        await measure_case(case, plan, out, size, await payloads.get(size), result, say)
+    finally:  # the depots' buffers, whatever happened
+        for data in out.glob("depots-*"):
+            shutil.rmtree(data, ignore_errors=True)
+    result["figures"] = figures_of(case, result)
+    return result
+
+
+async def measure_case(case: MultiCase, plan: Plan, out: Path, size: int, payload: Path, result: dict[str, Any],
+                       say: Callable[[str], None]) -> None:
+    settings = plan.settings
+    timeout = pc.run_timeout(size, settings)
+    scratch = out / "scratch-edges.json"
+    say(f"  transfers of {format_size(size)}; routes by design: "
+        + "; ".join(f"{short(r)} {case.route_mbps(r, settings.design_inflight):.1f}" for r in case.routes))
+    async with Testbed(case.topology, name=f"mp-{case.name}") as tb, trio.open_nursery() as nursery:
+        fleet = pc.Fleet(tb, case.depots, out, nursery)
+
+        async def send(kind: str, rep: int, extra: list[str], memory: Path) -> None:
+            depots = fleet.depots_file(out / "depots.toml", case.source, case.depots)
+            record = await pc.lnet_send(tb, case.source, depots, payload, case.dest, extra,
+                                        out / f"rep{rep}-{kind.replace(':', '-')}", memory, settings, timeout)
+            record.update(kind=kind, rep=rep)
+            if record["ok"]:
+                record["shares"] = path_shares(record["summary"])
+            result["runs"].append(record)
+            if record["ok"]:
+                carried = ", ".join(f"{p} {b / size:.0%}" for p, b in record["shares"].items())
+                say(f"  rep {rep} {kind:<12} {record['mbps']:6.2f} Mbit/s in {record['seconds']:6.1f} s: {carried}")
+            else:
+                say(f"  rep {rep} {kind:<12} FAILED: {record['error'][:300]}")
+
+        for rep in range(1, settings.runs + 1):
+            await fleet.start()
+            for route in case.routes:
+                await send(f"route:{short(route)}", rep, ["--path", ",".join(route[1:]), "--cold"], scratch)
+            learnt = out / f"rep{rep}-edges.json"
+            learnt.unlink(missing_ok=True)
+            await send("cold", rep, plan.cold_run(case), learnt)
+            for kind, extra in plan.warm_runs(case):
+                await fleet.start()  # no weather from the runs before: every warm run knows what the cold one left
+                memory = out / f"rep{rep}-{kind}-edges.json"
+                if learnt.exists():
+                    shutil.copyfile(learnt, memory)
+                await send(kind, rep, extra, memory)
+        await fleet.stop()
+        result["emulator"] = {k: v for k, v in (await tb.status()).items() if k not in ("hosts", "links")}
+        nursery.cancel_scope.cancel()
+
+
+def estimate_seconds(cases: Sequence[MultiCase], plan: Plan) -> float:
+    """A rough duration: depots' start-ups and each transfer at the rate the design predicts."""
+    settings = plan.settings
+    total = 0.0
+    for case in cases:
+        bits = transfer_size(case, settings) * 8 / 1e6
+        design = case.design(settings.design_inflight)
+        widest, multi = design["widest"], design["multi"]
+        starts = 2 + len(plan.warm_runs(case))
+        per_rep = sum(bits / case.route_mbps(r, settings.design_inflight) + 5 for r in case.routes)
+        per_rep += bits / widest * 1.5 + 5  # the cold start: part of it on a narrow path
+        for kind, _ in plan.warm_runs(case):
+            per_rep += bits / (multi if kind.startswith("mp") and kind != "mp1" else widest) + 5
+        total += settings.runs * (per_rep + starts * 2.0 * len(case.depots)) + 10
+    return total
+
+
+# -- the report ----------------------------------------------------------------------------------------------
+
+
+def fmt(value: float | None, spec: str = ".2f") -> str:
+    return pc.fmt(value, spec)
+
+
+def print_table(results: Sequence[dict[str, Any]], plan: Plan) -> None:
+    settings = plan.settings
+    inflight = f"{settings.inflight} in flight per hop" if settings.inflight else "lnet-send's own in-flight rule"
+    print()
+    print(f"multipath on the testbed: {settings.block} blocks, {inflight}, {settings.runs} run(s) of each (medians); "
+          "Mbit/s is size over lnet-send's seconds")
+    columns = sorted({int(n) for r in results for n in r["figures"]["mp_mbps"]})
+    head = (f"{'topology':<8} {'size':>8}  {'routes pinned alone':<34} {'sum':>6} {'cold':>6} {'mp1':>6} "
+            + "".join(f"{'mp' + str(n):>7}{'ctrl' + str(n):>7}" for n in columns)
+            + f"  {'multi/sum':<13} {'multi/single':<13} {'worst/single':<13} {'multi/ctrl':>10}")
+    print(head)
+    print(f"{'targets':<8} {'':>8}  {'':<34} {'':>6} {'':>6} {'':>6} " + "".join(f"{'':>7}{'':>7}" for _ in columns)
+          + f"  {'>= 0.85 (a)':<13} {'>= 1.4 (b)':<13} {'>= 0.95 (c)':<13} {'':>10}")
+    for result in results:
+        f = result["figures"]
+
+        def cell(key: str, f: dict[str, Any] = f) -> str:
+            text = fmt(f[key], ".3f")  # three places: 1.396 against a target of 1.4 must not print as 1.40
+            return f"{text} {pc.mark(f['targets'][key])}" if key in f["targets"] else text
+
+        routes = " ".join(f"{name} {fmt(mbps, '.1f')}" for name, mbps in f["route_mbps"].items())
+        print(f"{result['topology']:<8} {format_size(result['size']):>8}  {routes[:34]:<34} "
+              f"{fmt(f['sum_routes_mbps'], '.1f'):>6} {fmt(f['cold_mbps'], '.1f'):>6} {fmt(f['mp1_mbps'], '.1f'):>6} "
+              + "".join(f"{fmt(f['mp_mbps'].get(str(n)), '.1f'):>7}{fmt(f['control_mbps'].get(str(n)), '.1f'):>7}"
+                        for n in columns)
+              + f"  {cell('multi_over_sum'):<13} {cell('multi_over_single'):<13} {cell('worst_over_single'):<13} "
+              f"{fmt(f['multi_over_control'], '.3f'):>10}")
+    print("(a) disjoint routes: the most paths run over the sum of the routes pinned alone; (b) where two routes"
+          f" of similar rate exist (second >= {SIMILAR:g} x widest by design): over --max-paths 1; (c) where every"
+          " route shares a bottleneck: every --max-paths over --max-paths 1. ctrlN: --max-paths 1 with N times the"
+          " blocks in flight.")
+    checks = [c for r in results for c in r["figures"]["targets"].values()]
+    print(f"targets: {checks.count(True)} met, {checks.count(False)} missed, {checks.count(None)} not measured")
+
+
+# -- the command line ----------------------------------------------------------------------------------------
+
+
+def parse_max_paths(text: str) -> tuple[int, ...]:
+    try:
+        values = tuple(sorted({int(part) for part in text.split(",") if part.strip()}))
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"--max-paths: integers separated by commas, got {text!r}") from exc
+    if not values or values[0] < 2:
+        raise argparse.ArgumentTypeError("--max-paths: values of at least 2 (--max-paths 1 is always run)")
+    return values
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--topologies", default=",".join(CASES), help=f"comma-separated, of {', '.join(CASES)}")
+    parser.add_argument("--max-paths", type=parse_max_paths, default=(2, 3), metavar="N,...",
+                        help="the multipath runs' --max-paths values (default 2,3; each up to a topology's routes)")
+    parser.add_argument("--size", help="the file of every run (default: about 40 s at the rate multipath should "
+                                       "reach)")
+    parser.add_argument("--runs", type=int, default=3, help="repetitions (default 3)")
+    parser.add_argument("--max-inflight", type=pc.parse_inflight, default=2, metavar="N|default",
+                        help="blocks in flight per hop (default 2, the seed's setting); 'default': lnet-send's rule")
+    parser.add_argument("--block-size", default="1MiB")
+    parser.add_argument("--out", type=Path, default=Path(tempfile.gettempdir()) / "lnet-bench-multipath")
+    parser.add_argument("--quick", action="store_true", help="a smoke test of the harness: 8-block transfers, one "
+                                                             "run")
+    parser.add_argument("--list", action="store_true", help="print the topologies and their design figures")
+    args = parser.parse_args(argv)
+    if args.runs < 1:
+        parser.error("--runs must be at least 1")
+    unknown = [name for name in args.topologies.split(",") if name not in CASES]
+    if unknown:
+        parser.error(f"unknown topologies: {', '.join(unknown)} (choose from {', '.join(CASES)})")
+    try:
+        parse_size(args.block_size)
+        if args.size is not None:
+            parse_size(args.size)
+    except ValueError as exc:
+        parser.error(str(exc))
+    return args
+
+
+def describe(case: MultiCase, plan: Plan) -> list[str]:
+    inflight = plan.settings.design_inflight
+    design = case.design(inflight)
+    lines = [f"== {case.name}: {case.tests} (deploy/topologies/{case.file})",
+             f"# routes by design at {inflight} in flight (Mbit/s): "
+             + ", ".join(f"{short(r)} {case.route_mbps(r, inflight):.1f}" for r in case.routes),
+             f"# multipath should reach {design['multi']:.1f} ({'the sum' if case.disjoint else 'the bottleneck'});"
+             f" similar routes: {case.similar}; runs: "
+             + ", ".join(kind for kind, _ in plan.warm_runs(case))]
+    return lines
+
+
+async def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    settings = pc.Settings(args.block_size, parse_size(args.block_size), args.max_inflight,
+                           1 if args.quick else args.runs, args.quick,
+                           parse_size(args.size) if args.size is not None else None)
+    plan = Plan(settings, args.max_paths)
+    cases = [CASES[name] for name in args.topologies.split(",")]
+    if args.list:
+        for case in cases:
+            print("\n".join(describe(case, plan)), end="\n\n")
+        return 0
+    if os.geteuid() != 0:
+        print("this benchmark needs root (network namespaces for the testbed)", file=sys.stderr)
+        return 1
+    args.out.mkdir(parents=True, exist_ok=True)
+
+    def say(text: str) -> None:
+        print(text, flush=True)
+
+    say(f"multipath: {', '.join(c.name for c in cases)}; --max-paths 1 and {','.join(map(str, args.max_paths))}; "
+        f"about {estimate_seconds(cases, plan) / 60:.0f} minutes; results in {args.out}")
+    started = time.monotonic()
+    results: list[dict[str, Any]] = []
+    payloads = pc.Payloads(args.out / "payloads")
+    async with trio.open_nursery() as nursery:
+        async def stop_on_signal(task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+            with trio.open_signal_receiver(signal.SIGTERM, signal.SIGHUP) as signals:
+                task_status.started()
+                async for signum in signals:
+                    raise pc.Stopped(signal.Signals(signum).name)
+
+        async def run() -> None:
+            try:
+                for case in cases:
+                    say(f"== {case.name}: {case.tests} (deploy/topologies/{case.file})")
+                    result = await run_case(case, plan, args.out, payloads, say)
+                    results.append(result)
+                    (args.out / case.name / "result.json").write_text(json.dumps(result, indent=1, default=str))
+            finally:
+                shutil.rmtree(args.out / "payloads", ignore_errors=True)
+            nursery.cancel_scope.cancel()
+
+        await nursery.start(stop_on_signal)
+        nursery.start_soon(run)
+    document = {"bench": "multipath", "args": {k: str(v) for k, v in vars(args).items()},
+                "minutes": (time.monotonic() - started) / 60, "topologies": results}
+    (args.out / "multipath.json").write_text(json.dumps(document, indent=1, default=str) + "\n")
+    print_table(results, plan)
+    print(f"\nsaved {args.out / 'multipath.json'} ({document['minutes']:.1f} minutes)")
+    line = {"bench": "multipath", "block": settings.block, "inflight": settings.inflight or "default",
+            "runs": settings.runs, "max_paths": list(args.max_paths),
+            "topologies": {r["topology"]: r["figures"] for r in results}}
+    print(json.dumps(line, default=str))
+    failed = sum(1 for r in results for run in r["runs"] if not run["ok"])
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    try:
+        code = trio.run(main)
+    except BaseException as exc:
+        name = pc.interrupted(exc)
+        if name is None:
+            raise
+        print(f"stopped ({name}): every testbed is down; the reports so far are in --out", file=sys.stderr)
+        code = 130
+    sys.exit(code)

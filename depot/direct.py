@@ -1,0 +1,229 @@
+"""Large write bodies received straight into the allocation, under hypercorn.
+
+Through hypercorn a body travels socket -> ``bytes`` -> h11's buffer -> an h11 event -> hypercorn's queue -> an
+ASGI message -> starlette -> the allocation: per received piece a dozen Python calls and two trips through the
+event loop, and the pieces are as small as the client's writes when the depot keeps up with it (curl writes
+64 KiB at a time). Here the body of a ``PUT /v1/data/...`` instead goes from the socket into the allocation with
+``recv_into``, as much as the kernel has per call, whatever size the client writes in.
+
+How: ``install()`` wraps hypercorn's ``H11Protocol._create_stream`` (the connection's reading task creates the
+request's stream and starts the application there). For a data PUT with a Content-Length of at least
+``MIN_BODY`` bytes, served by an application wrapped with ``serving``, it hands the application a ``DirectBody``
+(through a context variable, which the application's task inherits) and stops reading the connection until the
+application is done with it. The application either takes the body (``DirectBody.receive_into``: the bytes h11
+already holds, then ``recv_into`` until the Content-Length is in or the client stops, each wait bounded by
+hypercorn's ``read_timeout``; then h11 is told the body is complete) or leaves it, and hypercorn reads on as
+usual. ``serving`` releases the reading task whatever the application does, so a connection is never left
+waiting.
+
+It touches h11 and hypercorn internals (``Connection._reader``, ``_receive_buffer``, ``H11Protocol``), so it is
+installed only for the versions it was checked against; with others every body goes the usual way.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import logging
+import socket as _socket
+from collections.abc import Awaitable, Callable, MutableMapping
+from importlib.metadata import version
+from typing import Any
+
+import h11
+import trio
+from h11._readers import ContentLengthReader
+
+__all__ = ["CHECKED_HYPERCORN", "MIN_BODY", "DirectBody", "current", "install", "installed", "serving"]
+
+log = logging.getLogger("lnet.depot.direct")
+
+CHECKED_HYPERCORN = frozenset({"0.17.3", "0.18.0"})
+CHECKED_H11 = frozenset({"0.14.0", "0.15.0", "0.16.0"})
+MIN_BODY = 64 * 1024  # smaller bodies are not worth the hand-over
+LOW_WATER = 512 * 1024  # bytes waiting before the socket wakes the depot (SO_RCVLOWAT)
+SOL_SOCKET = _socket.SOL_SOCKET
+_SO_RCVLOWAT: int | None = getattr(_socket, "SO_RCVLOWAT", None)
+_DATA_PATH = b"/v1/data/"
+
+Scope = MutableMapping[str, Any]
+ASGIApp = Callable[[Scope, Any, Any], Awaitable[None]]
+
+bodies_taken = 0  # bodies received this way since the process started (the tests check the path was taken)
+
+_current: contextvars.ContextVar[DirectBody | None] = contextvars.ContextVar("lnet_direct_body", default=None)
+
+
+def current() -> DirectBody | None:
+    """The body this request's application task may take, if any (None in process, under ``ASGITransport``)."""
+    return _current.get()
+
+
+class DirectBody:
+    """One request's body, held back by hypercorn for the application to receive where it wants it."""
+
+    def __init__(self, protocol: Any, connection: h11.Connection, stream: Any, length: int) -> None:
+        self._protocol = protocol
+        self._connection = connection
+        self._stream = stream
+        self.length = length
+        self.taken = False
+        self._released = trio.Event()
+
+    def release(self) -> None:
+        """Let hypercorn read the connection again (idempotent)."""
+        self._released.set()
+
+    async def wait_released(self) -> None:
+        await self._released.wait()
+
+    async def receive_into(self, target: memoryview) -> int:
+        """Receive the body into ``target`` (exactly ``length`` bytes long); returns the bytes that arrived, fewer
+        than ``length`` when the client went away or stalled past ``read_timeout`` (the connection is then
+        closed after the answer). Call at most once."""
+        if self.taken or len(target) != self.length:
+            raise ValueError("receive_into: once, into exactly the body's length")
+        self.taken = True
+        global bodies_taken
+        bodies_taken += 1
+        reader = self._connection._reader
+        try:
+            if not isinstance(reader, ContentLengthReader) or reader._remaining != self.length:
+                raise RuntimeError("the body was read already")  # cannot happen while hypercorn waits
+            held = self._connection._receive_buffer.maybe_extract_at_most(self.length)
+            position = 0
+            if held:
+                position = len(held)
+                target[:position] = held
+            timeout = self._protocol.config.read_timeout or float("inf")
+            position = await _fill(self._stream, target, position, timeout)
+            reader._remaining = self.length - position
+            if position == self.length:
+                event = self._connection.next_event()  # the end of the body: h11's state moves on
+                if not isinstance(event, h11.EndOfMessage):
+                    raise RuntimeError(f"h11 saw {type(event).__name__} after the body")
+            return position
+        finally:
+            self.release()
+
+
+async def _fill(stream: Any, target: memoryview, position: int, wait_s: float) -> int:
+    """Receive into ``target[position:]`` until it is full, the peer stops, or a wait passes ``wait_s``; returns
+    the new position. On a plain socket the kernel copies straight into ``target``, and the socket signals
+    readable only once ``LOW_WATER`` bytes wait (SO_RCVLOWAT), so that a client writing small pieces costs one
+    trip through the event loop per ``LOW_WATER`` bytes, not per piece."""
+    socket = getattr(stream, "socket", None)  # a plain SocketStream; TLS streams have none
+    end = len(target)
+    lowered = 0
+    with trio.CancelScope() as scope:
+        try:
+            while position < end:
+                scope.deadline = trio.current_time() + wait_s  # each wait is bounded, not the whole body
+                if socket is not None:
+                    low_water = min(LOW_WATER, end - position)  # never more than is still to come
+                    if low_water != lowered and _SO_RCVLOWAT is not None:
+                        socket.setsockopt(SOL_SOCKET, _SO_RCVLOWAT, low_water)
+                        lowered = low_water
+                    got = await socket.recv_into(target[position:])
+                else:
+                    data = await stream.receive_some(end - position)
+                    got = len(data)
+                    target[position : position + got] = data
+                if got == 0:
+                    break
+                position += got
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
+            log.debug("direct body cut off after %d of %d bytes: %r", position, end, exc)
+        finally:
+            if lowered and socket is not None:
+                with contextlib.suppress(OSError):
+                    socket.setsockopt(SOL_SOCKET, _SO_RCVLOWAT, 1)
+    if scope.cancelled_caught:
+        log.debug("direct body stalled past %gs after %d of %d bytes", wait_s, position, end)
+    return position
+
+
+def serving(app: ASGIApp) -> ASGIApp:
+    """``app`` as hypercorn should run it: it may take data bodies, and whatever it does (answering, failing,
+    being cancelled) the connection's reading task goes on once it returns."""
+
+    async def direct_app(scope: Scope, receive: Any, send: Any) -> None:
+        try:
+            await app(scope, receive, send)
+        finally:
+            body = _current.get()
+            if body is not None:
+                body.release()
+
+    direct_app.lnet_direct = True  # type: ignore[attr-defined]
+    return direct_app
+
+
+def _offered(protocol: Any, request: h11.Request) -> DirectBody | None:
+    """A ``DirectBody`` for ``request`` if it is a large enough data PUT to an application that takes them."""
+    if request.method != b"PUT" or not request.target.startswith(_DATA_PATH):
+        return None
+    if not getattr(getattr(protocol.app, "app", None), "lnet_direct", False):
+        return None
+    connection = protocol.connection
+    if not isinstance(connection, h11.Connection):
+        return None
+    reader = connection._reader
+    if not isinstance(reader, ContentLengthReader) or reader._remaining < MIN_BODY:
+        return None
+    stream = _stream.get()
+    if stream is None:
+        return None
+    return DirectBody(protocol, connection, stream, reader._remaining)
+
+
+_stream: contextvars.ContextVar[Any] = contextvars.ContextVar("lnet_direct_stream", default=None)
+_installed = False
+
+
+def install() -> bool:
+    """Wrap hypercorn's h11 protocol and trio TCP server, if their versions were checked; returns whether."""
+    global _installed
+    if _installed:
+        return True
+    if version("hypercorn") not in CHECKED_HYPERCORN or version("h11") not in CHECKED_H11:
+        return False
+    from hypercorn.protocol.h11 import H11Protocol
+    from hypercorn.trio.tcp_server import TCPServer
+
+    original_read_data = TCPServer._read_data
+    original_create_stream = H11Protocol._create_stream
+
+    async def _read_data(self: Any) -> None:
+        _stream.set(self.stream)  # this connection's reading task: H11Protocol runs in it
+        await original_read_data(self)
+        # Reading stopped (end of stream, or read_timeout on an idle keep-alive connection): without this the
+        # keep-alive timer holds the connection open, unread, and a client that reuses it waits for an answer
+        # until its own timeout.
+        await self.idle_task.stop()
+
+    async def _create_stream(self: Any, request: h11.Request) -> None:
+        body = _offered(self, request)
+        token = _current.set(body)
+        try:
+            await original_create_stream(self, request)
+        finally:
+            _current.reset(token)
+        if body is None:
+            return
+        if getattr(self.stream, "app_put", None) is None:  # no application was started (a bad Host)
+            return
+        if self.connection.they_are_waiting_for_100_continue:  # the client waits for it before the body
+            await self._send_h11_event(
+                h11.InformationalResponse(status_code=100, headers=self.config.response_headers("h11"))
+            )
+        await body.wait_released()
+
+    TCPServer._read_data = _read_data  # type: ignore[method-assign]
+    H11Protocol._create_stream = _create_stream  # type: ignore[method-assign]
+    _installed = True
+    return True
+
+
+def installed() -> bool:
+    return _installed
