@@ -13,9 +13,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-import trio
-from rich.console import Console
-
 from lnet.client.commands import depots
 from lnet.client.commands.output import parse_arguments
 from lnet.client.exits import EXIT_CODES_HELP, ExitCode
@@ -47,6 +44,8 @@ def _report_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _report(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
     out = Console(highlight=False)
     err = Console(stderr=True, highlight=False)
     try:
@@ -129,6 +128,8 @@ def _demo(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"lnet demo: {exc}", file=sys.stderr)
         return ExitCode.USAGE
+    import trio
+
     from lnet.testbed import TestbedError
     from lnet.testbed.demo import run_demo
 

@@ -61,7 +61,7 @@ def test_importing_every_client_module_loads_no_server_and_patches_nothing() -> 
     assert result["patched"] is False  # h11 is loaded, but left as it is until a client starts
 
 
-@pytest.mark.parametrize("command", ["get", "send"])
+@pytest.mark.parametrize("command", ["get", "send", "cli"])
 def test_a_command_module_loads_nothing_heavy_before_it_parses(command: str) -> None:
     modules = loaded_after(f"import lnet.client.commands.{command}")["modules"]
     assert isinstance(modules, list)
