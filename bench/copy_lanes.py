@@ -34,7 +34,7 @@ PORT = 6714
 # Runs on src: allocates, writes the blocks once, then copies them depot -> dst both ways, three rounds each.
 HELPER = r"""
 import json, os, statistics, sys, time, trio
-from lnet.client.depot_client import DepotClient
+from lnet.client.wire.depot_client import DepotClient
 depot_url, dst_url, block, count, width = sys.argv[1], sys.argv[2], *map(int, sys.argv[3:6])
 
 async def copies(u, v, sources, outstanding, lane):

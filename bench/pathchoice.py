@@ -62,7 +62,7 @@ import trio
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from lnet.client.report import TimelinePoint, first_reaching, short_path  # noqa: E402
+from lnet.client.formats.report import TimelinePoint, first_reaching, short_path  # noqa: E402
 from lnet.depot.units import format_size, parse_size  # noqa: E402
 from lnet.testbed import Testbed  # noqa: E402
 from lnet.testbed.topology import Topology  # noqa: E402

@@ -43,7 +43,7 @@ PY = sys.executable
 # Runs inside a host's namespace: direct PUT streams (a, e) and one edge's copies (f), through DepotClient.
 HELPER = r"""
 import sys, time, json, os, trio
-from lnet.client.depot_client import DepotClient
+from lnet.client.wire.depot_client import DepotClient
 mode, args = sys.argv[1], sys.argv[2:]
 async def streams(url, path, n):
     data = open(path, "rb").read()

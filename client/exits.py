@@ -2,13 +2,14 @@
 
 A script can tell "try again later" (``UNREACHABLE``) from "the data is wrong" (``INTEGRITY``) from "you typed it
 wrong" (``USAGE``) without reading messages. ``EXIT_CODES_HELP`` is the table every CLI puts in its ``--help``.
+The libraries' errors carry these codes, so this module sits below every layer and imports nothing.
 """
 
 from __future__ import annotations
 
 from enum import IntEnum
 
-__all__ = ["EXIT_CODES_HELP", "ExitCode"]
+__all__ = ["EXIT_CODES_HELP", "ExitCode", "Failure", "is_interrupt"]
 
 
 class ExitCode(IntEnum):
@@ -36,3 +37,17 @@ exit status:
   3    unreachable: a depot could not be reached or stalled past --timeout
   4    integrity: a block or the whole file does not match its hash
   130  interrupted (Ctrl-C); run the same command again to resume"""
+
+
+def is_interrupt(exc: BaseException) -> bool:
+    """Ctrl-C: ``KeyboardInterrupt`` out of ``trio.run``, bare or in the group a nursery wraps it in."""
+    if isinstance(exc, KeyboardInterrupt):
+        return True
+    return isinstance(exc, BaseExceptionGroup) and exc.subgroup(KeyboardInterrupt) is not None
+
+
+class Failure(Exception):
+    """An error that says which exit status it means (``exit_code``): what the libraries raise for a command to
+    report as it is."""
+
+    exit_code: ExitCode = ExitCode.FAILED

@@ -4,7 +4,8 @@
 hypercorn; ``DepotConfig`` is its configuration.
 
 They are imported when first asked for, not with the package: the client imports ``lnet.depot.protocol`` and
-``lnet.depot.units``, and must not load starlette and hypercorn (and their import-time patches) to do so.
+``lnet.depot.h11_receive``, and must not load starlette and hypercorn to do so. Sizes and durations live in
+``lnet.units`` (``lnet.depot.units`` is its old name, kept for depot modules).
 """
 
 from __future__ import annotations

@@ -17,8 +17,9 @@ from urllib.parse import urlsplit
 
 import platformdirs
 
+from lnet.units import parse_duration, parse_size
+
 from .copy_allow import ANYWHERE, CopyAllow
-from .units import parse_duration, parse_size
 
 __all__ = ["DEFAULT_PORT", "TOKEN_OPERATIONS", "ConfigError", "DepotConfig", "WeatherPeer"]
 

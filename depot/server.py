@@ -18,20 +18,28 @@ from hypercorn.config import Config as HypercornConfig
 from hypercorn.trio import serve as hypercorn_serve
 from hypercorn.trio import tcp_server
 
-from . import direct
+from . import direct, h11_receive
 from .app import Depot
 from .config import DepotConfig
+from .protocol import guard_http_logs
 
-__all__ = ["depot_url", "serve", "wait_for_signal"]
+__all__ = ["depot_url", "install_server_patches", "serve", "wait_for_signal"]
 
 log = logging.getLogger("lnet.depot")
 
 # Hypercorn reads 64 KiB per receive; bulk uploads are many MiB, and a bigger read means far fewer trips
 # through the event loop per byte (measured by bench/depot_throughput.py).
 RECEIVE_SIZE = 1024 * 1024
-tcp_server.MAX_RECV = RECEIVE_SIZE
-# Data bodies skip hypercorn's per-piece path altogether: received straight into the allocation (direct.py).
-direct.install()
+
+
+def install_server_patches() -> None:
+    """What the depot changes in the libraries under it, applied when a server starts and never at import:
+    hypercorn's read size, data bodies received straight into the allocation (``direct``), h11's copy-saving
+    receive buffer, and the log filter that keeps capabilities out of the HTTP libraries' logs. Idempotent."""
+    tcp_server.MAX_RECV = RECEIVE_SIZE
+    direct.install()
+    h11_receive.install()
+    guard_http_logs()
 
 
 def _hypercorn_config(config: DepotConfig) -> HypercornConfig:
@@ -75,6 +83,7 @@ async def serve(
     task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve a depot until ``shutdown_trigger`` returns (or forever); ``task_status`` gets its base URL."""
+    install_server_patches()
     hc = _hypercorn_config(config)
     _check_bindable(*config.host_port)
     async with Depot(config) as depot, trio.open_nursery() as nursery:

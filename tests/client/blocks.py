@@ -12,8 +12,8 @@ from collections.abc import Callable, Sequence
 
 import httpx
 
-from lnet.client.depot_client import DepotClient
-from lnet.client.manifest import BlockEntry, BlockSource, Manifest, hash_bytes
+from lnet.client.formats.manifest import BlockEntry, BlockSource, Manifest, hash_bytes
+from lnet.client.wire.depot_client import DepotClient
 
 Tamper = Callable[[int, int, bytes], bytes]
 """``tamper(block_index, depot_position, data)``: the bytes to store instead of the block's own."""

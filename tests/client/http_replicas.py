@@ -1,18 +1,22 @@
 """Small HTTP/1.1 servers holding a replica of a file, for end-to-end tests of ``lnet-get URL ...``.
 
 Each honours ``Range`` (one range per request), keep-alive and pipelined requests, sends ``ETag`` and
-``Last-Modified``, and can be throttled, made to stall, or killed mid-download.
+``Last-Modified``, and can be throttled, made to stall, or killed mid-download. ``replicas`` serves them on
+loopback sockets; ``emulated`` serves the same servers over in-memory streams, reached through the ``connect``
+it yields (``fetch_mirrors(..., connect=connect)``), so that a test runs on trio's ``autojump_clock``: a
+throttled replica's seconds pass in no wall time.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 
 import h11
 import trio
+import trio.testing
 
 LAST_MODIFIED = "Sat, 21 Nov 2026 10:00:00 GMT"
 _RANGE = re.compile(r"bytes=(\d+)-(\d*)")
@@ -34,6 +38,7 @@ class Replica:
     connections: int = 0
     ranges: list[tuple[int, int]] = field(default_factory=list)
     _scope: trio.CancelScope | None = None
+    _connections: trio.Nursery = field(init=False)
 
     @property
     def url(self) -> str:
@@ -50,7 +55,22 @@ class Replica:
             task_status.started(self.port)
             await trio.serve_listeners(self._connection, listeners)
 
-    async def _connection(self, stream: trio.SocketStream) -> None:
+    async def serve_emulated(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Accept in-memory connections (``accept``) until cancelled or ``kill``ed."""
+        with trio.CancelScope() as self._scope:
+            async with trio.open_nursery() as self._connections:
+                task_status.started()
+                await trio.sleep_forever()
+
+    async def accept(self) -> trio.abc.Stream:
+        """A new in-memory connection to this replica (refused once it is killed)."""
+        if self._scope is None or self._scope.cancel_called:
+            raise OSError(f"connection to port {self.port} refused")
+        client, server = trio.testing.memory_stream_pair()
+        self._connections.start_soon(self._connection, server)
+        return client
+
+    async def _connection(self, stream: trio.abc.Stream) -> None:
         self.connections += 1
         conn = h11.Connection(h11.SERVER)
         async with stream:
@@ -69,14 +89,14 @@ class Replica:
             except (trio.BrokenResourceError, trio.ClosedResourceError, h11.RemoteProtocolError):
                 return
 
-    async def _next(self, conn: h11.Connection, stream: trio.SocketStream) -> object:
+    async def _next(self, conn: h11.Connection, stream: trio.abc.Stream) -> object:
         while True:
             event = conn.next_event()
             if event is not h11.NEED_DATA:
                 return event
             conn.receive_data(await stream.receive_some(65536))
 
-    async def _answer(self, conn: h11.Connection, stream: trio.SocketStream, request: h11.Request) -> None:
+    async def _answer(self, conn: h11.Connection, stream: trio.abc.Stream, request: h11.Request) -> None:
         headers = {k.decode().lower(): v.decode() for k, v in request.headers}
         size = len(self.data)
         common = [("Accept-Ranges", "bytes")]
@@ -123,4 +143,26 @@ async def replicas(*servers: Replica) -> AsyncIterator[list[Replica]]:
         for server in servers:
             await nursery.start(server.serve)
         yield list(servers)
+        nursery.cancel_scope.cancel()
+
+
+Connect = Callable[[str, int], Awaitable[trio.abc.Stream]]
+
+
+@asynccontextmanager
+async def emulated(*servers: Replica) -> AsyncIterator[tuple[list[Replica], Connect]]:
+    """The replicas on an in-memory network: each gets a port of its own (its URL names it) and ``connect`` opens
+    a connection to it, as ``trio.open_tcp_stream`` would; a port nobody serves is refused."""
+    async with trio.open_nursery() as nursery:
+        for port, server in enumerate(servers, start=1):
+            server.port = port
+            await nursery.start(server.serve_emulated)
+        by_port = {server.port: server for server in servers}
+
+        async def connect(host: str, port: int) -> trio.abc.Stream:
+            if port not in by_port:
+                raise OSError(f"connection to port {port} refused")
+            return await by_port[port].accept()
+
+        yield list(servers), connect
         nursery.cancel_scope.cancel()

@@ -18,7 +18,7 @@ from typing import Any
 import httpx
 import trio
 
-from lnet.client.depot_client import DepotClient
+from lnet.client.wire.depot_client import DepotClient
 from lnet.depot import Depot, DepotConfig
 
 MiB = 1024 * 1024

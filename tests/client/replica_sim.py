@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from lnet.client.chunks import ChunkPlanner, Drop, Fetch, Stop
+from lnet.client.engines.chunks import ChunkPlanner, Drop, Fetch, Stop
 
 
 @dataclass

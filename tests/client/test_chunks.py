@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lnet.client.chunks import STRATEGIES, TAILS, ChunkPlanner, Drop, Fetch, PlanConfig, PlanError
+from lnet.client.engines.chunks import STRATEGIES, TAILS, ChunkPlanner, Drop, Fetch, PlanConfig, PlanError
 
 from .replica_sim import SimReplica, simulate
 

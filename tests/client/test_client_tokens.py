@@ -10,8 +10,8 @@ import httpx
 import msgpack
 import pytest
 
-from lnet.client.depot_client import DepotClient, Unauthorized
-from lnet.client.tree_transfer import _round_trip
+from lnet.client.sending.tree import round_trip
+from lnet.client.wire.depot_client import DepotClient, Unauthorized
 from lnet.depot import Depot
 
 from .test_overlay_status import TOKEN, config, serving
@@ -60,6 +60,6 @@ async def test_a_directory_send_times_its_first_hop_with_the_token(tmp_path: Pat
     gets it (and refuses without it)."""
     gated = config(tmp_path, "atl", operator_token=TOKEN, require_token_for=("allocate", "status"))
     async with Depot(gated) as depot, serving(depot.app) as url:
-        assert 0 < await _round_trip(url, 5.0, TOKEN) < 5.0
+        assert 0 < await round_trip(url, 5.0, TOKEN) < 5.0
         with pytest.raises(Unauthorized):
-            await _round_trip(url, 5.0)
+            await round_trip(url, 5.0)

@@ -1,6 +1,6 @@
 import pytest
 
-from lnet.client.demo import main
+from lnet.client.commands.demo import main
 
 
 def test_the_demo_walks_an_allocation_through_its_life(capsys: pytest.CaptureFixture[str]) -> None:

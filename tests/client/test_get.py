@@ -6,12 +6,11 @@ import json
 import os
 from pathlib import Path
 
-import httpx
 import pytest
 import trio
 
 from lnet.client.exits import ExitCode
-from lnet.client.get import (
+from lnet.client.fetching.blocks import (
     BlockUnavailable,
     DepotLoad,
     GetError,
@@ -26,15 +25,17 @@ from lnet.client.get import (
     source_order,
     state_path,
 )
-from lnet.client.manifest import BlockEntry, BlockSource, Manifest, hash_bytes
+from lnet.client.formats.manifest import BlockEntry, BlockSource, Manifest, hash_bytes
 
 from ..depot.conftest import MakeDepot, Routes
 from .blocks import Counting, upload_blocks
+from .network import Network, depots
 
 KiB = 1024
 BLOCK = 64 * KiB
 DATA = os.urandom(10 * BLOCK + 1234)  # 11 blocks, the last one short
 BLOCKS = 11
+MiB = 1024 * KiB
 
 
 @pytest.fixture
@@ -251,48 +252,35 @@ async def test_out_must_be_writable_where_asked(open_depot: MakeDepot, routes: R
             await get_file(manifest, out_dir / "no" / "such" / "dir", transport=routes)
 
 
-async def test_two_runs_on_one_out_file_do_not_mix(open_depot: MakeDepot, routes: Routes, out_dir: Path) -> None:
-    out = out_dir / "out.bin"
-    async with open_depot("sunnyvale") as (_, client):
-        manifest = await upload_blocks(DATA, client, block_size=BLOCK)
-        release = trio.Event()
-
-        class Held(httpx.AsyncBaseTransport):
-            async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-                await release.wait()
-                return await routes.handle_async_request(request)
-
+async def test_two_runs_on_one_out_file_do_not_mix(tmp_path: Path, autojump_clock: trio.abc.Clock) -> None:
+    network = Network()
+    out = tmp_path / "out.bin"
+    async with depots(network, ["sunnyvale"], tmp_path) as clients:
+        manifest = await upload_blocks(DATA, clients["sunnyvale"], block_size=BLOCK)
+        network.set_rate("sunnyvale", "here", 16 * KiB)  # the first run takes a while (emulated: no wall time) ...
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(lambda: get_file(manifest, out, transport=Held()))
-            await trio.sleep(0.05)
-            with pytest.raises(OutputError, match="another lnet-get is writing"):
-                await get_file(manifest, out, transport=routes)
-            release.set()
+            nursery.start_soon(lambda: get_file(manifest, out, transport=network.transport("here")))
+            await trio.sleep(1.0)
+            with pytest.raises(OutputError, match="another lnet-get is writing"):  # ... the second may not write
+                await get_file(manifest, out, transport=network.transport("here"))
+            assert not out.exists()
     assert out.read_bytes() == DATA
 
 
 async def test_blocks_on_several_depots_are_spread_by_their_rates(
-    open_depot: MakeDepot, routes: Routes, out_dir: Path
+    tmp_path: Path, autojump_clock: trio.abc.Clock
 ) -> None:
-    class Slowed(httpx.AsyncBaseTransport):
-        """Block reads from the depot ``slow`` take 8 times longer than from the other."""
-
-        def __init__(self, slow: str) -> None:
-            self.slow = slow
-
-        async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-            if request.method == "GET" and "/v1/data/" in request.url.path:
-                await trio.sleep(0.08 if request.url.host == self.slow else 0.01)
-            return await routes.handle_async_request(request)
-
+    network = Network(latency_s=0.005)
+    network.set_rate("fast", "here", 8 * MiB)
+    network.set_rate("slow", "here", 1 * MiB)  # block reads from "slow" take 8 times longer
     data = os.urandom(40 * BLOCK)
-    async with open_depot("fast") as (_, fast), open_depot("slow") as (_, slow):
-        manifest = await upload_blocks(data, [slow, fast], block_size=BLOCK)  # the slow one listed first
-        result = await get_file(manifest, out_dir / "out.bin", parallel=4,
-                                transport=Slowed(httpx.URL(slow.base_url).host))
-    assert (out_dir / "out.bin").read_bytes() == data
+    async with depots(network, ["fast", "slow"], tmp_path) as clients:
+        manifest = await upload_blocks(data, [clients["slow"], clients["fast"]], block_size=BLOCK)  # slow first
+        result = await get_file(manifest, tmp_path / "out.bin", parallel=4, transport=network.transport("here"))
+    assert (tmp_path / "out.bin").read_bytes() == data
     by_depot = {source["depot"]: source for source in result.to_dict()["sources"]}
-    assert by_depot[fast.base_url]["blocks"] > 2 * by_depot[slow.base_url]["blocks"] > 0  # both used, by rate
+    fast, slow = by_depot[network.url("fast")], by_depot[network.url("slow")]
+    assert fast["blocks"] > 2 * slow["blocks"] > 0  # both used, by rate
     assert sum(source["bytes"] for source in by_depot.values()) == len(data)
 
 

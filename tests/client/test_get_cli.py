@@ -23,10 +23,11 @@ import trio
 from hypercorn.config import Config as HypercornConfig
 from hypercorn.trio import serve as hypercorn_serve
 
-from lnet.client.depot_client import DepotClient
+from lnet.client.commands.get import main
 from lnet.client.exits import ExitCode
-from lnet.client.get import decode_state, main, part_path, state_path
-from lnet.client.manifest import load
+from lnet.client.fetching.blocks import decode_state, part_path, state_path
+from lnet.client.formats.manifest import load
+from lnet.client.wire.depot_client import DepotClient
 from lnet.depot import Depot, DepotConfig
 
 from .blocks import upload_blocks

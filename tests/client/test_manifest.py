@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lnet.client.manifest import (
+from lnet.client.formats.manifest import (
     BlockEntry,
     BlockSource,
     Manifest,

@@ -1,4 +1,5 @@
-"""``lnet-get URL ...`` end to end against real HTTP servers on loopback: several replicas of one file."""
+"""``lnet-get URL ...`` end to end: several replicas of one file, on loopback sockets where the test is about
+connections and the command, and otherwise on an emulated network on trio's autojump clock (``emulated``)."""
 
 from __future__ import annotations
 
@@ -6,17 +7,20 @@ import hashlib
 import json
 import os
 import threading
+from collections.abc import Awaitable, Callable
+from functools import partial
 from pathlib import Path
 
 import pytest
 import trio
 
-from lnet.client import get, mirrors
-from lnet.client.chunks import PlanConfig
+from lnet.client.commands import get
+from lnet.client.engines.chunks import PlanConfig
 from lnet.client.exits import ExitCode
-from lnet.client.mirrors import MirrorError, Validators, fetch_mirrors, reference
+from lnet.client.fetching.mirrors import MirrorError, MirrorResult, Validators, fetch_mirrors, reference
+from lnet.client.fetching.partfile import part_path, state_path
 
-from .http_replicas import Replica, replicas
+from .http_replicas import Connect, Replica, emulated, replicas
 
 MiB = 1024 * 1024
 DATA = os.urandom(6 * MiB + 12345)
@@ -24,6 +28,11 @@ SHA = hashlib.sha256(DATA).hexdigest()
 # small chunks, so that a few MiB make many rounds; short stalls and back-offs, so that failures are quick
 CONFIG = PlanConfig(initial_chunk=256 * 1024, min_chunk=64 * 1024, static_chunk=512 * 1024, stall_s=2.0,
                     backoff_s=0.2, round_min_s=0.2)
+
+
+def fetch_over(connect: Connect) -> Callable[..., Awaitable[MirrorResult]]:
+    """``fetch_mirrors`` reaching the replicas through ``connect`` (an emulated network)."""
+    return partial(fetch_mirrors, connect=connect)
 
 
 def throttled(*rates: float, data: bytes = DATA) -> list[Replica]:
@@ -36,8 +45,8 @@ async def test_identical_bytes_from_every_replica_over_one_connection_each(tmp_p
         result = await fetch_mirrors([s.url for s in servers], out, config=CONFIG, sha256=SHA)
     assert out.read_bytes() == DATA
     assert result.sha256 == SHA
-    assert not mirrors.part_path(out).exists()
-    assert not mirrors.state_path(out).exists()
+    assert not part_path(out).exists()
+    assert not state_path(out).exists()
     assert [r.state for r in result.replicas] == ["ok"] * 3
     assert all(r.bytes > 0 for r in result.replicas)
     assert result.replicas[0].bytes > result.replicas[2].bytes  # the faster, the larger its share
@@ -57,13 +66,13 @@ async def test_one_persistent_connection_per_replica_with_requests_pipelined(tmp
         assert report.requests >= 3
 
 
-async def test_every_strategy_and_tail_rule_gets_the_same_bytes(tmp_path: Path) -> None:
+async def test_every_strategy_and_tail_rule_gets_the_same_bytes(tmp_path: Path, autojump_clock: trio.abc.Clock) -> None:
     for strategy in ("mdtp", "static", "brute", "history", "aggressive"):
         for tail in ("split", "hedge"):
             out = tmp_path / f"{strategy}-{tail}.bin"
             config = PlanConfig(**{**CONFIG.__dict__, "strategy": strategy, "tail": tail})
-            async with replicas(*throttled(16e6, 4e6, 2e6)) as servers:
-                result = await fetch_mirrors([s.url for s in servers], out, config=config,
+            async with emulated(*throttled(16e6, 4e6, 2e6)) as (servers, connect):
+                result = await fetch_over(connect)([s.url for s in servers], out, config=config,
                                              history=tmp_path / "history.json")
             assert out.read_bytes() == DATA, (strategy, tail)
             assert result.strategy == strategy
@@ -71,12 +80,14 @@ async def test_every_strategy_and_tail_rule_gets_the_same_bytes(tmp_path: Path) 
     assert len(remembered["rates"]) >= 3  # the history strategy has rates to use
 
 
-async def test_a_replica_killed_mid_download_leaves_the_rest_to_the_others(tmp_path: Path) -> None:
+async def test_a_replica_killed_mid_download_leaves_the_rest_to_the_others(
+    tmp_path: Path, autojump_clock: trio.abc.Clock
+) -> None:
     out = tmp_path / "file.bin"
     servers = throttled(3e6, 3e6, 3e6)
     servers[0].kill_after = 1 * MiB
-    async with replicas(*servers):
-        result = await fetch_mirrors([s.url for s in servers], out, config=CONFIG, sha256=SHA)
+    async with emulated(*servers) as (_, connect):
+        result = await fetch_over(connect)([s.url for s in servers], out, config=CONFIG, sha256=SHA)
     assert out.read_bytes() == DATA
     dead = result.replicas[0]
     assert dead.state in ("backoff", "dead")
@@ -85,22 +96,26 @@ async def test_a_replica_killed_mid_download_leaves_the_rest_to_the_others(tmp_p
     assert result.replicas[1].bytes + result.replicas[2].bytes >= len(DATA) - 1 * MiB
 
 
-async def test_a_stalled_replica_is_given_up_on_and_its_ranges_reassigned(tmp_path: Path) -> None:
+async def test_a_stalled_replica_is_given_up_on_and_its_ranges_reassigned(
+    tmp_path: Path, autojump_clock: trio.abc.Clock
+) -> None:
     out = tmp_path / "file.bin"
     servers = throttled(4e6, 4e6)
     servers[1].stall_after = 512 * 1024
-    async with replicas(*servers):
-        result = await fetch_mirrors([s.url for s in servers], out, config=CONFIG, timeout_s=1.0)
+    async with emulated(*servers) as (_, connect):
+        result = await fetch_over(connect)([s.url for s in servers], out, config=CONFIG, timeout_s=1.0)
     assert out.read_bytes() == DATA
     assert result.replicas[1].state in ("backoff", "dead")
 
 
-async def test_a_replica_serving_another_file_is_refused_and_none_of_its_bytes_are_used(tmp_path: Path) -> None:
+async def test_a_replica_serving_another_file_is_refused_and_none_of_its_bytes_are_used(
+    tmp_path: Path, autojump_clock: trio.abc.Clock
+) -> None:
     out = tmp_path / "file.bin"
     other = bytes(len(DATA))  # same length, other bytes, another ETag
     servers = [*throttled(4e6, 4e6), Replica(other, etag='"something-else"', rate=8e6)]
-    async with replicas(*servers):
-        result = await fetch_mirrors([s.url for s in servers], out, config=CONFIG)
+    async with emulated(*servers) as (_, connect):
+        result = await fetch_over(connect)([s.url for s in servers], out, config=CONFIG)
     assert out.read_bytes() == DATA
     refused = result.replicas[2]
     assert refused.state == "refused"
@@ -109,11 +124,13 @@ async def test_a_replica_serving_another_file_is_refused_and_none_of_its_bytes_a
     assert servers[2].ranges == [(0, 1)]  # the probe, and nothing else was asked of it
 
 
-async def test_a_replica_with_another_length_or_no_ranges_is_refused(tmp_path: Path) -> None:
+async def test_a_replica_with_another_length_or_no_ranges_is_refused(
+    tmp_path: Path, autojump_clock: trio.abc.Clock
+) -> None:
     out = tmp_path / "file.bin"
     servers = [*throttled(4e6, 4e6), Replica(DATA[:-1], rate=8e6), Replica(DATA, honour_range=False)]
-    async with replicas(*servers):
-        result = await fetch_mirrors([s.url for s in servers], out, config=CONFIG)
+    async with emulated(*servers) as (_, connect):
+        result = await fetch_over(connect)([s.url for s in servers], out, config=CONFIG)
     assert out.read_bytes() == DATA
     assert "bytes" in result.replicas[2].reason
     assert result.replicas[3].state == "refused"
@@ -139,30 +156,30 @@ async def test_no_replica_answering_is_an_unreachable_error(tmp_path: Path) -> N
     assert info.value.exit_code == ExitCode.UNREACHABLE
 
 
-async def test_a_wrong_sha256_fails_and_leaves_no_output(tmp_path: Path) -> None:
+async def test_a_wrong_sha256_fails_and_leaves_no_output(tmp_path: Path, autojump_clock: trio.abc.Clock) -> None:
     out = tmp_path / "file.bin"
-    async with replicas(*throttled(8e6, 8e6)) as servers:
+    async with emulated(*throttled(8e6, 8e6)) as (servers, connect):
         with pytest.raises(MirrorError, match="SHA-256") as info:
-            await fetch_mirrors([s.url for s in servers], out, config=CONFIG, sha256="0" * 64)
+            await fetch_over(connect)([s.url for s in servers], out, config=CONFIG, sha256="0" * 64)
     assert info.value.exit_code == ExitCode.INTEGRITY
     assert not out.exists()
-    assert mirrors.part_path(out).exists()
+    assert part_path(out).exists()
 
 
-async def test_an_interrupted_download_resumes_with_what_it_has(tmp_path: Path) -> None:
+async def test_an_interrupted_download_resumes_with_what_it_has(tmp_path: Path, autojump_clock: trio.abc.Clock) -> None:
     out = tmp_path / "file.bin"
-    async with replicas(*throttled(2e6, 2e6)) as servers:
+    async with emulated(*throttled(2e6, 2e6)) as (servers, connect):
         urls = [s.url for s in servers]
         with trio.move_on_after(1.2):
-            await fetch_mirrors(urls, out, config=CONFIG)
-        assert mirrors.state_path(out).exists()
-        result = await fetch_mirrors(urls, out, config=CONFIG, sha256=SHA)
+            await fetch_over(connect)(urls, out, config=CONFIG)
+        assert state_path(out).exists()
+        result = await fetch_over(connect)(urls, out, config=CONFIG, sha256=SHA)
     assert out.read_bytes() == DATA
     assert 0 < result.resumed_bytes < len(DATA)
 
 
 async def test_depots_holding_a_copy_are_replicas_too(tmp_path: Path) -> None:
-    from lnet.client.depot_client import DepotClient
+    from lnet.client.wire.depot_client import DepotClient
 
     from .loopback import loopback_depots
 
@@ -216,7 +233,7 @@ def test_the_command_refuses_bad_input(tmp_path: Path, capsys: pytest.CaptureFix
 
 
 async def test_send_with_replicas_feeding_the_first_hop(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from lnet.client import send
+    from lnet.client.commands import send
 
     from .loopback import depots_file, loopback_depots
 
@@ -249,7 +266,7 @@ async def test_send_with_replicas_feeding_the_first_hop(tmp_path: Path, capsys: 
 
 
 def test_send_wants_a_file_or_sources_not_both(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from lnet.client import send
+    from lnet.client.commands import send
 
     config = tmp_path / "depots.toml"
     config.write_text('here = "me"\n[depots.c]\nurl = "http://127.0.0.1:9"\n')

@@ -16,9 +16,12 @@ import networkx as nx
 import pytest
 import trio
 
-from lnet.client import send
-from lnet.client.manifest import load as load_manifest
-from lnet.client.relay import (
+from lnet.client.commands import send, send_transfer
+from lnet.client.engines.striping import PathMeter, soonest
+from lnet.client.formats.manifest import load as load_manifest
+from lnet.client.formats.report import PathPoint, ReportError, TimelinePoint, figure, load, parse, path_series
+from lnet.client.sending import send as sending
+from lnet.client.sending.relay import (
     BlockDelivered,
     PathChanged,
     PathRun,
@@ -29,8 +32,6 @@ from lnet.client.relay import (
     RelayResult,
     Stream,
 )
-from lnet.client.report import PathPoint, ReportError, TimelinePoint, figure, load, parse, path_series
-from lnet.client.striping import PathMeter, soonest
 from lnet.scheduler import (
     THROUGHPUT,
     DepotFailure,
@@ -320,8 +321,8 @@ async def test_two_disjoint_routes_both_carry_blocks_in_proportion_to_their_rate
     assert relay._admission is not None
     assert relay._admission.total_tokens == 2 * 4 * RelayConfig().max_inflight  # admission scales with the paths
     # the manifest lists every block at the destination, whichever way it came; its path is the primary
-    manifest = send.build_manifest(path, network.url("dst"), result, RelayConfig(block_size=MiB),
-                                   send.final_path(result))
+    manifest = sending.build_manifest(path, network.url("dst"), result, RelayConfig(block_size=MiB),
+                                   sending.final_path(result))
     manifest.save(tmp_path / "m.json")
     loaded = load_manifest(tmp_path / "m.json")
     assert loaded.path == VIA_A
@@ -488,8 +489,8 @@ async def test_one_path_in_the_set_is_the_single_path_relay(tmp_path: Path, auto
     assert network.bytes_sent.get(("here", "b"), 0) == 0
     assert result.path_bytes == {VIA_A: len(data)}
     assert not any(isinstance(e, PathShares) for e in events)
-    assert not send.ran_several(result)
-    assert "paths" not in send.summary(result, None, len(data))["timeline"][-1]
+    assert not sending.ran_several(result)
+    assert "paths" not in sending.summary(result, None, len(data))["timeline"][-1]
 
 
 async def test_the_path_scheduler_runs_two_disjoint_routes_at_once(
@@ -552,7 +553,7 @@ def test_max_paths_usage_errors(
 def test_send_with_max_paths_on_loopback_then_get(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     # The whole command with several paths allowed, against real depot processes: whatever set the scheduler
     # runs on loopback, the file arrives whole and the summary says which paths carried it.
-    from lnet.client import get
+    from lnet.client.commands import get
     from lnet.client.exits import ExitCode
 
     from .loopback import depots_file, loopback_depots
@@ -578,7 +579,7 @@ def test_send_with_max_paths_on_loopback_then_get(tmp_path: Path, capsys: pytest
 
 def test_max_paths_reaches_the_scheduler_and_its_help_teaches(capsys: pytest.CaptureFixture[str]) -> None:
     args = send._parser().parse_args(["f", "--to", "c", "--max-paths", "3"])
-    assert send.scheduler_config(args).max_paths == 3
+    assert send_transfer.scheduler_config(args).max_paths == 3
     assert send.DEFAULT_MAX_PATHS == 1
     with pytest.raises(SystemExit):
         send.main(["--help"])
@@ -588,8 +589,8 @@ def test_max_paths_reaches_the_scheduler_and_its_help_teaches(capsys: pytest.Cap
 
 
 def several_paths_result() -> RelayResult:
-    from lnet.client.relay import PathSample
-    from lnet.client.relay import TimelinePoint as RelayPoint
+    from lnet.client.sending.relay import PathSample
+    from lnet.client.sending.relay import TimelinePoint as RelayPoint
 
     timeline = [
         RelayPoint(0.0, 0, 0.0, VIA_A, (PathSample(VIA_A, 0, 0.0), PathSample(VIA_B, 0, 0.0))),
@@ -603,8 +604,8 @@ def several_paths_result() -> RelayResult:
 
 def test_the_summary_and_the_report_carry_each_paths_bytes_over_time(tmp_path: Path) -> None:
     result = several_paths_result()
-    assert send.ran_several(result)
-    summary = send.summary(result, None, 6 * MiB)
+    assert sending.ran_several(result)
+    summary = sending.summary(result, None, 6 * MiB)
     json.dumps(summary, allow_nan=False)
     assert summary["paths"] == [list(VIA_A), list(VIA_B)]
     assert [(s["path"], s["bytes"]) for s in summary["path_shares"]] == [(list(VIA_A), 4 * MiB), (list(VIA_B), 2 * MiB)]
@@ -613,8 +614,8 @@ def test_the_summary_and_the_report_carry_each_paths_bytes_over_time(tmp_path: P
         {"path": list(VIA_A), "bytes": 2 * MiB, "mbps": 2 * MiB * 8 / 1e6},
         {"path": list(VIA_B), "bytes": MiB, "mbps": MiB * 8 / 1e6},
     ]
-    assert send.over_text(result) == "2 paths (via a 67% · via b 33%)"
-    send.save_report(tmp_path / "r.json", "payload.bin", 6 * MiB, summary)
+    assert sending.over_text(result) == "2 paths (via a 67% · via b 33%)"
+    sending.save_report(tmp_path / "r.json", "payload.bin", 6 * MiB, summary)
     loaded = load(tmp_path / "r.json")
     assert loaded.several_paths
     assert loaded.timeline[2].paths == (PathPoint(VIA_A, 4 * MiB, pytest.approx(2 * MiB * 8 / 1e6)),  # type: ignore[arg-type]
@@ -634,7 +635,7 @@ def test_the_summary_and_the_report_carry_each_paths_bytes_over_time(tmp_path: P
     ],
 )
 def test_a_report_with_a_bad_path_part_is_refused(change, message: str) -> None:  # type: ignore[no-untyped-def]
-    document = json.loads(json.dumps(send.summary(several_paths_result(), None, 6 * MiB)))
+    document = json.loads(json.dumps(sending.summary(several_paths_result(), None, 6 * MiB)))
     report = {"format": "lnet-report/1", "file": "f", "size": 6 * MiB, "seconds": 2.0, "path_attempts": [],
               "timeline": document["timeline"], "edges": []}
     parse(report)
@@ -645,7 +646,7 @@ def test_a_report_with_a_bad_path_part_is_refused(change, message: str) -> None:
 
 def test_the_plot_draws_each_paths_rate_when_several_ran() -> None:
     pytest.importorskip("matplotlib", reason="matplotlib (the extra lnet[plot]) is not installed; ./run installs it")
-    summary = send.summary(several_paths_result(), None, 6 * MiB)
+    summary = sending.summary(several_paths_result(), None, 6 * MiB)
     report = parse({"format": "lnet-report/1", "file": "f.bin", "size": 6 * MiB, "seconds": 2.0,
                     "path_attempts": summary["path_attempts"], "timeline": summary["timeline"], "edges": []})
     axes = figure(report, window_s=1.0).axes[0]
@@ -669,15 +670,15 @@ def test_timeline_points_without_paths_load_as_before() -> None:
 def test_the_progress_line_shows_each_paths_share() -> None:
     from rich.console import Console
 
-    from lnet.client.relay import PathSample
+    from lnet.client.sending.relay import PathSample
 
     console = Console(record=True, width=200, color_system=None)
-    progress = send._Progress(console, 10 * MiB, enabled=True)
+    progress = send_transfer._SendProgress(console, 10 * MiB, show=True, lines=True)
     progress(PathChanged(VIA_A, "join", 0.0, (VIA_A, VIA_B)))
     progress(PathShares((PathSample(VIA_A, 6 * MiB, 0.0), PathSample(VIA_B, 3 * MiB, 0.0)), 10 * MiB, 1.0))
-    assert progress.progress.tasks[0].fields["path"] == "via a 60% · via b 30%"
+    assert progress.progress.tasks[0].fields["shares"] == "via a 60% · via b 30%"
     progress(PathChanged(VIA_A, "drop", 2.0, (VIA_A,)))
-    assert progress.progress.tasks[0].fields["path"] == "here -> a -> dst"
+    assert progress.progress.tasks[0].fields["shares"] == "here -> a -> dst"
     printed = console.export_text()
     assert "2 paths (join): here -> a -> dst | here -> b -> dst" in printed
     assert "path (drop): here -> a -> dst" in printed

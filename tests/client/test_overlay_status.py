@@ -20,11 +20,11 @@ from hypercorn.config import Config as HypercornConfig
 from hypercorn.trio import serve as hypercorn_serve
 from rich.console import Console
 
-from lnet.client.cli import main
-from lnet.client.depot_client import DepotClient
+from lnet.client.commands.cli import main
+from lnet.client.commands.depots import exit_code, query_all, render_table, to_json
 from lnet.client.exits import ExitCode
-from lnet.client.overlay import Overlay
-from lnet.client.overlay_status import exit_code, query_all, render_table, to_json
+from lnet.client.formats.overlay import Overlay
+from lnet.client.wire.depot_client import DepotClient
 from lnet.depot import Depot, DepotConfig
 
 MiB = 1024 * 1024
@@ -244,7 +244,7 @@ def test_help_teaches(capsys: pytest.CaptureFixture[str]) -> None:
 
 def test_the_command_does_not_load_the_depot_server() -> None:
     code = (
-        "import sys, lnet.client.overlay_status, lnet.client.cli; "
+        "import sys, lnet.client.commands.depots, lnet.client.commands.cli; "
         "print(sorted(m for m in sys.modules if m.split('.')[0] in ('starlette', 'hypercorn') "
         "or m in ('lnet.depot.app', 'lnet.depot.server')))"
     )

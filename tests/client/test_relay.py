@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import trio
 
-from lnet.client.relay import (
+from lnet.client.sending.relay import (
     BlockDelivered,
     EdgeMeter,
     PathChanged,
@@ -240,7 +240,7 @@ async def test_empty_and_tiny_files(tmp_path: Path, autojump_clock: trio.abc.Clo
 async def test_a_full_destination_fails_the_transfer_instead_of_waiting_forever(
     tmp_path: Path, autojump_clock: trio.abc.Clock
 ) -> None:
-    from lnet.client.relay import TransferFailed
+    from lnet.client.sending.relay import TransferFailed
 
     network = Network()
     path, _ = make_file(tmp_path, 8 * MiB)

@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 from rich.console import Console
 
-from lnet.client import cli
+from lnet.client.commands import cli
 from lnet.client.exits import ExitCode
-from lnet.client.report import (
+from lnet.client.formats.report import (
     EdgeRate,
     PathAttempt,
     PlotUnavailable,

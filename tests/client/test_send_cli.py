@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from lnet.client import get, send
+from lnet.client.commands import get, send
 from lnet.client.exits import ExitCode
 
 from .loopback import depots_file, loopback_depots

@@ -18,12 +18,13 @@ import httpx
 import pytest
 import trio
 
-from lnet.client import manifest as file_manifest
-from lnet.client import send, tree
-from lnet.client.depot_client import DepotClient
+from lnet.client.commands import send
 from lnet.client.exits import ExitCode
-from lnet.client.relay import DepotRefused, Note, Relay, RelayConfig, RelayEvent
-from lnet.client.send import DepotLimits, SendError, fit_to_limits
+from lnet.client.formats import manifest as file_manifest
+from lnet.client.formats import tree
+from lnet.client.sending.relay import DepotRefused, Note, Relay, RelayConfig, RelayEvent
+from lnet.client.sending.send import DepotLimits, SendError, fit_to_limits
+from lnet.client.wire.depot_client import DepotClient
 from lnet.depot.protocol import innermost
 
 from .loopback import LoopbackDepot, depots_file, loopback_depots

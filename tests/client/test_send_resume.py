@@ -18,14 +18,14 @@ import httpx
 import pytest
 import trio
 
-from lnet.client import journal, resume
-from lnet.client.depot_client import Allocation, DepotClient, NotFound
-from lnet.client.get import get_file
-from lnet.client.journal import JournalHeader
-from lnet.client.manifest import parse
-from lnet.client.relay import BlockDelivered, BlockRecord, Relay, RelayConfig, RelayEvent
-from lnet.client.resume import ResumeRefused, SendJournal
-from lnet.client.send import build_manifest, interrupted
+from lnet.client.fetching.blocks import get_file
+from lnet.client.formats.manifest import parse
+from lnet.client.sending import journal, resume
+from lnet.client.sending.journal import JournalHeader
+from lnet.client.sending.relay import BlockDelivered, BlockRecord, Relay, RelayConfig, RelayEvent
+from lnet.client.sending.resume import ResumeRefused, SendJournal
+from lnet.client.sending.send import build_manifest, interrupted
+from lnet.client.wire.depot_client import Allocation, DepotClient, NotFound
 
 from .network import MiB, Network, depots, inline
 

@@ -25,12 +25,13 @@ import httpx
 import pytest
 import trio
 
-from lnet.client import journal, tree
-from lnet.client.depot_client import DepotClient, NotFound
-from lnet.client.get import get_file
-from lnet.client.manifest import load as load_manifest
-from lnet.client.resume import resume_command
-from lnet.client.tree_transfer import get_directory
+from lnet.client.fetching.blocks import get_file
+from lnet.client.fetching.tree import get_directory
+from lnet.client.formats import tree
+from lnet.client.formats.manifest import load as load_manifest
+from lnet.client.sending import journal
+from lnet.client.sending.resume import resume_command
+from lnet.client.wire.depot_client import DepotClient, NotFound
 
 from ..depot.processes import DepotProcess, depot_process
 from .gate import Gate, never

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from lnet.client.smallfiles import (
+from lnet.client.engines.smallfiles import (
     Batch,
     FileItem,
     Piece,

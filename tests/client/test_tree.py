@@ -12,11 +12,14 @@ from typing import Any
 import pytest
 import trio
 
-from lnet.client import get, send, tree
+from lnet.client.commands import get, send
+from lnet.client.engines.smallfiles import Piece, PlannedBlock
 from lnet.client.exits import ExitCode
-from lnet.client.manifest import BlockEntry, BlockSource, Manifest, ManifestError, hash_bytes
-from lnet.client.smallfiles import Piece, PlannedBlock
-from lnet.client.tree_transfer import FileArrivals, stream_path
+from lnet.client.fetching.blocks import get_file
+from lnet.client.fetching.tree import stream_path
+from lnet.client.formats import tree
+from lnet.client.formats.manifest import BlockEntry, BlockSource, Manifest, ManifestError, hash_bytes
+from lnet.client.sending.tree import FileArrivals
 
 from .loopback import depots_file, loopback_depots
 
@@ -115,7 +118,7 @@ def test_a_rerun_rebuilds_from_the_fetched_stream_without_the_network(
                           "--manifest", str(manifest), "--json"]) == ExitCode.OK
         loaded = tree.load(manifest)
         # an lnet-get that fetched the stream and was stopped before the rebuild
-        trio.run(lambda: get.get_file(loaded.stream, stream_path(out)))
+        trio.run(lambda: get_file(loaded.stream, stream_path(out)))
         (out / "deep").mkdir(parents=True)
         (out / "deep" / NAMES[2]).write_bytes(b"half-written by the earlier run")
     capsys.readouterr()

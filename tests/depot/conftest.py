@@ -12,7 +12,7 @@ import httpx
 import pytest
 import trio
 
-from lnet.client.depot_client import DepotClient
+from lnet.client.wire.depot_client import DepotClient
 from lnet.depot import Depot, DepotConfig
 
 MiB = 1024 * 1024

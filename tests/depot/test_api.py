@@ -7,7 +7,7 @@ import msgpack
 import pytest
 import trio
 
-from lnet.client.depot_client import (
+from lnet.client.wire.depot_client import (
     BadRequest,
     Conflict,
     DepotClient,

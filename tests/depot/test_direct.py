@@ -15,7 +15,7 @@ import pytest
 import trio
 import trustme
 
-from lnet.client.depot_client import Conflict, DepotClient
+from lnet.client.wire.depot_client import Conflict, DepotClient
 from lnet.depot import DepotConfig, direct, serve
 
 KiB = 1024

@@ -22,7 +22,7 @@ import trio
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from lnet.client.depot_client import Allocation, DepotClient, Forbidden, Unauthorized, Upstream
+from lnet.client.wire.depot_client import Allocation, DepotClient, Forbidden, Unauthorized, Upstream
 from lnet.depot import Depot, DepotConfig
 from lnet.depot.cli import main as depot_main
 from lnet.depot.config import TOKEN_OPERATIONS, ConfigError

@@ -9,7 +9,7 @@ import msgpack
 import pytest
 import trio
 
-from lnet.client.depot_client import Allocation, BadRequest, Busy, CopyResult, DepotClient
+from lnet.client.wire.depot_client import Allocation, BadRequest, Busy, CopyResult, DepotClient
 from lnet.depot import Depot
 from lnet.depot.lanes import CopyLanes, LaneTicket, TooManyLanes
 

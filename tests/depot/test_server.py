@@ -11,7 +11,7 @@ import pytest
 import trio
 import trustme
 
-from lnet.client.depot_client import (
+from lnet.client.wire.depot_client import (
     BadRequest,
     DepotClient,
     DepotFull,

@@ -1,6 +1,6 @@
 import pytest
 
-from lnet.depot.units import format_size, parse_duration, parse_size
+from lnet.units import format_size, parse_duration, parse_size
 
 
 @pytest.mark.parametrize(

@@ -18,27 +18,17 @@ import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import urlsplit
 
-import httpx
-import trio
-from rich.console import Console
-from rich.table import Table
-from rich.text import Text
-
-from lnet.client.depot_client import (
-    Busy,
-    DepotClient,
-    DepotError,
-    DepotTimeout,
-    DepotUnreachable,
-    Forbidden,
-    Unauthorized,
-)
 from lnet.client.exits import ExitCode
-from lnet.client.overlay import DepotEntry, Overlay, OverlayError
-from lnet.depot.units import format_size, parse_duration
+from lnet.client.formats.overlay import DepotEntry, Overlay, OverlayError
+from lnet.units import format_size, parse_duration
+
+if TYPE_CHECKING:  # loaded where they are used, so that `lnet --help` answers at once
+    import httpx
+    from rich.table import Table
+    from rich.text import Text
 
 __all__ = [
     "DEFAULT_TIMEOUT_S",
@@ -216,6 +206,18 @@ async def query_depot(
 ) -> DepotHealth:
     """Ask one depot for its status: never raises for anything the depot or the network does, and returns
     within ``timeout_s`` (each network wait is bounded by it, and so is the whole)."""
+    import trio
+
+    from lnet.client.wire.depot_client import (
+        Busy,
+        DepotClient,
+        DepotError,
+        DepotTimeout,
+        DepotUnreachable,
+        Forbidden,
+        Unauthorized,
+    )
+
     started = trio.current_time()
     status: Any = None
     failure: tuple[State, str] | None = None
@@ -252,6 +254,8 @@ async def query_all(
     transport: httpx.AsyncBaseTransport | None = None,
 ) -> list[DepotHealth]:
     """Every depot of the overlay, asked at once; in the depots file's order."""
+    import trio
+
     names_by_url: dict[str, str] = {}
     for name, entry in overlay.depots.items():  # two names for one URL: the first in the file
         names_by_url.setdefault(_url_key(entry.url), name)
@@ -303,6 +307,9 @@ _FIGURES = frozenset({"free / total", "max alloc", "max time", "in flight", "wea
 
 
 def render_table(healths: Sequence[DepotHealth], title: str | None = None) -> Table:
+    from rich.table import Table
+    from rich.text import Text
+
     table = Table(title=title, show_lines=True)
     for column in ("depot", "state", "version", "free / total", "max alloc", "max time", "in flight", "weather",
                    "links (per stream)"):
@@ -353,6 +360,8 @@ def _age(seconds: float | None) -> str:
 
 
 def _links(links: Sequence[LinkFigure]) -> Text:
+    from rich.text import Text
+
     text = Text()
     for link in links:
         if text:
@@ -410,6 +419,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace, *, transport: httpx.AsyncBaseTransport | None = None) -> int:
+    import trio
+    from rich.console import Console
+
     err = Console(stderr=True, highlight=False)
     try:
         timeout_s = parse_duration(args.timeout)

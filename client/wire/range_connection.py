@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import re
 import ssl
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import cast
 from urllib.parse import urlsplit
@@ -21,8 +22,12 @@ from urllib.parse import urlsplit
 import h11
 import trio
 
+from lnet.client.wire.http_patches import install_http_patches
+
 __all__ = ["ConnectionEnded", "Head", "RangeConnection", "ReplicaError", "ReplicaRefused", "parse_url", "redact_url"]
 
+Connector = Callable[[str, int], Awaitable[trio.abc.Stream]]
+"""Opens the byte stream to ``(host, port)``: ``trio.open_tcp_stream`` unless a test gives an emulated one."""
 RECEIVE_SIZE = 256 * 1024
 MAX_HEADER_BYTES = 64 * 1024
 USER_AGENT = "lnet-get"
@@ -92,7 +97,11 @@ def redact_url(url: str) -> str:
 class RangeConnection:
     """``async with RangeConnection(url, timeout) as conn``: send range requests, read the responses in order."""
 
-    def __init__(self, url: str, timeout: float, ssl_context: ssl.SSLContext | None = None) -> None:
+    def __init__(
+        self, url: str, timeout: float, ssl_context: ssl.SSLContext | None = None, connect: Connector | None = None,
+    ) -> None:
+        install_http_patches()
+        self._connect = connect or trio.open_tcp_stream
         self.url = url
         self._target = parse_url(url)
         self.timeout = timeout
@@ -107,7 +116,7 @@ class RangeConnection:
         t = self._target
         try:
             with trio.fail_after(self.timeout):
-                tcp = await trio.open_tcp_stream(t.host, t.port)
+                tcp = await self._connect(t.host, t.port)
                 stream: trio.abc.Stream = tcp
                 if t.scheme == "https":
                     context = self._ssl_context or ssl.create_default_context()

@@ -26,13 +26,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rich.table import Table
-
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
+    from rich.table import Table
 
-from lnet.client.documents import check_object, kind, read_json, show, write_private_file
-from lnet.depot.units import format_size
+from lnet.client.formats.documents import check_object, kind, read_json, show, write_private_file
+from lnet.units import format_size
 
 __all__ = [
     "FORMAT",
@@ -330,6 +329,8 @@ def short_path(path: Sequence[str]) -> str:
 
 def attempts_table(report: Report) -> Table:
     """The path attempts, in order, like the seed's Table 1: path, duration, achieved Mbit/s."""
+    from rich.table import Table
+
     table = Table(title=f"Path attempts: {report.file}", title_justify="left")
     table.add_column("#", justify="right", style="dim")
     table.add_column("Path")
@@ -347,6 +348,8 @@ def attempts_table(report: Report) -> Table:
 
 def edges_table(report: Report) -> Table:
     """The edges the transfer measured, fastest first, like the seed's Table 2."""
+    from rich.table import Table
+
     table = Table(title="Edge throughputs", title_justify="left")
     table.add_column("Edge")
     table.add_column("Mbit/s", justify="right")

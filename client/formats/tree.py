@@ -1,11 +1,12 @@
-"""Directory trees as lnet carries them: walking a tree, the packed byte stream, the tree manifest, and rebuilding.
+"""Directory trees as lnet carries them: walking a tree, the tree manifest, and rebuilding a tree from its stream.
 
 ``lnet-send DIR`` walks the tree (``walk``: symlinks recorded, never followed), lets the small-file planner
-(``lnet.client.smallfiles``) order and pack its files into blocks, and sends those blocks as one ``relay.Stream``
-(``PackedTree.stream``). The tree manifest (``"format": "lnet-tree/1"``) holds the entries (names, types, sizes,
-modes, modification times, symlink targets), which pieces of which files each block holds, and the ordinary file
-manifest of the packed stream (``lnet-manifest/1``: its blocks, hashes and read capabilities). ``lnet-get`` fetches
-that stream as it fetches a file (verified, resumable), then ``rebuild`` puts the tree in place.
+(``lnet.client.engines.smallfiles``) order and pack its files into blocks, and sends those blocks as one stream
+(``lnet.client.sending.tree.PackedTree``). The tree manifest (``"format": "lnet-tree/1"``) holds the entries
+(names, types, sizes, modes, modification times, symlink targets), which pieces of which files each block holds,
+and the ordinary file manifest of the packed stream (``lnet-manifest/1``: its blocks, hashes and read
+capabilities). ``lnet-get`` fetches that stream as it fetches a file (verified, resumable), then ``rebuild`` puts
+the tree in place.
 
 A manifest may come from anyone. ``parse`` refuses every entry that could land outside the target directory
 (absolute paths, ``..``, ``.``, empty components, NUL), duplicates, an entry whose parent is not a directory listed
@@ -22,21 +23,18 @@ from __future__ import annotations
 import json
 import os
 import stat
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from . import manifest as file_manifest
-from .documents import check_object, kind, read_json, show, write_private_file
-from .manifest import MAX_FILE_SIZE, Manifest, ManifestError, whole_number
-from .relay import Stream, TransferFailed
-from .smallfiles import PlannedBlock
+from lnet.client.formats import manifest as file_manifest
+from lnet.client.formats.documents import check_object, kind, read_json, show, write_private_file
+from lnet.client.formats.manifest import MAX_FILE_SIZE, Manifest, ManifestError, whole_number
 
 __all__ = [
     "FORMAT",
     "Entry",
-    "PackedTree",
     "RebuildError",
     "TreeManifest",
     "check_path",
@@ -116,55 +114,6 @@ def walk(root: Path) -> list[Entry]:
 
     visit(root, "")
     return entries
-
-
-# -- the packed stream ------------------------------------------------------------------------------------------
-
-
-class PackedTree:
-    """The planner's blocks over the files of ``root``, as one stream the relay can carry."""
-
-    def __init__(self, root: Path, entries: Sequence[Entry], blocks: Sequence[PlannedBlock]) -> None:
-        self.root = root
-        self.entries = list(entries)
-        self.blocks = list(blocks)
-        spans: list[tuple[int, int]] = []
-        offset = 0
-        for block in self.blocks:
-            spans.append((offset, block.length))
-            offset += block.length
-        self.spans = tuple(spans)
-        self._by_offset = {start: i for i, (start, _) in enumerate(spans)}
-
-    @property
-    def stream(self) -> Stream:
-        return Stream(str(self.root), self.spans, self.read)
-
-    def read(self, offset: int, length: int) -> bytes:
-        """The bytes of the block at ``offset``: its pieces read from their files (never through a symlink)."""
-        block = self.blocks[self._by_offset[offset]]
-        if block.length != length:
-            raise ValueError(f"no block of {length} bytes at {offset}")
-        parts = []
-        for piece in block.pieces:
-            entry = self.entries[piece.key]
-            path = self.root / entry.path
-            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-            try:
-                data = os.pread(fd, piece.length, piece.offset)
-            finally:
-                os.close(fd)
-            if len(data) != piece.length:
-                raise TransferFailed(f"{path} changed while being sent (shorter than {entry.size} bytes)")
-            parts.append(data)
-        return b"".join(parts)
-
-    def block_pieces(self) -> list[list[dict[str, Any]]]:
-        """The manifest's ``blocks``: each block's pieces by file path."""
-        return [
-            [{"path": self.entries[p.key].path, "offset": p.offset, "length": p.length} for p in block.pieces]
-            for block in self.blocks
-        ]
 
 
 # -- the tree manifest -------------------------------------------------------------------------------------------

@@ -22,9 +22,8 @@ from pathlib import Path
 from typing import Any, Protocol
 from urllib.parse import urlsplit
 
+from lnet.client.formats.documents import check_object, kind, read_json, show, write_private_file
 from lnet.depot.protocol import is_capability, redact
-
-from .documents import check_object, kind, read_json, show, write_private_file
 
 __all__ = [
     "FORMAT",

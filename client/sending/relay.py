@@ -50,6 +50,8 @@ from typing import Any, TypeGuard
 
 import trio
 
+from lnet.client.engines.striping import PathMeter, soonest
+from lnet.client.wire.depot_client import Allocation, DepotClient, DepotUnreachable
 from lnet.depot.clock import TrioWallClock
 from lnet.depot.protocol import DepotError, DepotFull, NotFound, TooLarge, innermost
 from lnet.scheduler import (
@@ -66,15 +68,12 @@ from lnet.scheduler import (
     widest_path,
 )
 
-from .depot_client import Allocation, DepotClient, DepotUnreachable
-from .striping import PathMeter, soonest
-
 __all__ = [
     "BlockDelivered",
     "BlockRecord",
     "DepotRefused",
     "EdgeMeter",
-    "IntegrityError",
+    "BlockDamaged",
     "Note",
     "PathChanged",
     "PathRun",
@@ -99,7 +98,7 @@ class TransferFailed(Exception):
     """The transfer cannot complete: a block ran out of routes or retries, or the destination is gone."""
 
 
-class IntegrityError(TransferFailed):
+class BlockDamaged(TransferFailed):
     """A block reached the destination with the wrong bytes, again and again."""
 
 
@@ -418,7 +417,7 @@ class Relay:
     ) -> None:
         """``available``, when the file is still arriving (replicas feeding the first hop): returns once bytes
         ``[start, end)`` of ``source`` are in place. ``delivered``: blocks already at the destination (a resumed
-        transfer, ``lnet.client.resume``), by index; they are neither read nor sent, and their records are the
+        transfer, ``lnet.client.sending.resume``), by index; they are neither read nor sent, and their records are the
         result's as they are (the whole-file hash still covers every byte)."""
         if (scheduler is None) == (pinned is None):
             raise ValueError("give either a scheduler or a pinned path")
@@ -667,7 +666,7 @@ class Relay:
             block.holders.pop()
             await self._release((node, alloc))
             if block.attempts >= self.config.retries:
-                raise IntegrityError(f"block {block.index} keeps arriving damaged at {self.dest}")
+                raise BlockDamaged(f"block {block.index} keeps arriving damaged at {self.dest}")
             raise _HopFailed(f"block {block.index} arrived damaged at {self.dest} (hash mismatch)")
         for holder in block.holders[:-1]:
             await self._release(holder)

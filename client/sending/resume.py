@@ -2,7 +2,7 @@
 
 ``SendJournal.open`` takes the journal beside the manifest (``MANIFEST.journal``, mode 0600: it holds
 capabilities), locks it against a second ``lnet-send`` on the same manifest, and reads what an interrupted run
-recorded (``lnet.client.journal``: append-only lines with a checksum each; a torn tail is cut off). ``begin``
+recorded (``lnet.client.sending.journal``: append-only lines with a checksum each; a torn tail is cut off). ``begin``
 compares that run's header with the transfer asked for now and refuses (``ResumeRefused``, naming ``--restart``)
 when they differ, or starts a fresh journal. While the relay runs, every block verified at the destination is
 appended (``recording``) and the file is fsynced about once a second (``keep_synced``); a record a crash loses
@@ -28,13 +28,20 @@ from typing import Any
 
 import trio
 
+from lnet.client.formats.manifest import block_hasher, hash_bytes
+from lnet.client.sending import journal
+from lnet.client.sending.journal import JournalHeader
+from lnet.client.sending.relay import (
+    BlockDelivered,
+    BlockRecord,
+    Offload,
+    RelayConfig,
+    RelayEvent,
+    Stream,
+    TransferFailed,
+)
+from lnet.client.wire.depot_client import DepotClient, DepotUnreachable, NotFound
 from lnet.depot.protocol import DepotError
-
-from . import journal
-from .depot_client import DepotClient, DepotUnreachable, NotFound
-from .journal import JournalHeader
-from .manifest import block_hasher, hash_bytes
-from .relay import BlockDelivered, BlockRecord, Offload, RelayConfig, RelayEvent, Stream, TransferFailed
 
 __all__ = [
     "PARALLEL_DIGESTS",
@@ -42,7 +49,6 @@ __all__ = [
     "ResumeRefused",
     "SendJournal",
     "file_header",
-    "is_interrupt",
     "journal_path",
     "resume_command",
     "source_header",
@@ -58,13 +64,6 @@ READ_CHUNK = 4 * 1024 * 1024
 
 class ResumeRefused(Exception):
     """The journal belongs to a transfer that cannot be resumed as asked (the source changed, other arguments)."""
-
-
-def is_interrupt(exc: BaseException) -> bool:
-    """Ctrl-C: ``KeyboardInterrupt`` out of ``trio.run``, bare or in the group a nursery wraps it in."""
-    if isinstance(exc, KeyboardInterrupt):
-        return True
-    return isinstance(exc, BaseExceptionGroup) and exc.subgroup(KeyboardInterrupt) is not None
 
 
 def journal_path(manifest: Path) -> Path:

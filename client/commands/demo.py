@@ -3,7 +3,8 @@
 Starts two depots on loopback (real sockets, port 0, throw-away data directories) and walks an allocation
 through its life: allocate, write, ranged read, depot-to-depot copy, the links it leaves in the status,
 extension, and expiry. Every step checks its outcome; the exit status is 0 only when all of them held.
-This is the main job until the relay transfer (``lnet-send``) exists.
+``./run demo --local`` runs it (the main job, ``./run demo``, is the testbed experiment in ``lnet.testbed.demo``);
+it is the one client command that loads the depot server, in ``demo`` and only when it runs.
 """
 
 from __future__ import annotations
@@ -20,9 +21,8 @@ import trio
 from rich.console import Console
 from rich.table import Table
 
-from lnet.client.depot_client import DepotClient, NotFound
-from lnet.depot import DepotConfig, serve
-from lnet.depot.units import format_size, parse_size
+from lnet.client.wire.depot_client import DepotClient, NotFound
+from lnet.units import format_size, parse_size
 
 __all__ = ["main"]
 
@@ -40,6 +40,8 @@ def check(condition: bool, what: str) -> None:
 
 
 async def demo(block_size: int, expire_s: float) -> None:
+    from lnet.depot import DepotConfig, serve  # the demo runs two depots in process: the server, loaded only here
+
     with tempfile.TemporaryDirectory(prefix="lnet-demo-") as tmp:
         configs = [
             DepotConfig(name=name, listen="127.0.0.1:0", data_dir=Path(tmp) / name, capacity=4 * block_size,

@@ -18,56 +18,47 @@ the planner's range requests are pipelined, so that each replica's pipe stays fu
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import math
-import os
-import re
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from functools import partial
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-import platformdirs
 import trio
-from rich.console import Console
-from rich.progress import (
-    BarColumn,
-    DownloadColumn,
-    Progress,
-    TextColumn,
-    TimeRemainingColumn,
-    TransferSpeedColumn,
+
+from lnet.client.engines.chunks import ChunkPlanner, Drop, Fetch, PlanConfig, ReplicaStats
+from lnet.client.exits import ExitCode, Failure
+from lnet.client.fetching.partfile import (
+    PartFile,
+    PartFileBusy,
+    PartFileError,
+    PrefixHasher,
+    StateFile,
+    part_path,
+    state_path,
 )
-from rich.table import Table
-
-from lnet.depot.units import format_size, parse_size
-
-from .chunks import STRATEGIES, TAILS, ChunkPlanner, Drop, Fetch, PlanConfig, ReplicaStats
-from .documents import write_private_file
-from .exits import ExitCode
-from .http_range import (
+from lnet.client.formats.documents import write_private_file
+from lnet.client.wire.range_connection import (
     ConnectionEnded,
+    Connector,
     Head,
     RangeConnection,
     ReplicaError,
     ReplicaRefused,
-    parse_url,
     redact_url,
 )
-from .partfile import part_path, preallocate, state_path, write_at
 
 __all__ = [
     "MirrorError",
     "MirrorResult",
+    "ReplicaOptions",
     "ReplicaReport",
     "Validators",
     "Watcher",
     "fetch_mirrors",
-    "history_path",
     "part_path",
     "reference",
     "state_path",
@@ -75,13 +66,22 @@ __all__ = [
 
 STATE_FORMAT = "lnet-mirrors-state/1"
 HISTORY_FORMAT = "lnet-replica-history/1"
-STATE_SAVE_INTERVAL_S = 0.5
-HASH_CHUNK = 4 * 1024 * 1024
 CHANNEL_SIZE = 64  # Fetch decisions waiting for a replica's sender: the planner keeps far fewer outstanding
 RETRY_STATUSES = {408, 425, 429, 500, 502, 503, 504}
 
 
-class MirrorError(Exception):
+@dataclass(frozen=True)
+class ReplicaOptions:
+    """How to fetch from replicas, as ``fetch_mirrors`` takes it (for a caller that passes it on)."""
+
+    config: PlanConfig
+    timeout_s: float = 30.0
+    sha256: str | None = None
+    check_validators: bool = True
+    history: Path | None = None
+
+
+class MirrorError(Failure):
     def __init__(self, message: str, exit_code: ExitCode = ExitCode.FAILED) -> None:
         super().__init__(message)
         self.exit_code = exit_code
@@ -179,10 +179,6 @@ class MirrorResult:
             "resumed_bytes": self.resumed_bytes,
             "replicas": [r.to_dict() for r in self.replicas],
         }
-
-
-def history_path() -> Path:
-    return platformdirs.user_cache_path("lnet") / "replicas.json"
 
 
 def _origin(url: str) -> str:
@@ -299,12 +295,16 @@ class Watcher:
 
 
 @dataclass
-class _Replica:
+class _ReplicaWorker:
+    """One replica's I/O side: its connection, the channel of the planner's requests for it, its probe's answer
+    (the planner's own view of the replica is ``chunks.ReplicaStats``)."""
+
     index: int
     url: str
     shown: str
     send: trio.MemorySendChannel[Fetch]
     receive: trio.MemoryReceiveChannel[Fetch]
+    connect: Connector | None = None  # None: TCP (tests: an emulated network)
     connection: RangeConnection | None = None  # the probe's, handed to the worker
     validators: Validators | None = None
     probe_error: str = ""
@@ -319,9 +319,9 @@ class _Close(Exception):  # noqa: N818 - a signal, not an error
 @dataclass
 class _Download:
     planner: ChunkPlanner
-    replicas: list[_Replica]
+    replicas: list[_ReplicaWorker]
     reference: Validators
-    fd: int
+    part: PartFile
     timeout_s: float
     check_validators: bool
     on_progress: Callable[[int, int], None]
@@ -334,7 +334,7 @@ class _Download:
 
     # -- one replica: its connection, pipelined requests and their responses ----------------------------------
 
-    async def worker(self, rep: _Replica) -> None:
+    async def worker(self, rep: _ReplicaWorker) -> None:
         pending: deque[Fetch] = deque()  # sent (or to send again) on the current connection, in order
         while True:
             pending = deque(f for f in pending if self.planner.limit(f.request) is not None)
@@ -347,7 +347,7 @@ class _Download:
             try:
                 with trio.CancelScope() as rep.scope:
                     if conn is None:
-                        conn = await RangeConnection(rep.url, self.timeout_s).__aenter__()
+                        conn = await RangeConnection(rep.url, self.timeout_s, connect=rep.connect).__aenter__()
                     on_wire, answering = trio.open_memory_channel[Fetch](CHANNEL_SIZE)
                     async with trio.open_nursery() as nursery:
                         nursery.start_soon(self._sender, rep, conn, pending, on_wire)
@@ -370,7 +370,7 @@ class _Download:
                 return
 
     async def _sender(
-        self, rep: _Replica, conn: RangeConnection, pending: deque[Fetch], on_wire: trio.MemorySendChannel[Fetch],
+        self, rep: _ReplicaWorker, conn: RangeConnection, pending: deque[Fetch], on_wire: trio.MemorySendChannel[Fetch],
     ) -> None:
         """Write each request as soon as it is decided; the receiver reads the answers in the same order."""
         for fetch in list(pending):  # what a connection closed on purpose left unanswered: again, on this one
@@ -423,7 +423,7 @@ class _Download:
                 raise _Close  # stopped where it was (a hedge lost) or voided
             n = min(len(data), limit - pos)
             if n > 0:
-                write_at(self.fd, memoryview(data)[:n], pos)
+                self.part.write_at(memoryview(data)[:n], pos)
                 self.have.add(pos, pos + n)
                 self.planner.received(fetch.request, n, trio.current_time())
                 self.on_progress(replica, n)
@@ -458,43 +458,8 @@ class _Download:
             self.wake = trio.Event()
 
 
-class _PrefixHasher:
-    """SHA-256 of the part file's growing prefix, so that little is left to hash at the end."""
-
-    def __init__(self, fd: int, have: _Have, size: int) -> None:
-        self.fd, self.have, self.size = fd, have, size
-        self.hashed = 0
-        self._hash = hashlib.sha256()
-        self.wake = trio.Event()
-
-    async def run(self) -> None:
-        while self.hashed < self.size:
-            end = self.have.prefix
-            while self.hashed < end:
-                length = min(HASH_CHUNK, end - self.hashed)
-                await trio.to_thread.run_sync(self._chunk, self.hashed, length)
-                self.hashed += length
-            if self.hashed < self.size:
-                with trio.move_on_after(0.2):
-                    await self.wake.wait()
-                self.wake = trio.Event()
-
-    def _chunk(self, offset: int, length: int) -> None:
-        data = os.pread(self.fd, length, offset)
-        if len(data) != length:
-            raise OSError(f"the part file ended at {offset + len(data)}, before {offset + length}")
-        self._hash.update(data)
-
-    def hexdigest(self) -> str:
-        return self._hash.hexdigest()
-
-
-def _load_state(path: Path, ref: Validators) -> list[tuple[int, int]]:
-    """The ranges a previous run left in place, if it fetched the same file; else none."""
-    try:
-        document = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return []
+def _resumable(document: object, ref: Validators) -> list[tuple[int, int]]:
+    """The ranges a previous run left in place (its state ``document``), if it fetched the same file; else none."""
     if not isinstance(document, dict) or document.get("format") != STATE_FORMAT:
         return []
     if [document.get("size"), document.get("etag"), document.get("last_modified")] != [
@@ -508,15 +473,14 @@ def _load_state(path: Path, ref: Validators) -> list[tuple[int, int]]:
     return spans
 
 
-def _save_state(path: Path, ref: Validators, have: _Have) -> None:
-    document = {"format": STATE_FORMAT, "size": ref.length, "etag": ref.etag, "last_modified": ref.last_modified,
-                "have": have.spans}
-    write_private_file(path, (json.dumps(document) + "\n").encode())
+def _state_document(ref: Validators, have: _Have) -> dict[str, object]:
+    return {"format": STATE_FORMAT, "size": ref.length, "etag": ref.etag, "last_modified": ref.last_modified,
+            "have": have.spans}
 
 
-async def _probe(rep: _Replica, timeout_s: float) -> None:
+async def _probe(rep: _ReplicaWorker, timeout_s: float) -> None:
     """Ask for byte 0: the file's length and validators, on the connection the downloads will then use."""
-    conn = RangeConnection(rep.url, timeout_s)
+    conn = RangeConnection(rep.url, timeout_s, connect=rep.connect)
     try:
         await conn.__aenter__()
         await conn.send(0, 1)
@@ -556,8 +520,10 @@ async def fetch_mirrors(
     on_start: Callable[[int, list[str]], None] = lambda size, urls: None,
     on_progress: Callable[[int, int], None] = lambda replica, nbytes: None,
     watcher: Watcher | None = None,
+    connect: Connector | None = None,
 ) -> MirrorResult:
-    """Download one file from ``urls`` (replicas of it) into ``out``; see the module's docstring."""
+    """Download one file from ``urls`` (replicas of it) into ``out``; see the module's docstring. ``connect`` opens
+    the byte stream to a replica (None: TCP; tests pass an emulated network)."""
     if not urls:
         raise MirrorError("no replica URL given", ExitCode.USAGE)
     if len(set(urls)) != len(urls):
@@ -567,7 +533,7 @@ async def fetch_mirrors(
     replicas = []
     for i, url in enumerate(urls):
         send, receive = trio.open_memory_channel[Fetch](CHANNEL_SIZE)
-        replicas.append(_Replica(i, url, redact_url(url), send, receive))
+        replicas.append(_ReplicaWorker(i, url, redact_url(url), send, receive, connect))
     async with trio.open_nursery() as nursery:
         for rep in replicas:
             nursery.start_soon(_probe, rep, timeout_s)
@@ -582,7 +548,7 @@ async def fetch_mirrors(
 
 
 async def _download(
-    replicas: list[_Replica], out: Path, config: PlanConfig, timeout_s: float, sha256: str | None,
+    replicas: list[_ReplicaWorker], out: Path, config: PlanConfig, timeout_s: float, sha256: str | None,
     check_validators: bool, history: Path | None, started: float,
     on_start: Callable[[int, list[str]], None], on_progress: Callable[[int, int], None], watcher: Watcher | None,
 ) -> MirrorResult:
@@ -591,14 +557,17 @@ async def _download(
         reasons = "; ".join(f"{rep.shown}: {rep.probe_error}" for rep in replicas)
         raise MirrorError(f"no replica answered with the file ({reasons})", ExitCode.UNREACHABLE)
     urls = [rep.url for rep in replicas]
-    part, state = part_path(out), state_path(out)
     try:
-        fd = os.open(part, os.O_RDWR | os.O_CREAT, 0o644)
-    except OSError as exc:
-        raise MirrorError(f"cannot write {part}: {exc.strerror}") from None
+        part = PartFile.open(out)
+    except PartFileBusy as exc:
+        raise MirrorError(str(exc), ExitCode.USAGE) from None
+    except PartFileError as exc:
+        raise MirrorError(str(exc)) from None
+    have = _Have()
+    state = StateFile(part.state_path, lambda: _state_document(ref, have))
     try:
-        resumed = _Have(_load_state(state, ref) if os.fstat(fd).st_size == ref.length else [])
-        preallocate(fd, ref.length)
+        resumed = _Have(_resumable(state.read(), ref) if part.size() == ref.length else [])
+        part.preallocate(ref.length)
         planner = ChunkPlanner(ref.length, len(replicas), config, history=load_history(history, urls),
                                have=[(a, b) for a, b in resumed.spans])
         now = trio.current_time()
@@ -613,12 +582,19 @@ async def _download(
             elif rep.validators is None:
                 planner.failed(rep.index, now, rep.probe_error)
         on_start(ref.length, [rep.shown for rep in replicas])
-        have = _Have([(a, b) for a, b in resumed.spans])
-        run = _Download(planner, replicas, ref, fd, timeout_s, check_validators, on_progress, have)
+        have.spans = [[a, b] for a, b in resumed.spans]
+        hasher = PrefixHasher(part.fd, ref.length, "sha256", lambda: have.prefix)
+        run = _Download(planner, replicas, ref, part, timeout_s, check_validators, on_progress, have)
         if watcher is not None:
-            watcher._start(ref.length, part, have)
-            run.on_write = watcher._added
-        hasher = _PrefixHasher(fd, have, ref.length)
+            watcher._start(ref.length, part.path, have)
+
+        def written() -> None:
+            hasher.advanced()
+            state.changed(trio.current_time())
+            if watcher is not None:
+                watcher._added()
+
+        run.on_write = written
         resumed_bytes = resumed.total
         try:
             async with trio.open_nursery() as hashing:
@@ -627,24 +603,21 @@ async def _download(
                     for rep in replicas:
                         if not rep.refused:
                             nursery.start_soon(run.worker, rep)
-                    nursery.start_soon(_keep_state, state, ref, have)
                     await run.drive()
                     nursery.cancel_scope.cancel()
         finally:
-            _save_state(state, ref, have)
+            state.save(trio.current_time())
         digest = hasher.hexdigest()
         if sha256 is not None and digest != sha256.lower():
             raise MirrorError(
                 f"the file's SHA-256 is {digest}, not the {sha256.lower()} asked for: the replicas serve other "
-                f"bytes under the same name and validators; {part} is kept for inspection", ExitCode.INTEGRITY)
-        await trio.to_thread.run_sync(os.fsync, fd)
+                f"bytes under the same name and validators; {part.path} is kept for inspection", ExitCode.INTEGRITY)
+        if watcher is not None:
+            await watcher._released.wait()
+        await trio.to_thread.run_sync(part.commit)  # still locked: no other run opens it in between
     finally:
-        os.close(fd)
-    if watcher is not None:
-        await watcher._released.wait()
-    os.replace(part, out)
-    with contextlib.suppress(FileNotFoundError):
-        state.unlink()
+        part.close()
+    state.remove()
     seconds = trio.current_time() - started
     stats = planner.stats()
     save_history(history, urls, stats)
@@ -655,126 +628,3 @@ async def _download(
         for rep, stat in zip(replicas, stats, strict=True)
     ]
     return MirrorResult(out, ref.length, seconds, config.strategy, config.tail, digest, resumed_bytes, reports)
-
-
-async def _keep_state(path: Path, ref: Validators, have: _Have) -> None:
-    while True:
-        await trio.sleep(STATE_SAVE_INTERVAL_S)
-        await trio.to_thread.run_sync(_save_state, path, ref, have)
-
-# -- the command (lnet-get URL ...) ----------------------------------------------------------------------------
-
-EPILOG = """\
-replicas (lnet-get URL URL ... -o OUT):
-  Every replica gets one persistent connection; byte ranges are pipelined on it, sized by --strategy:
-    mdtp        (default) a uniform first chunk each, then chunks proportional to each replica's measured
-                throughput so that every round ends together (seed 000, MDTP)
-    static      equal chunks (--chunk, default 4MiB), the next to whoever has room
-    brute       size / n to each replica, once          history  shares from remembered throughputs
-    aggressive  equal chunks; doubled for a replica beating the fastest so far, none for one far behind
-  --tail: when a replica is idle and nothing is left, split the largest remainder (default) or hedge it.
-  Replicas must serve the same bytes: one whose length, ETag or Last-Modified differs is refused.
-
-examples:
-  lnet-get https://a.example/data.h5 https://b.example/data.h5 https://c.example/data.h5 -o data.h5
-  lnet-get URL1 URL2 -o data.h5 --sha256 9f86d08...   # check the whole file too
-  lnet-get URL1 URL2 -o data.h5 --json                # one JSON object with the per-replica table
-"""
-
-
-def is_url(text: str) -> bool:
-    return text.startswith(("http://", "https://"))
-
-
-def add_arguments(p: Any, title: str = "replicas (URL mode)") -> None:
-    g = p.add_argument_group(title)
-    g.add_argument("--strategy", choices=STRATEGIES, default="mdtp", help="how ranges are sized (default mdtp)")
-    g.add_argument("--tail", choices=TAILS, default="split", help="the tail rule (default split)")
-    g.add_argument("--chunk", metavar="SIZE", help="mdtp: the fastest replica's chunk (default: 1/16 of the "
-                   "expected time, 1-8 s of it); static, aggressive: the equal chunk (default 4MiB)")
-    g.add_argument("--initial-chunk", default="1MiB", metavar="SIZE", help="mdtp: the uniform first chunk (1MiB)")
-    g.add_argument("--sha256", metavar="HEX", help="the whole file's SHA-256: the download fails if it differs")
-    g.add_argument("--ignore-validators", action="store_true",
-                   help="compare only lengths, not ETag/Last-Modified (mirrors running different servers); "
-                   "use with --sha256")
-    g.add_argument("--history", type=Path, metavar="FILE",
-                   help=f"replica throughputs remembered between runs (default {history_path()})")
-
-
-def plan_config(args: Any, timeout_s: float) -> PlanConfig:
-    """The planner's configuration from the options ``add_arguments`` added; a replica stalls after ``timeout_s``."""
-    chunk = parse_size(args.chunk) if args.chunk else None
-    changes: dict[str, Any] = {"strategy": args.strategy, "tail": args.tail, "stall_s": timeout_s,
-                               "initial_chunk": parse_size(args.initial_chunk)}
-    if chunk is not None:
-        changes["large_chunk" if args.strategy == "mdtp" else "static_chunk"] = chunk
-    return PlanConfig(**changes)
-
-
-def main(args: Any, err: Any) -> int:
-    """``lnet-get URL ...``: the arguments are parsed by ``lnet.client.get``."""
-    def fail(code: ExitCode, message: str) -> int:
-        err.print(f"lnet-get: {message}", markup=False, soft_wrap=True)
-        if args.json:
-            print(json.dumps({"ok": False, "exit": int(code), "error": message, "path": str(args.output)}))
-        return int(code)
-
-    if args.sha256 is not None and not re.fullmatch(r"[0-9a-fA-F]{64}", args.sha256):
-        return fail(ExitCode.USAGE, f"--sha256 wants 64 hex digits, not {args.sha256!r}")
-    try:
-        config = plan_config(args, args.timeout)
-    except ValueError as exc:
-        return fail(ExitCode.USAGE, str(exc))
-    if args.output.is_dir():
-        return fail(ExitCode.USAGE, f"{args.output} is a directory: give the file's path")
-    for url in args.sources:
-        try:
-            parse_url(url)
-        except ValueError as exc:
-            return fail(ExitCode.USAGE, str(exc))
-    show = not args.no_progress and err.is_terminal
-    progress = Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
-                        TimeRemainingColumn(), console=err, disable=not show)
-    tasks: dict[int, Any] = {}
-
-    def on_start(size: int, shown: list[str]) -> None:
-        tasks[-1] = progress.add_task(args.output.name, total=size)
-        for i, url in enumerate(shown):
-            tasks[i] = progress.add_task(f"  {url.split('://', 1)[-1].split('/', 1)[0]}", total=None)
-
-    def on_progress(replica: int, nbytes: int) -> None:
-        progress.advance(tasks[-1], nbytes)
-        progress.advance(tasks[replica], nbytes)
-
-    history = args.history if args.history is not None else history_path()
-    fetch = partial(fetch_mirrors, args.sources, args.output, config=config, timeout_s=args.timeout,
-                    sha256=args.sha256, check_validators=not args.ignore_validators, history=history,
-                    on_start=on_start, on_progress=on_progress)
-    try:
-        with progress:
-            result = trio.run(fetch)
-    except MirrorError as exc:
-        return fail(exc.exit_code, str(exc))
-    except KeyboardInterrupt:
-        return fail(ExitCode.INTERRUPTED, f"interrupted; what arrived is kept in {part_path(args.output)}: run the "
-                    "same command to resume")
-    if args.json:
-        print(json.dumps(result.to_dict()))
-        return int(ExitCode.OK)
-    table = Table(title=f"{result.path}: per replica", title_justify="left")
-    for column in ("replica", "bytes", "share", "requests", "chunks (min / median / max)", "Mbit/s", "state"):
-        table.add_column(column, justify="left" if column in ("replica", "state") else "right")
-    for report in result.replicas:
-        d = report.to_dict()
-        chunks = (f"{format_size(d['chunk_min'])} / {format_size(d['chunk_median'])} / {format_size(d['chunk_max'])}"
-                  if report.chunks else "-")
-        state = report.state if not report.reason or report.state == "ok" else f"{report.state}: {report.reason}"
-        table.add_row(report.url, format_size(report.bytes), f"{report.share:.1%}", str(report.requests), chunks,
-                      f"{report.mbps:.1f}", state)
-    out = Console(highlight=False, soft_wrap=True)
-    out.print(table)
-    resumed = f", {format_size(result.resumed_bytes)} resumed" if result.resumed_bytes else ""
-    out.print(f"{result.path}: {format_size(result.size)} in {result.seconds:.2f} s ({result.mbps:.1f} Mbit/s) "
-              f"from {sum(1 for r in result.replicas if r.bytes)} replicas{resumed}, sha256 {result.sha256}",
-              markup=False)
-    return int(ExitCode.OK)

@@ -16,7 +16,7 @@ the file there before appending again, so one torn tail never swallows the next 
 without asking the destination (``GET /v1/digest``) and re-hashing the source.
 
 This module is pure: bytes in, values out, and the comparison of a journal's header with the transfer asked for
-now. ``lnet.client.resume`` does the file's I/O and the checks against the network and the source.
+now. ``lnet.client.sending.resume`` does the file's I/O and the checks against the network and the source.
 """
 
 from __future__ import annotations
@@ -29,11 +29,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
-from lnet.depot.units import format_size
-
-from .depot_client import Allocation
-from .manifest import HASH_ALGORITHMS
-from .relay import BlockRecord
+from lnet.client.formats.manifest import HASH_ALGORITHMS
+from lnet.client.sending.relay import BlockRecord
+from lnet.client.wire.depot_client import Allocation
+from lnet.units import format_size
 
 __all__ = [
     "FORMAT",

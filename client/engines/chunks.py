@@ -185,7 +185,9 @@ class ReplicaStats:
 
 
 @dataclass
-class _Replica:
+class _ReplicaPlan:
+    """What the planner knows and has asked of one replica (the I/O side is ``fetching.mirrors``'s worker)."""
+
     index: int
     rate: float | None = None  # bytes/s over its latest completed chunk
     rtt: float | None = None  # request sent on an idle connection to its first byte, the least seen
@@ -229,7 +231,7 @@ class ChunkPlanner:
         self._free: list[tuple[int, int]] = [(0, size)] if size else []
         self._requests: dict[int, _Request] = {}
         self._next_id = 0
-        self._replicas = [_Replica(i, chunk=self.config.static_chunk) for i in range(replicas)]
+        self._replicas = [_ReplicaPlan(i, chunk=self.config.static_chunk) for i in range(replicas)]
         self._history = list(history) if history is not None else [None] * replicas
         if len(self._history) != replicas:
             raise PlanError("history needs one entry per replica")
@@ -349,7 +351,7 @@ class ChunkPlanner:
 
     # -- sizing ---------------------------------------------------------------------------------------------
 
-    def _chunk_for(self, rep: _Replica) -> int:
+    def _chunk_for(self, rep: _ReplicaPlan) -> int:
         cfg = self.config
         if cfg.strategy == "mdtp":
             chunk = self._mdtp_chunk(rep)
@@ -362,7 +364,7 @@ class ChunkPlanner:
             chunk = max(chunk, int(rate * rep.rtt))  # never less than the pipe holds (TCP-PARIS)
         return max(cfg.min_chunk, min(cfg.max_chunk, chunk))
 
-    def _current_rate(self, rep: _Replica) -> float | None:
+    def _current_rate(self, rep: _ReplicaPlan) -> float | None:
         """Its latest chunk's rate, or the streaming chunk's so far once that is clearly lower (or nothing else is
         known yet): a replica that slows down is seen before its chunk ends."""
         live = None
@@ -374,7 +376,7 @@ class ChunkPlanner:
             return live
         return rep.rate
 
-    def _mdtp_chunk(self, rep: _Replica) -> int:
+    def _mdtp_chunk(self, rep: _ReplicaPlan) -> int:
         rate = self._current_rate(rep)
         if rate is None or rate <= 0:
             return self.config.initial_chunk
@@ -423,7 +425,7 @@ class ChunkPlanner:
             self._free[0] = (stop, end)
         return start, stop
 
-    def _issue(self, rep: _Replica, span: tuple[int, int], now: float, *, hedge_of: int | None = None) -> None:
+    def _issue(self, rep: _ReplicaPlan, span: tuple[int, int], now: float, *, hedge_of: int | None = None) -> None:
         start, end = span
         req = _Request(self._next_id, rep.index, start, end, start, now, idle_line=not rep.queue, hedge_of=hedge_of)
         self._next_id += 1
@@ -448,7 +450,7 @@ class ChunkPlanner:
             partner.hedge_of = partner.hedged_by = None
             self._stop(partner, partner.pos, give_back=False)
 
-    def _aggressive(self, rep: _Replica, rate: float) -> None:
+    def _aggressive(self, rep: _ReplicaPlan, rate: float) -> None:
         if self.config.strategy != "aggressive":
             return
         if rate > self._running_max:
@@ -488,7 +490,7 @@ class ChunkPlanner:
         if req.hedged_by is not None:  # the original goes: the hedge covers [its start, end)
             self._give_back(req.pos, partner.start)
 
-    def _release_all(self, rep: _Replica) -> None:
+    def _release_all(self, rep: _ReplicaPlan) -> None:
         for rid in list(rep.queue):
             if rid in self._requests:
                 self._release(self._requests[rid])
@@ -515,26 +517,26 @@ class ChunkPlanner:
                 kept.append((max(a, end), b))
         self._free = [(a, b) for a, b in kept if a < b]
 
-    def _last_activity(self, rep: _Replica) -> float:
+    def _last_activity(self, rep: _ReplicaPlan) -> float:
         head = self._requests[rep.queue[0]]
         return head.last_byte if head.last_byte is not None else head.issued
 
     # -- the tail -------------------------------------------------------------------------------------------
 
-    def _rate_of(self, rep: _Replica) -> float:
+    def _rate_of(self, rep: _ReplicaPlan) -> float:
         rate = self._current_rate(rep)
         if rate is not None:
             return rate
         rates = [r for r in (self._current_rate(r) for r in self._replicas) if r]
         return sum(rates) / len(rates) if rates else 0.0
 
-    def _work_s(self, rep: _Replica) -> float:
+    def _work_s(self, rep: _ReplicaPlan) -> float:
         """Seconds ``rep`` needs for everything it still has to receive."""
         rate = self._rate_of(rep)
         left = sum(self._requests[rid].end - self._requests[rid].pos for rid in rep.queue)
         return left / rate if rate > 0 else math.inf
 
-    def _tail(self, idle: _Replica, now: float) -> None:
+    def _tail(self, idle: _ReplicaPlan, now: float) -> None:
         busy = [rep for rep in self._replicas if rep is not idle and rep.usable and rep.queue]
         if not busy:
             return

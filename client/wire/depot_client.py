@@ -18,7 +18,7 @@ from typing import Any, Literal
 
 import httpx
 
-from lnet.depot import h11_receive
+from lnet.client.wire.http_patches import install_http_patches
 from lnet.depot.protocol import (
     MSGPACK,
     BadRequest,
@@ -36,7 +36,6 @@ from lnet.depot.protocol import (
     describe_error,
     encode_body,
     error_from_body,
-    guard_http_logs,
 )
 
 __all__ = [
@@ -59,8 +58,7 @@ __all__ = [
     "Upstream",
 ]
 
-guard_http_logs()
-h11_receive.install()  # httpx reads through h11 too: the same saving on every read
+
 
 DEFAULT_TIMEOUT = 30.0
 Reliability = Literal["soft", "hard"]
@@ -133,6 +131,7 @@ class DepotClient:
         max_connections: int = 64,
         verify: ssl.SSLContext | bool = True,
     ) -> None:
+        install_http_patches()
         self.base_url = base_url.rstrip("/")
         self.timeout = timeout
         headers = {"Accept": MSGPACK, "User-Agent": "lnet"}

@@ -1,0 +1,81 @@
+"""What every command shows: one way to fail (a message on stderr, and the ``--json`` failure object), one
+progress bar set-up. rich is imported here only when a console or a bar is made.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from lnet.client.exits import ExitCode
+
+if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.progress import Progress
+
+__all__ = ["CommandOutput", "parse_arguments", "transfer_progress"]
+
+
+class CommandOutput:
+    """A command's stderr console and its failure output.
+
+    ``fail`` prints ``PROG: message`` on stderr and, with ``--json``, the failure object
+    ``{"ok": false, "exit": CODE, "error": MESSAGE, "path": PATH}`` on stdout (when the command has one, as
+    lnet-get does); it returns the exit code, so that ``return out.fail(...)`` ends a command."""
+
+    def __init__(self, prog: str, *, json_failures: bool = False, path: Path | None = None) -> None:
+        self.prog = prog
+        self.json_failures = json_failures
+        self.path = path
+        self._err: Console | None = None
+
+    @property
+    def err(self) -> Console:
+        if self._err is None:
+            from rich.console import Console
+
+            self._err = Console(stderr=True, highlight=False, soft_wrap=True)
+        return self._err
+
+    def fail(self, code: ExitCode, message: str) -> int:
+        self.err.print(f"{self.prog}: {message}", markup=False, soft_wrap=True)
+        if self.json_failures:
+            print(json.dumps({"ok": False, "exit": int(code), "error": message, "path": str(self.path)}))
+        return int(code)
+
+    def note(self, message: str) -> None:
+        """A line on stderr that is not a failure (a warning the command goes on after)."""
+        self.err.print(f"{self.prog}: {message}", markup=False, soft_wrap=True)
+
+    def show_progress(self, no_progress: bool) -> bool:
+        """Bars only on a terminal, and never with ``--no-progress``."""
+        return not no_progress and self.err.is_terminal
+
+
+def transfer_progress(console: Console, *labels: str, enabled: bool = True, transient: bool = False) -> Progress:
+    """The one progress bar of lnet's commands: the ``labels`` (rich text columns over a task's description and
+    fields), then bar, bytes, rate and time left."""
+    from rich.progress import (
+        BarColumn,
+        DownloadColumn,
+        Progress,
+        TextColumn,
+        TimeRemainingColumn,
+        TransferSpeedColumn,
+    )
+
+    columns = [TextColumn(label) for label in labels or ("{task.description}",)]
+    return Progress(
+        *columns, BarColumn(), DownloadColumn(), TransferSpeedColumn(), TimeRemainingColumn(),
+        console=console, disable=not enabled, transient=transient,
+    )
+
+
+def parse_arguments(parser: argparse.ArgumentParser, argv: list[str] | None) -> argparse.Namespace | int:
+    """The parsed arguments, or the exit code once argparse has answered ``--help`` or explained a usage error."""
+    try:
+        return parser.parse_args(argv)
+    except SystemExit as exc:
+        return exc.code if isinstance(exc.code, int) else int(ExitCode.USAGE)

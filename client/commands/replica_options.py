@@ -1,0 +1,70 @@
+"""The replica options (``--strategy``, ``--tail``, ``--chunk``, ...) that ``lnet-get URL ...`` and
+``lnet-send --source`` share: the argument group, its help, and the planner's configuration it gives.
+
+Loaded before parsing, so it must stay light: argparse, platformdirs and the pure chunk planner's constants only.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+import platformdirs
+
+from lnet.client.engines.chunks import STRATEGIES, TAILS, PlanConfig
+from lnet.units import parse_size
+
+__all__ = ["EPILOG", "add_arguments", "history_path", "is_url", "plan_config"]
+
+
+def history_path() -> Path:
+    """Where replica throughputs are remembered between runs (``--history``'s default)."""
+    return platformdirs.user_cache_path("lnet") / "replicas.json"
+
+
+EPILOG = """\
+replicas (lnet-get URL URL ... -o OUT):
+  Every replica gets one persistent connection; byte ranges are pipelined on it, sized by --strategy:
+    mdtp        (default) a uniform first chunk each, then chunks proportional to each replica's measured
+                throughput so that every round ends together (seed 000, MDTP)
+    static      equal chunks (--chunk, default 4MiB), the next to whoever has room
+    brute       size / n to each replica, once          history  shares from remembered throughputs
+    aggressive  equal chunks; doubled for a replica beating the fastest so far, none for one far behind
+  --tail: when a replica is idle and nothing is left, split the largest remainder (default) or hedge it.
+  Replicas must serve the same bytes: one whose length, ETag or Last-Modified differs is refused.
+
+examples:
+  lnet-get https://a.example/data.h5 https://b.example/data.h5 https://c.example/data.h5 -o data.h5
+  lnet-get URL1 URL2 -o data.h5 --sha256 9f86d08...   # check the whole file too
+  lnet-get URL1 URL2 -o data.h5 --json                # one JSON object with the per-replica table
+"""
+
+
+def is_url(text: str) -> bool:
+    return text.startswith(("http://", "https://"))
+
+
+def add_arguments(p: argparse.ArgumentParser, title: str = "replicas (URL mode)") -> None:
+    g = p.add_argument_group(title)
+    g.add_argument("--strategy", choices=STRATEGIES, default="mdtp", help="how ranges are sized (default mdtp)")
+    g.add_argument("--tail", choices=TAILS, default="split", help="the tail rule (default split)")
+    g.add_argument("--chunk", metavar="SIZE", help="mdtp: the fastest replica's chunk (default: 1/16 of the "
+                   "expected time, 1-8 s of it); static, aggressive: the equal chunk (default 4MiB)")
+    g.add_argument("--initial-chunk", default="1MiB", metavar="SIZE", help="mdtp: the uniform first chunk (1MiB)")
+    g.add_argument("--sha256", metavar="HEX", help="the whole file's SHA-256: the download fails if it differs")
+    g.add_argument("--ignore-validators", action="store_true",
+                   help="compare only lengths, not ETag/Last-Modified (mirrors running different servers); "
+                   "use with --sha256")
+    g.add_argument("--history", type=Path, metavar="FILE",
+                   help=f"replica throughputs remembered between runs (default {history_path()})")
+
+
+def plan_config(args: argparse.Namespace, timeout_s: float) -> PlanConfig:
+    """The planner's configuration from the options ``add_arguments`` added; a replica stalls after ``timeout_s``."""
+    chunk = parse_size(args.chunk) if args.chunk else None
+    changes: dict[str, Any] = {"strategy": args.strategy, "tail": args.tail, "stall_s": timeout_s,
+                               "initial_chunk": parse_size(args.initial_chunk)}
+    if chunk is not None:
+        changes["large_chunk" if args.strategy == "mdtp" else "static_chunk"] = chunk
+    return PlanConfig(**changes)

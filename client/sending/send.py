@@ -1,0 +1,490 @@
+"""``lnet-send FILE --to DEPOT``: move a file to a far depot through a chain of depots, and write its manifest.
+
+The I/O shell around ``Relay`` (the pipeline) and ``PathScheduler`` (the choice of chain): reads the depots file
+and the edge memory, checks that the depots answer and fits the transfer to their limits (``fit_to_limits``,
+pure: what each depot's ``/v1/status`` says it allows), runs the transfer with a live progress bar, then writes
+the manifest (0600: it holds read capabilities), the optional report, and the edge memory for the next warm
+start. Meanwhile the send journal beside the manifest (``lnet.client.sending.resume``) records every block delivered, so
+that the same command, run again after an interruption, sends only what the destination lacks.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import httpx
+import trio
+
+from lnet.client.exits import ExitCode
+from lnet.client.fetching import mirrors
+from lnet.client.formats import report
+from lnet.client.formats.manifest import BlockEntry, BlockSource, Manifest
+from lnet.client.formats.overlay import Overlay
+from lnet.client.sending.relay import (
+    BlockDamaged,
+    BlockDelivered,
+    BlockRecord,
+    DepotRefused,
+    Note,
+    PathShares,
+    Relay,
+    RelayConfig,
+    RelayEvent,
+    RelayResult,
+    Stream,
+)
+from lnet.client.sending.relay import TransferFailed as RelayFailed
+from lnet.client.sending.resume import (
+    ResumeRefused,
+    SendJournal,
+    resume_command,
+)
+from lnet.client.wire.depot_client import DepotClient
+from lnet.depot.clock import TrioWallClock
+from lnet.depot.protocol import innermost
+from lnet.scheduler import EdgeMemory, PathScheduler, SchedulerConfig
+from lnet.units import format_size
+
+__all__ = [
+    "DepotLimits",
+    "SendError",
+    "SendOptions",
+    "build_manifest",
+    "failure_exit",
+    "final_path",
+    "fit_to_limits",
+    "interrupted",
+    "over_text",
+    "save_report",
+    "send",
+    "send_from_replicas",
+    "shares_text",
+    "source_name",
+    "summary",
+]
+
+class SendError(Exception):
+    def __init__(self, code: ExitCode, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+# -- the depots' limits ----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class DepotLimits:
+    """What a depot lends at most, from its ``/v1/status``; None where it does not say (then nothing is checked)."""
+
+    max_allocation: int | None = None
+    max_duration: float | None = None
+
+    @classmethod
+    def from_status(cls, status: Mapping[str, Any]) -> DepotLimits:
+        def number(key: str) -> float | None:
+            value = status.get(key)
+            if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+                return None
+            return float(value)
+
+        allocation = number("max_allocation")
+        return cls(int(allocation) if allocation is not None else None, number("max_duration"))
+
+
+def _seconds(value: float) -> str:
+    """``3600.0`` -> ``"1h"``: a duration as ``--duration`` takes it."""
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if value >= size and value % size == 0:
+            return f"{value / size:g}{unit}"
+    return f"{value:g}s"
+
+
+def _too_large(block_size: int, depot: str, limit: int) -> SendError:
+    return SendError(ExitCode.USAGE, f"--block-size {format_size(block_size)} is over depot {depot}'s "
+                     f"max_allocation of {format_size(limit)} ({limit} bytes): give --block-size {limit} or less")
+
+
+def fit_to_limits(
+    config: RelayConfig,
+    limits: Mapping[str, DepotLimits],
+    dest: str,
+    pinned: Sequence[str] | None,
+    *,
+    longest_duration: bool,
+) -> tuple[RelayConfig, dict[str, str]]:
+    """The transfer fitted to what its depots allow, before any block moves; and, for an adaptive transfer, the
+    depots left out of the candidates (name -> why). Raises ``SendError`` (usage) when it cannot fit.
+
+    ``longest_duration``: ``config.duration_s`` is the most wanted (``--duration`` not given) and is shortened to
+    the destination's max_duration; otherwise it is asked for as it is, and over that limit it fails. Blocks
+    pass intermediate depots held for ``config.hold_s``, cut to each one's max_duration. Every depot a block may
+    cross must take ``config.block_size`` in one allocation: on a pinned path that is every depot on it; an
+    adaptive transfer leaves out the depots that cannot (the destination must)."""
+    target = limits.get(dest, DepotLimits())
+    duration = config.duration_s
+    if target.max_duration is not None and duration > target.max_duration:
+        if not longest_duration:
+            raise SendError(
+                ExitCode.USAGE, f"--duration {_seconds(duration)} is over depot {dest}'s max_duration of "
+                f"{_seconds(target.max_duration)}: give --duration {_seconds(target.max_duration)} or less, "
+                f"or leave --duration out to take the longest {dest} allows",
+            )
+        duration = target.max_duration
+    block = config.block_size
+    excluded: dict[str, str] = {}
+    on_path = pinned[1:] if pinned is not None else [dest]
+    for name in on_path:
+        largest = limits.get(name, DepotLimits()).max_allocation
+        if largest is not None and largest < block:
+            raise _too_large(block, name, largest)
+    if pinned is None:
+        for name, limit in limits.items():
+            if name != dest and limit.max_allocation is not None and limit.max_allocation < block:
+                excluded[name] = (f"left out: its max_allocation of {format_size(limit.max_allocation)} is under "
+                                  f"--block-size {format_size(block)}")
+    holds = {  # the destination's too: probes' blocks are held there
+        name: limit.max_duration
+        for name, limit in limits.items()
+        if limit.max_duration is not None and limit.max_duration < config.hold_s
+    }
+    return replace(config, duration_s=duration, hold_s_at={**config.hold_s_at, **holds}), excluded
+
+
+async def send(
+    file: Path | Stream,
+    overlay: Overlay,
+    dest: str,
+    *,
+    pinned: Sequence[str] | None,
+    memory: EdgeMemory,
+    warm: bool,
+    relay_config: RelayConfig,
+    scheduler_config: SchedulerConfig | None = None,
+    timeout_s: float = 30.0,
+    on_event: Callable[[RelayEvent], None] | None = None,
+    available: Callable[[int, int], Awaitable[None]] | None = None,
+    longest_duration: bool = False,
+    journal: SendJournal | None = None,
+    transport: httpx.AsyncBaseTransport | None = None,
+) -> tuple[RelayResult, PathScheduler | None, list[str]]:
+    """Run one transfer; returns the relay's result, the scheduler (None when pinned) and the depots skipped.
+
+    The depots' limits are read from their status first and the transfer fitted to them (``fit_to_limits``; its
+    ``longest_duration``): a transfer that cannot fit fails with ``SendError`` before any block moves. With a
+    ``journal`` (begun), the blocks an interrupted run left at the destination are checked and not sent again
+    (reported as delivered at the start), and every block delivered now is recorded in it."""
+    clock = TrioWallClock()
+    clients = {
+        name: DepotClient(entry.url, token=entry.token, timeout=timeout_s, transport=transport)
+        for name, entry in overlay.depots.items()
+    }
+    try:
+        alive: dict[str, bool] = {}
+        statuses: dict[str, dict[str, Any]] = {}
+        rtt_s: dict[str, float] = {}
+
+        async def check(name: str) -> None:
+            try:
+                statuses[name] = await clients[name].status()
+                alive[name] = True
+            except Exception:  # noqa: BLE001 - any failure here means: do not use this depot
+                alive[name] = False
+                return
+            # The round trip on the now open connection: it orders the scheduler's exploration.
+            began = trio.current_time()
+            if await clients[name].healthy():
+                rtt_s[name] = trio.current_time() - began
+
+        async with trio.open_nursery() as nursery:
+            for name in clients:
+                nursery.start_soon(check, name)
+        if not alive[dest]:
+            url = overlay.depots[dest].url
+            raise SendError(ExitCode.UNREACHABLE, f"the destination {dest} ({url}) does not answer")
+        skipped = sorted(name for name, ok in alive.items() if not ok)
+        if pinned is not None:
+            down = [name for name in pinned[1:] if not alive[name]]
+            if down:
+                raise SendError(ExitCode.UNREACHABLE, f"depot(s) on the pinned path do not answer: {', '.join(down)}")
+        relay_config, excluded = fit_to_limits(
+            relay_config, {name: DepotLimits.from_status(status) for name, status in statuses.items()}, dest,
+            pinned, longest_duration=longest_duration,
+        )
+        for name, why in sorted(excluded.items()):
+            if on_event is not None:
+                on_event(Note(f"depot {name} {why}", clock()))
+        if warm:
+            now = clock()
+            url_to_vertex = overlay.url_to_vertex()
+            for name, status in statuses.items():
+                links = status.get("links")
+                if isinstance(links, list):
+                    memory.seed_from_links(name, links, url_to_vertex, now)
+        scheduler = None
+        if pinned is None:
+            vertices = [overlay.here, *(name for name in clients if alive[name] and name not in excluded)]
+            # Weights are per stream, times the blocks the relay keeps in flight on a hop.
+            config = replace(scheduler_config or SchedulerConfig(), streams=relay_config.max_inflight)
+            scheduler = PathScheduler(vertices, overlay.here, dest, memory, config, rtt_s=rtt_s)
+        delivered: dict[int, BlockRecord] = {}
+        if journal is not None:
+            delivered = await journal.prepare(clients[dest], file, available)
+            for index, record in sorted(delivered.items()):
+                if on_event is not None:
+                    on_event(BlockDelivered(index, record.length, clock(), record))
+            on_event = journal.recording(on_event)
+        relay = Relay(
+            file,
+            overlay.here,
+            dest,
+            {name: client for name, client in clients.items() if alive[name] and name not in excluded},
+            scheduler=scheduler,
+            pinned=pinned,
+            memory=memory,
+            config=relay_config,
+            on_event=on_event,
+            clock=clock,
+            available=available,
+            delivered=delivered,
+        )
+        if journal is None:
+            return await relay.run(), scheduler, skipped
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(journal.keep_synced)
+            result = await relay.run()
+            nursery.cancel_scope.cancel()
+        return result, scheduler, skipped
+    finally:
+        with trio.CancelScope(shield=True):
+            for client in clients.values():
+                await client.aclose()
+
+
+@dataclass(frozen=True)
+class SendOptions:
+    """Everything ``send`` takes besides what it sends (see ``send``), as one typed value a command builds once."""
+
+    overlay: Overlay
+    dest: str
+    pinned: Sequence[str] | None
+    memory: EdgeMemory
+    warm: bool
+    relay_config: RelayConfig
+    scheduler_config: SchedulerConfig | None = None
+    timeout_s: float = 30.0
+    on_event: Callable[[RelayEvent], None] | None = None
+    longest_duration: bool = False
+    journal: SendJournal | None = None
+    transport: httpx.AsyncBaseTransport | None = None
+
+    async def send(
+        self, file: Path | Stream, available: Callable[[int, int], Awaitable[None]] | None = None,
+    ) -> tuple[RelayResult, PathScheduler | None, list[str]]:
+        return await send(
+            file, self.overlay, self.dest, pinned=self.pinned, memory=self.memory, warm=self.warm,
+            relay_config=self.relay_config, scheduler_config=self.scheduler_config, timeout_s=self.timeout_s,
+            on_event=self.on_event, available=available, longest_duration=self.longest_duration,
+            journal=self.journal, transport=self.transport,
+        )
+
+
+async def send_from_replicas(
+    urls: Sequence[str], spool: Path, *, replicas: mirrors.ReplicaOptions, on_size: Callable[[int], None],
+    options: SendOptions,
+) -> tuple[RelayResult, PathScheduler | None, list[str], mirrors.MirrorResult]:
+    """``send`` of a file that is still arriving from its replicas into ``spool``: each block leaves as soon as
+    its bytes are in (the relay waits on the download's ``Watcher``)."""
+    watcher = mirrors.Watcher()
+    downloaded: list[mirrors.MirrorResult] = []
+
+    async def download() -> None:
+        downloaded.append(await mirrors.fetch_mirrors(
+            urls, spool, config=replicas.config, timeout_s=replicas.timeout_s, sha256=replicas.sha256,
+            check_validators=replicas.check_validators, history=replicas.history, watcher=watcher))
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(download)
+        await watcher.started.wait()
+        on_size(watcher.size)
+        try:
+            result, scheduler, skipped = await options.send(watcher.path, available=watcher.wait_for)
+        finally:
+            watcher.release()
+    return result, scheduler, skipped, downloaded[0]
+
+
+def interrupted(journal: SendJournal, dest: str, argv: list[str], what: str = "interrupted") -> str:
+    """What an interrupted run says: what is kept, and the exact command that resumes."""
+    if not journal.records:
+        return f"{what} before any block reached {dest}; to send it, run the same command again: {resume_command(argv)}"
+    return (f"{what}: {len(journal.records)} blocks delivered to {dest} are recorded in {journal.path}; to resume, "
+            f"run the same command again: {resume_command(argv)}")
+
+
+def failure_exit(exc: BaseException, subject: Path | None) -> tuple[ExitCode, str] | None:
+    """The exit code and message for a failed transfer (a nursery's failure comes wrapped); None: not ours.
+    ``subject`` is what was being sent, named in the message of a local I/O error."""
+    inner = innermost(exc)
+    if isinstance(inner, SendError):
+        return inner.code, str(inner)
+    if isinstance(inner, ResumeRefused):
+        return ExitCode.USAGE, str(inner)
+    if isinstance(inner, mirrors.MirrorError):
+        return inner.exit_code, f"the replicas: {inner}"
+    if isinstance(inner, BlockDamaged):
+        return ExitCode.INTEGRITY, str(inner)
+    if isinstance(inner, DepotRefused):  # asking again would not help: a limit or a token, else something odd
+        usage = inner.error.status in (400, 401, 403, 413)
+        return (ExitCode.USAGE if usage else ExitCode.FAILED), str(inner)
+    if isinstance(inner, RelayFailed):
+        return ExitCode.UNREACHABLE, str(inner)
+    if isinstance(inner, OSError):
+        return ExitCode.FAILED, f"{subject}: {inner}"
+    return None
+
+
+def source_name(urls: Sequence[str]) -> str:
+    """The file's name for the manifest: the last segment of the first URL's path."""
+    name = urlsplit(urls[0]).path.rstrip("/").rsplit("/", 1)[-1]
+    name = "".join(c if c.isalnum() or c in "._-" else "_" for c in name).lstrip(".")
+    return name[:200] or "download"
+
+
+def build_manifest(
+    file: Path, dest_url: str, result: RelayResult, config: RelayConfig, path: Sequence[str]
+) -> Manifest:
+    blocks = tuple(
+        BlockEntry(
+            index=record.index,
+            offset=record.offset,
+            length=record.length,
+            hash=record.hash,
+            sources=(BlockSource(dest_url, record.allocation.read, record.allocation.expires),),
+        )
+        for record in result.blocks
+    )
+    return Manifest(
+        name=file.name,
+        size=sum(block.length for block in blocks),
+        block_size=config.block_size,
+        hash_algorithm=config.hash_algorithm,
+        file_hash=result.file_hash,
+        created=time.time(),
+        path=tuple(path),
+        blocks=blocks,
+    )
+
+
+def final_path(result: RelayResult) -> list[str]:
+    """The path the transfer ended on (the primary, with several): the manifest's ``path``."""
+    if result.final_paths:
+        return list(result.final_paths[0])
+    return list(result.paths[-1].path) if result.paths else []
+
+
+def ran_several(result: RelayResult) -> bool:
+    """Whether the transfer ran more than one path at once at some time (then per-path figures say something the
+    totals do not)."""
+    runs = sorted(result.paths, key=lambda run: run.start)
+    return any(
+        later.start < (earlier.end if earlier.end is not None else math.inf)
+        for i, earlier in enumerate(runs) for later in runs[i + 1 :]
+    )
+
+
+def shares_text(shares: PathShares | Sequence[tuple[Sequence[str], int]], total: int) -> str:
+    """Each path's share of the bytes delivered, for people: ``via atl 61% · direct 39%``."""
+    pairs: list[tuple[Sequence[str], int]] = (
+        [(s.path, s.bytes) for s in shares.paths] if isinstance(shares, PathShares) else list(shares)
+    )
+    return " · ".join(f"{report.short_path(path)} {nbytes / total if total else 0.0:.0%}" for path, nbytes in pairs)
+
+
+def summary(result: RelayResult, scheduler: PathScheduler | None, size: int) -> dict[str, Any]:
+    attempts: list[dict[str, Any]]
+    if scheduler is not None:
+        started = scheduler.attempts[0].start if scheduler.attempts else 0.0
+        attempts = [
+            {
+                "path": list(a.path),
+                "start": a.start - started,
+                "end": (a.end if a.end is not None else started + result.seconds) - started,
+                "mbps": a.throughput_bps * 8 / 1e6,
+                "reason": a.reason,
+            }
+            for a in scheduler.attempts
+        ]
+    else:
+        attempts = []
+    relay_paths = []
+    for run in result.paths:
+        end = run.end if run.end is not None else result.seconds
+        mbps = run.nbytes * 8 / 1e6 / (end - run.start) if end > run.start else 0.0
+        relay_paths.append(
+            {"path": list(run.path), "start": run.start, "end": end, "bytes": run.nbytes, "mbps": mbps,
+             "reason": run.reason}
+        )
+    several = ran_several(result)
+    timeline = []
+    for point in result.timeline:
+        entry: dict[str, Any] = {"t": point.t, "bytes": point.bytes, "mbps": point.rate_bps * 8 / 1e6,
+                                 "path": list(point.path)}
+        if several:  # each path's bytes so far and its rate since the point before
+            entry["paths"] = [{"path": list(s.path), "bytes": s.bytes, "mbps": s.rate_bps * 8 / 1e6}
+                              for s in point.paths]
+        timeline.append(entry)
+    delivered = sum(result.path_bytes.values())
+    return {
+        "bytes": size,
+        "seconds": result.seconds,
+        "mbps": size * 8 / 1e6 / result.seconds if result.seconds > 0 else 0.0,
+        "blocks": len(result.blocks),
+        "resends": result.resends,
+        "paths": [list(path) for path in result.final_paths],
+        "path_shares": [
+            {"path": list(path), "bytes": nbytes, "share": nbytes / delivered if delivered else 0.0,
+             "mbps": nbytes * 8 / 1e6 / result.seconds if result.seconds > 0 else 0.0}
+            for path, nbytes in result.path_bytes.items()
+        ],
+        "path_attempts": relay_paths,
+        "scheduler_attempts": attempts,
+        "edges": [
+            {"from": u, "to": v, "mbps": rate * 8 / 1e6, "bytes": nbytes, "samples": samples}
+            for (u, v), (rate, nbytes, samples) in sorted(result.edges.items())
+        ],
+        "timeline": timeline,
+    }
+
+
+def over_text(result: RelayResult) -> str:
+    """What the closing line says the file went over: the path, or every path used with its share."""
+    if not ran_several(result):
+        return " -> ".join(final_path(result))
+    delivered = sum(result.path_bytes.values())
+    used = [(path, nbytes) for path, nbytes in result.path_bytes.items() if nbytes]
+    return f"{len(used)} paths ({shares_text(used, delivered)})"
+
+
+def save_report(path: Path, name: str, size: int, summary: dict[str, Any]) -> None:
+    """The report ``lnet report`` reads (docs/client.md): path attempts, the timeline, per-edge throughputs."""
+    document = {
+        "format": report.FORMAT,
+        "file": name,
+        "size": size,
+        "seconds": summary["seconds"],
+        "path_attempts": [
+            {key: entry[key] for key in ("path", "start", "end", "bytes", "mbps", "reason")}
+            for entry in summary["path_attempts"]
+        ],
+        "timeline": summary["timeline"],
+        "edges": [{key: edge[key] for key in ("from", "to", "mbps", "samples")} for edge in summary["edges"]],
+    }
+    report.parse(document).save(path)  # one set of rules for what lnet report can read
+
+
