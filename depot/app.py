@@ -64,8 +64,6 @@ from .weather_probes import WeatherProbes
 __all__ = ["Depot", "TrioWallClock"]
 
 log = logging.getLogger("lnet.depot")
-guard_http_logs()
-h11_receive.install()  # h11 copies every received byte twice more than it needs to
 access_log = logging.getLogger("lnet.depot.access")
 
 Scope = MutableMapping[str, Any]
@@ -111,6 +109,11 @@ class Depot:
         copy_transport: httpx.AsyncBaseTransport | None = None,
         offload: Callable[..., Awaitable[Any]] | None = None,
     ) -> None:
+        # Applied when a depot is made, never at import (both idempotent): the log filter that keeps capabilities
+        # out of the HTTP libraries' logs, and h11's copy-saving receive buffer for the depot's own pushes.
+        # ``serve`` adds the server's own (lnet.depot.server.install_server_patches).
+        guard_http_logs()
+        h11_receive.install()
         self.config = config
         # CPU-heavy work (hashing a block) goes to a worker thread; tests on MockClock run it inline instead.
         self._offload = offload or trio.to_thread.run_sync

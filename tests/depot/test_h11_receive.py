@@ -104,3 +104,22 @@ async def test_httpcore_writes_a_body_view_as_it_is_and_the_same_bytes() -> None
     plain = h11.Connection(h11.CLIENT)
     expected = b"".join(plain.send(event) or b"" for event in events)
     assert b"".join(bytes(piece) for piece in fast._network_stream.written) == expected
+
+
+def test_importing_the_depot_patches_nothing_and_making_one_does() -> None:
+    """Issue 13: no import side effects. The patches go in when a depot is made (or a server starts)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import lnet.depot.app, lnet.depot.server\n"
+        "from lnet.depot import h11_receive\n"
+        "print(h11_receive.installed())\n"
+        "from lnet.depot import Depot, DepotConfig\n"
+        "import tempfile\n"
+        "Depot(DepotConfig(name='d', listen='127.0.0.1:0', data_dir=tempfile.mkdtemp(), capacity=1 << 20,"
+        " max_allocation=1 << 20))\n"
+        "print(h11_receive.installed())\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60)
+    assert out.stdout.split() == ["False", "True"], out.stderr
