@@ -17,7 +17,7 @@ from pathlib import Path
 __all__ = ["DEBIAN_PACKAGES", "DOCKERD_LOG", "EngineError", "EngineState", "compose_command", "docker",
            "ensure_engine", "engine_answers", "stop_dockerd"]
 
-DEBIAN_PACKAGES = ("docker.io", "docker-compose", "debootstrap")
+DEBIAN_PACKAGES = ("docker.io", "docker-compose", "mmdebstrap", "debootstrap")
 DOCKERD_LOG = Path("/var/log/lnet-testbed-dockerd.log")
 DOCKERD_PIDFILE = Path("/var/run/docker.pid")
 DOCKERD_START_TIMEOUT_S = 60.0
@@ -73,8 +73,8 @@ def engine_answers() -> str | None:
 
 
 def _install(log: Log) -> tuple[str, ...]:
-    missing = [p for p, cmd in zip(DEBIAN_PACKAGES, ("dockerd", "docker-compose", "debootstrap"), strict=True)
-               if shutil.which(cmd) is None]
+    commands = ("dockerd", "docker-compose", "mmdebstrap", "debootstrap")
+    missing = [p for p, cmd in zip(DEBIAN_PACKAGES, commands, strict=True) if shutil.which(cmd) is None]
     if not missing:
         return ()
     log(f"installing {', '.join(missing)} with apt-get")
@@ -120,8 +120,8 @@ def _start_dockerd(log: Log) -> int:
 
 def ensure_engine(*, install: bool = False, log: Log = print) -> EngineState:
     """Make sure a Docker engine answers: start dockerd if it is installed and not running; with `install`,
-    first install Debian's docker.io, docker-compose and debootstrap where they are missing. Raises EngineError
-    with the reason when Docker cannot run here."""
+    first install Debian's docker.io, docker-compose, mmdebstrap and debootstrap where they are missing. Raises
+    EngineError with the reason when Docker cannot run here."""
     if os.geteuid() != 0:
         raise EngineError(f"needs root (the Docker engine, debootstrap); running as uid {os.geteuid()}")
     installed = _install(log) if install else ()

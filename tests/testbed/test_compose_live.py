@@ -3,9 +3,9 @@ compose, check its addresses, routes, windows and a shaped link's rate with plai
 depot with lnet-send and fetch it at the far end with lnet-get, then take it all down and check that nothing
 but the cached base image is left.
 
-Needs root. Installs Debian's docker.io, docker-compose and debootstrap with apt-get where they are missing and
-starts dockerd where none runs (and stops it again); skips with the reason where Docker cannot run. The first
-run on a machine debootstraps the base image (a few minutes); later runs reuse it.
+Needs root. Installs Debian's docker.io, docker-compose, mmdebstrap and debootstrap with apt-get where they are
+missing and starts dockerd where none runs (and stops it again); skips with the reason where Docker cannot run.
+The first run on a machine makes the base image (about a minute with mmdebstrap); later runs reuse it.
 """
 
 from __future__ import annotations
