@@ -32,6 +32,15 @@ GiB = 1024**3
 SCRATCH = "/dev/shm" if os.path.isdir("/dev/shm") else None
 
 
+def faults_of(pid: int) -> int:
+    """Minor page faults of ``pid`` so far (Linux ``/proc``; 0 elsewhere)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    except OSError:
+        return 0
+    return int(fields[7])  # minflt: the 10th field, the 8th after the command name
+
+
 def cpu_of(pid: int) -> float:
     times = psutil.Process(pid).cpu_times()
     return float(times.user + times.system)
@@ -72,6 +81,7 @@ async def main() -> int:
                     "--restart", *args.send_arg,
                 ]
                 before = {name: cpu_of(d.process.pid) for name, d in depots.items()}
+                faults = {name: faults_of(d.process.pid) for name, d in depots.items()}
                 # Popen, polled below: the CPU meter samples the process while it runs
                 proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # noqa: ASYNC220
                 spies: list[subprocess.Popen[bytes]] = []
@@ -106,13 +116,18 @@ async def main() -> int:
                 for name, d in depots.items():
                     row[name] = (cpu_of(d.process.pid) - before[name]) / moved
                 row["resends"] = report["resends"]
+                blocks = max(1, int(report["blocks"]))
+                for name, d in depots.items():
+                    row[f"{name} faults/block"] = (faults_of(d.process.pid) - faults[name]) / blocks
                 edges = ", ".join(f"{e['from']}->{e['to']} {e['mbps'] / 8:.0f}" for e in report.get("edges", []))
                 rows.append(row)
                 print(f"run {run + 1}: {row['MB/s']:.0f} MB/s; CPU-s/GiB send {row['send']:.2f} a {row['a']:.2f} "
-                      f"b {row['b']:.2f} c {row['c']:.2f}; edges (MB/s) {edges}", flush=True)
+                      f"b {row['b']:.2f} c {row['c']:.2f}; minor faults per block a {row['a faults/block']:.0f} "
+                      f"b {row['b faults/block']:.0f} c {row['c faults/block']:.0f}; edges (MB/s) {edges}", flush=True)
     med = {k: statistics.median(r[k] for r in rows) for k in rows[0]}
     print(f"median of {len(rows)}: {med['MB/s']:.0f} MB/s; CPU-s/GiB send {med['send']:.2f} a {med['a']:.2f} "
-          f"b {med['b']:.2f} c {med['c']:.2f} (sum {med['send'] + med['a'] + med['b'] + med['c']:.2f}); "
+          f"b {med['b']:.2f} c {med['c']:.2f} (sum {med['send'] + med['a'] + med['b'] + med['c']:.2f}); minor faults "
+          f"per block a {med['a faults/block']:.0f} b {med['b faults/block']:.0f} c {med['c faults/block']:.0f}; "
           f"load {os.getloadavg()[0]:.2f}")
     return 0
 

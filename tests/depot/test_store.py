@@ -110,3 +110,39 @@ def test_idle_pooled_buffers_go_back_to_the_system(tmp_path: Path) -> None:
     store.trim_pool(NOW + POOL_IDLE_S)
     assert store.pooled == 0
     assert alloc.buffer.closed
+
+
+def _thp_mode() -> str:
+    try:
+        text = Path("/sys/kernel/mm/transparent_hugepage/enabled").read_text()
+    except OSError:
+        return "none"
+    return text.split("[", 1)[1].split("]", 1)[0] if "[" in text else "none"
+
+
+def _thp_eligible(address: int) -> bool | None:
+    """``THPeligible`` of the mapping holding ``address`` in /proc/self/smaps (None: no such line)."""
+    inside = False
+    for line in Path("/proc/self/smaps").read_text().splitlines():
+        head = line.split()[0]
+        if "-" in head and not head.endswith(":"):
+            start, end = (int(part, 16) for part in head.split("-"))
+            inside = start <= address < end
+        elif inside and head == "THPeligible:":
+            return line.split()[1] == "1"
+    return None
+
+
+@pytest.mark.skipif(_thp_mode() not in ("madvise", "always"), reason="the kernel offers no transparent huge pages")
+def test_big_soft_allocations_ask_for_huge_pages(tmp_path: Path) -> None:
+    # with THP in "madvise" mode (this machine's) only an advised mapping is eligible: the advice is what counts
+    import ctypes
+
+    store = make(tmp_path, capacity=64 * MiB)
+    (big, _), (small, _) = (store.allocate(8 * MiB, 60, Reliability.SOFT, 1, NOW)[0],
+                            store.allocate(MiB, 60, Reliability.SOFT, 1, NOW)[0])
+    big_at = ctypes.addressof(ctypes.c_char.from_buffer(big.buffer))
+    small_at = ctypes.addressof(ctypes.c_char.from_buffer(small.buffer))
+    assert _thp_eligible(big_at) is True
+    if _thp_mode() == "madvise":
+        assert _thp_eligible(small_at) is False  # under 2 MiB: left to small pages
