@@ -54,9 +54,6 @@ _DATA_SUFFIX = ".data"
 _META_FORMAT = "lnet-depot-allocation/1"
 POOL_MIN_SIZE = 1024 * 1024
 POOL_IDLE_S = 0.5
-HUGE_PAGE = 2 * 1024 * 1024
-"""Soft allocations at least this big ask the kernel for transparent huge pages (``MADV_HUGEPAGE``): a fresh 8 MiB
-block then costs a few page faults instead of 2048 (docs/depot.md, the three-depot chain)."""
 
 
 class Kind(StrEnum):
@@ -410,18 +407,10 @@ class Store:
 
 
 def _anonymous(size: int) -> mmap.mmap:
-    """A zeroed buffer of ``size`` bytes for a soft allocation: a private anonymous mapping (``mmap(-1, size)`` alone
-    is a shared one, i.e. shmem, whose pages fault in slower and get no transparent huge pages), advised to use huge
-    pages from ``HUGE_PAGE`` bytes on, where the system offers them (a hint: small pages if not)."""
+    """A zeroed buffer of ``size`` bytes for a soft allocation: a private anonymous mapping. ``mmap(-1, size)`` alone
+    is a shared one, i.e. shmem, whose pages cost more to fault in (docs/depot.md, the three-depot chain)."""
     private = getattr(mmap, "MAP_PRIVATE", None)
-    buffer = mmap.mmap(-1, size) if private is None else mmap.mmap(-1, size, flags=private)
-    advice = getattr(mmap, "MADV_HUGEPAGE", None)
-    if advice is not None and size >= HUGE_PAGE:
-        try:
-            buffer.madvise(advice)
-        except OSError:  # THP compiled out or refused: small pages
-            pass
-    return buffer
+    return mmap.mmap(-1, size) if private is None else mmap.mmap(-1, size, flags=private)
 
 
 def _map_file(path: Path, size: int, *, create: bool) -> mmap.mmap:
