@@ -283,7 +283,7 @@ class Store:
             self.pooled -= size
         else:
             try:
-                buffer = mmap.mmap(-1, size)
+                buffer = _anonymous(size)
             except (OSError, OverflowError) as exc:
                 raise DepotFull(f"cannot map {size} bytes: {exc}") from None
         alloc = Allocation(ident, keys, size, expires, reliability, buffer, path=path)
@@ -404,6 +404,13 @@ class Store:
         self.used += size
         self._index(alloc)
         return True
+
+
+def _anonymous(size: int) -> mmap.mmap:
+    """A zeroed buffer of ``size`` bytes for a soft allocation: a private anonymous mapping. ``mmap(-1, size)`` alone
+    is a shared one, i.e. shmem, whose pages cost more to fault in (docs/depot.md, the three-depot chain)."""
+    private = getattr(mmap, "MAP_PRIVATE", None)
+    return mmap.mmap(-1, size) if private is None else mmap.mmap(-1, size, flags=private)
 
 
 def _map_file(path: Path, size: int, *, create: bool) -> mmap.mmap:

@@ -110,3 +110,34 @@ def test_idle_pooled_buffers_go_back_to_the_system(tmp_path: Path) -> None:
     store.trim_pool(NOW + POOL_IDLE_S)
     assert store.pooled == 0
     assert alloc.buffer.closed
+
+
+
+def _vm_flags(address: int) -> list[str] | None:
+    """``VmFlags`` of the mapping holding ``address`` in /proc/self/smaps (None: not found)."""
+    inside = False
+    for line in Path("/proc/self/smaps").read_text().splitlines():
+        head = line.split()[0]
+        if "-" in head and not head.endswith(":"):
+            start, end = (int(part, 16) for part in head.split("-"))
+            inside = start <= address < end
+        elif inside and head == "VmFlags:":
+            return line.split()[1:]
+    return None
+
+
+@pytest.mark.skipif(not Path("/proc/self/smaps").exists(), reason="needs Linux's /proc/self/smaps")
+def test_soft_allocations_are_private_memory_not_shmem(tmp_path: Path) -> None:
+    # a shared anonymous map is shmem: its pages fault in slower (docs/depot.md, the three-depot chain)
+    import ctypes
+
+    store = make(tmp_path, capacity=64 * MiB)
+    (alloc, _), = store.allocate(8 * MiB, 60, Reliability.SOFT, 1, NOW)
+    pointer = ctypes.c_char.from_buffer(alloc.buffer)
+    flags = _vm_flags(ctypes.addressof(pointer))
+    del pointer
+    assert flags is not None
+    assert "sh" not in flags
+    alloc.buffer[:5] = b"bytes"
+    store.commit_write(alloc, 5)
+    assert bytes(alloc.view(0, 5)) == b"bytes"
