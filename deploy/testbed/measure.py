@@ -27,6 +27,8 @@ class RttResult:
     median_ms: float
     min_ms: float
     max_ms: float
+    p95_ms: float = 0.0
+    """The 95th percentile: the bulk's upper bound, apart from the odd sample a busy machine delays."""
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,7 @@ because each runs as its own process inside a host's namespace.
 from __future__ import annotations
 
 import json
+import math
 import socket
 import statistics
 import struct
@@ -102,6 +103,7 @@ def udp_ping(host: str, port: int, count: int, interval_s: float) -> dict[str, f
         "median_ms": statistics.median(rtts) if rtts else 0.0,
         "min_ms": min(rtts, default=0.0),
         "max_ms": max(rtts, default=0.0),
+        "p95_ms": sorted(rtts)[max(0, math.ceil(0.95 * len(rtts)) - 1)] if rtts else 0.0,
     }
 
 
