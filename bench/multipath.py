@@ -41,7 +41,6 @@ import argparse
 import json
 import os
 import shutil
-import signal
 import sys
 import tempfile
 import time
@@ -368,17 +367,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                                                              "run")
     parser.add_argument("--list", action="store_true", help="print the topologies and their design figures")
     args = parser.parse_args(argv)
-    if args.runs < 1:
-        parser.error("--runs must be at least 1")
-    unknown = [name for name in args.topologies.split(",") if name not in CASES]
-    if unknown:
-        parser.error(f"unknown topologies: {', '.join(unknown)} (choose from {', '.join(CASES)})")
-    try:
-        parse_size(args.block_size)
-        if args.size is not None:
-            parse_size(args.size)
-    except ValueError as exc:
-        parser.error(str(exc))
+    pc.check_args(parser, args, CASES)
     return args
 
 
@@ -418,26 +407,18 @@ async def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     results: list[dict[str, Any]] = []
     payloads = pc.Payloads(args.out / "payloads")
-    async with trio.open_nursery() as nursery:
-        async def stop_on_signal(task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-            with trio.open_signal_receiver(signal.SIGTERM, signal.SIGHUP) as signals:
-                task_status.started()
-                async for signum in signals:
-                    raise pc.Stopped(signal.Signals(signum).name)
 
-        async def run() -> None:
-            try:
-                for case in cases:
-                    say(f"== {case.name}: {case.tests} (deploy/topologies/{case.file})")
-                    result = await run_case(case, plan, args.out, payloads, say)
-                    results.append(result)
-                    (args.out / case.name / "result.json").write_text(json.dumps(result, indent=1, default=str))
-            finally:
-                shutil.rmtree(args.out / "payloads", ignore_errors=True)
-            nursery.cancel_scope.cancel()
+    async def run() -> None:
+        try:
+            for case in cases:
+                say(f"== {case.name}: {case.tests} (deploy/topologies/{case.file})")
+                result = await run_case(case, plan, args.out, payloads, say)
+                results.append(result)
+                (args.out / case.name / "result.json").write_text(json.dumps(result, indent=1, default=str))
+        finally:
+            shutil.rmtree(args.out / "payloads", ignore_errors=True)
 
-        await nursery.start(stop_on_signal)
-        nursery.start_soon(run)
+    await pc.until_signalled(run())
     document = {"bench": "multipath", "args": {k: str(v) for k, v in vars(args).items()},
                 "minutes": (time.monotonic() - started) / 60, "topologies": results}
     (args.out / "multipath.json").write_text(json.dumps(document, indent=1, default=str) + "\n")

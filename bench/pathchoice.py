@@ -52,10 +52,10 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import trio
 
@@ -71,6 +71,8 @@ PY = sys.executable
 PORT = 6714  # generation g of the depots listens on PORT + g: no waiting for the last one's sockets
 STARTUP_TIMEOUT_S = 30.0
 DEFAULT_SEED = 11
+T = TypeVar("T")
+
 EDGE_SECONDS = 10.0  # how long one edge of the oracle is measured for, at the rate its design predicts
 EDGE_BLOCKS = (16, 64)  # at least and at most this many blocks per edge measurement
 RUN_SECONDS = 40.0  # the default size lasts about this long at the rate the oracle's edges predict
@@ -811,18 +813,24 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--quick", action="store_true", help="a smoke test: tiny sizes, one run")
     parser.add_argument("--list", action="store_true", help="print the topologies (TOML) and their design figures")
     args = parser.parse_args(argv)
+    check_args(parser, args, CASES)
+    return args
+
+
+def check_args(parser: argparse.ArgumentParser, args: argparse.Namespace, cases: Iterable[str]) -> None:
+    """The checks this benchmark and bench/multipath.py share: --runs, --topologies, the sizes."""
+    names = list(cases)
     if args.runs < 1:
         parser.error("--runs must be at least 1")
-    unknown = [name for name in args.topologies.split(",") if name not in CASES]
+    unknown = [name for name in args.topologies.split(",") if name not in names]
     if unknown:
-        parser.error(f"unknown topologies: {', '.join(unknown)} (choose from {', '.join(CASES)})")
+        parser.error(f"unknown topologies: {', '.join(unknown)} (choose from {', '.join(names)})")
     try:
         parse_size(args.block_size)
         if args.size is not None:
             parse_size(args.size)
     except ValueError as exc:
         parser.error(str(exc))
-    return args
 
 
 def describe(case: Case, inflight: int) -> Iterator[str]:
@@ -832,6 +840,26 @@ def describe(case: Case, inflight: int) -> Iterator[str]:
     yield f"# design figures at {inflight} in flight (Mbit/s): " + ", ".join(
         f"{u}->{v} {m:.1f}" for (u, v), m in figures.items())
     yield "# widest by design: " + "; ".join(f"{' -> '.join(p)} {w:.1f}" for p, w in ranked[:WIDEST])
+
+
+async def until_signalled(job: Awaitable[T]) -> T:
+    """``job``'s result; a stopping signal (SIGTERM, SIGHUP) raises ``Stopped`` in it, so that it unwinds and every
+    testbed comes down (Ctrl-C does the same as KeyboardInterrupt)."""
+    outcome: list[T] = []
+    async with trio.open_nursery() as nursery:
+        async def stop_on_signal(task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+            with trio.open_signal_receiver(signal.SIGTERM, signal.SIGHUP) as signals:
+                task_status.started()
+                async for signum in signals:
+                    raise Stopped(signal.Signals(signum).name)
+
+        async def run() -> None:
+            outcome.append(await job)
+            nursery.cancel_scope.cancel()
+
+        await nursery.start(stop_on_signal)
+        nursery.start_soon(run)
+    return outcome[0]
 
 
 async def main(argv: list[str] | None = None) -> int:
@@ -856,19 +884,7 @@ async def main(argv: list[str] | None = None) -> int:
     say(f"path choice: {', '.join(c.name for c in cases)}; about {estimate / 60:.0f} minutes; results in {args.out}")
     started = time.monotonic()
     results: list[dict[str, Any]] = []
-    async with trio.open_nursery() as nursery:
-        async def stop_on_signal(task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-            with trio.open_signal_receiver(signal.SIGTERM, signal.SIGHUP) as signals:
-                task_status.started()
-                async for signum in signals:
-                    raise Stopped(signal.Signals(signum).name)
-
-        async def run() -> None:
-            results.extend(await bench(args, cases, settings, say))
-            nursery.cancel_scope.cancel()
-
-        await nursery.start(stop_on_signal)
-        nursery.start_soon(run)
+    results.extend(await until_signalled(bench(args, cases, settings, say)))
     document = {"bench": "pathchoice", "args": {k: str(v) for k, v in vars(args).items()},
                 "minutes": (time.monotonic() - started) / 60, "topologies": results}
     (args.out / "pathchoice.json").write_text(json.dumps(document, indent=1, default=str) + "\n")
