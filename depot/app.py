@@ -53,7 +53,6 @@ from .protocol import (
     describe_error,
     encode_body,
     error_from_body,
-    guard_http_logs,
     is_capability,
     redact_capabilities,
 )
@@ -109,11 +108,7 @@ class Depot:
         copy_transport: httpx.AsyncBaseTransport | None = None,
         offload: Callable[..., Awaitable[Any]] | None = None,
     ) -> None:
-        # Applied when a depot is made, never at import (both idempotent): the log filter that keeps capabilities
-        # out of the HTTP libraries' logs, and h11's copy-saving receive buffer for the depot's own pushes.
-        # ``serve`` adds the server's own (lnet.depot.server.install_server_patches).
-        guard_http_logs()
-        h11_receive.install()
+        h11_receive.install_http_patches()  # when a depot is made, never at import; ``serve`` adds the server's
         self.config = config
         # CPU-heavy work (hashing a block) goes to a worker thread; tests on MockClock run it inline instead.
         self._offload = offload or trio.to_thread.run_sync

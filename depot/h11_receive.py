@@ -119,3 +119,22 @@ def install() -> bool:
 
 def installed() -> bool:
     return ReceiveBuffer.maybe_extract_at_most is _maybe_extract_at_most
+
+
+_http_patched = False
+
+
+def install_http_patches() -> None:
+    """What every lnet process that speaks HTTP changes in the libraries under it, once per process (later calls
+    return at once), and never at import: the log filter that keeps capabilities out of the HTTP libraries' logs,
+    and the copy-saving receive buffer above. A ``DepotClient``, a ``RangeConnection`` and a ``Depot`` call it when
+    made; ``lnet.depot.server`` adds the server's own. It loads h11 and msgpack only, nothing of the server."""
+    global _http_patched
+    if _http_patched:
+        return
+    from .protocol import guard_http_logs
+
+    guard_http_logs()
+    install()
+    _http_patched = True
+

@@ -21,7 +21,6 @@ from hypercorn.trio import tcp_server
 from . import direct, h11_receive
 from .app import Depot
 from .config import DepotConfig
-from .protocol import guard_http_logs
 
 __all__ = ["depot_url", "install_server_patches", "serve", "wait_for_signal"]
 
@@ -38,8 +37,7 @@ def install_server_patches() -> None:
     receive buffer, and the log filter that keeps capabilities out of the HTTP libraries' logs. Idempotent."""
     tcp_server.MAX_RECV = RECEIVE_SIZE
     direct.install()
-    h11_receive.install()
-    guard_http_logs()
+    h11_receive.install_http_patches()
 
 
 def _hypercorn_config(config: DepotConfig) -> HypercornConfig:

@@ -18,7 +18,7 @@ from typing import Any, Literal
 
 import httpx
 
-from lnet.client.wire.http_patches import install_http_patches
+from lnet.depot.h11_receive import install_http_patches
 from lnet.depot.protocol import (
     MSGPACK,
     BadRequest,

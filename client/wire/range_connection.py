@@ -22,7 +22,7 @@ from urllib.parse import urlsplit
 import h11
 import trio
 
-from lnet.client.wire.http_patches import install_http_patches
+from lnet.depot.h11_receive import install_http_patches
 
 __all__ = ["ConnectionEnded", "Head", "RangeConnection", "ReplicaError", "ReplicaRefused", "parse_url", "redact_url"]
 
