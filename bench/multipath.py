@@ -55,7 +55,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import pathchoice as pc  # noqa: E402  (bench/pathchoice.py: the depots, lnet-send on a host, payloads, medians)
 
-from lnet.depot.units import format_size, parse_size  # noqa: E402
+from lnet.depot.units import format_size  # noqa: E402
 from lnet.testbed import Testbed  # noqa: E402
 from lnet.testbed.topology import Topology  # noqa: E402
 
@@ -385,9 +385,7 @@ def describe(case: MultiCase, plan: Plan) -> list[str]:
 
 async def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    settings = pc.Settings(args.block_size, parse_size(args.block_size), args.max_inflight,
-                           1 if args.quick else args.runs, args.quick,
-                           parse_size(args.size) if args.size is not None else None)
+    settings = pc.Settings.from_args(args)
     plan = Plan(settings, args.max_paths)
     cases = [CASES[name] for name in args.topologies.split(",")]
     if args.list:

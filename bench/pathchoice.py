@@ -569,6 +569,12 @@ class Settings:
     quick: bool
     size: int | None
 
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> Settings:
+        """From the options this benchmark and bench/multipath.py share."""
+        return cls(args.block_size, parse_size(args.block_size), args.max_inflight, 1 if args.quick else args.runs,
+                   args.quick, parse_size(args.size) if args.size is not None else None)
+
     @property
     def design_inflight(self) -> int:
         return self.inflight if self.inflight is not None else 4  # lnet-send's initial window
@@ -864,9 +870,7 @@ async def until_signalled(job: Awaitable[T]) -> T:
 
 async def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    settings = Settings(args.block_size, parse_size(args.block_size), args.max_inflight,
-                        1 if args.quick else args.runs, args.quick,
-                        parse_size(args.size) if args.size is not None else None)
+    settings = Settings.from_args(args)
     cases = [CASES[name](args.seed) for name in args.topologies.split(",")]
     if args.list:
         for case in cases:
