@@ -737,7 +737,13 @@ class Relay:
         candidates = [path for path in self.paths if self._usable(path)] or list(self.paths)
         if len(candidates) == 1:
             return candidates[0]
-        outstanding = [self._outstanding.get(path, 0) for path in candidates]
+        return self._soonest(candidates, length)
+
+    def _soonest(self, candidates: Sequence[Route], length: int, block: _Block | None = None) -> Route:
+        """The MDTP rule over ``candidates`` for one more block of ``length`` bytes (``block``, when given, is
+        already counted on its own path and is left out of it)."""
+        outstanding = [self._outstanding.get(path, 0) - (length if block is not None and path == block.path else 0)
+                       for path in candidates]
         return candidates[soonest(outstanding, [self._rate(path) for path in candidates], length)]
 
     def _reconsider(self, block: _Block) -> None:
@@ -749,9 +755,7 @@ class Relay:
             return
         candidates.remove(block.path)
         candidates.insert(0, block.path)  # a tie keeps it where it is
-        outstanding = [self._outstanding.get(path, 0) - (block.length if path == block.path else 0)
-                       for path in candidates]
-        best = candidates[soonest(outstanding, [self._rate(path) for path in candidates], block.length)]
+        best = self._soonest(candidates, block.length, block)
         if best != block.path:
             self._tag(block, best)
 
