@@ -41,7 +41,7 @@ from lnet.client.formats.manifest import (
     Manifest,
     block_hasher,
 )
-from lnet.client.formats.overlay import Overlay, default_depots_path
+from lnet.client.formats.overlay import Overlay, depots_path
 from lnet.client.wire.depot_client import Busy, DepotClient, DepotError, DepotUnreachable, NotFound
 
 __all__ = [
@@ -402,11 +402,8 @@ def _client_maker(
 def depot_tokens(path: Path | None) -> dict[str, str]:
     """Operator tokens by depot base URL from a depots file: ``path``, else ``$LNET_DEPOTS`` or the default one
     if it exists (no file there: no tokens). Raises ``OverlayError`` for a file that was asked for and is bad."""
-    if path is None:
-        chosen = Path(os.environ["LNET_DEPOTS"]) if os.environ.get("LNET_DEPOTS") else default_depots_path()
-        if not chosen.is_file():
-            return {}
-        path = chosen
+    if path is None and not depots_path().is_file():
+        return {}
     overlay = Overlay.load(path)
     return {entry.url: entry.token for entry in overlay.depots.values() if entry.token}
 

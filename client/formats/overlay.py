@@ -22,7 +22,7 @@ from urllib.parse import urlsplit
 
 import platformdirs
 
-__all__ = ["DepotEntry", "Overlay", "OverlayError", "default_depots_path"]
+__all__ = ["DepotEntry", "Overlay", "OverlayError", "default_depots_path", "depots_path"]
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 
@@ -103,8 +103,7 @@ class Overlay:
     @classmethod
     def load(cls, path: Path | None = None, environ: Mapping[str, str] | None = None) -> Overlay:
         """From ``path``, else ``$LNET_DEPOTS``, else the user's config directory."""
-        env = os.environ if environ is None else environ
-        chosen = path or (Path(env["LNET_DEPOTS"]) if env.get("LNET_DEPOTS") else default_depots_path())
+        chosen = depots_path(path, environ)
         try:
             text = chosen.read_text()
         except OSError as exc:
@@ -112,6 +111,12 @@ class Overlay:
                 f"cannot read the depots file {chosen}: {exc.strerror} (give --depots FILE or set LNET_DEPOTS)"
             ) from None
         return cls.parse(text, chosen)
+
+
+def depots_path(path: Path | None = None, environ: Mapping[str, str] | None = None) -> Path:
+    """Which depots file is meant: ``path``, else ``$LNET_DEPOTS``, else the user's config directory's."""
+    env = os.environ if environ is None else environ
+    return path or (Path(env["LNET_DEPOTS"]) if env.get("LNET_DEPOTS") else default_depots_path())
 
 
 def default_depots_path() -> Path:
