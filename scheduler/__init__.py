@@ -129,8 +129,10 @@ Where lnet departs from the seed, and why
      edge gives *instead of* the path, not *beside* it). So sharing is learnt: a path joins on trial, with the
      set's measured total just before; after ``min_attempt_s`` the total must have grown by half the margin,
      else the newcomer shared a bottleneck: it leaves (``"drop"``) and its edges are banned from further paths
-     until a measurement of one of them changes by more than the margin, or aging raises it (so a bottleneck
-     that clears is found again, at the cost of one trial per aging period). A path whose measured rate falls
+     until the path is predicted more than the margin wider than when it left, or an edge of it is forgotten.
+     Aging raises it (so a bottleneck that clears is found again, at the cost of one trial per aging period);
+     a lower figure never lifts a ban, and for ``min_attempt_s`` after the drop the figures of the path's own
+     last blocks, still in flight when it left, only raise the width it is held to. A path whose measured rate falls
      below half the margin of the others' leaves the same way. Half, not the whole margin: a path admitted near
      the margin would otherwise leave and come back with the noise. The model is optimistic too where paths
      share a depot whose disk or NIC is the limit, and where a hop upstream of a path's bottleneck takes more

@@ -19,7 +19,6 @@ from ._memory import (
     DEFAULT_AGE_MAX_PER_ROUND,
     DEFAULT_AGE_PERCENT,
     Edge,
-    EdgeEstimate,
     EdgeMemory,
 )
 from ._paths import adds_enough, extra_path, keeps_adding, set_total
@@ -273,6 +272,18 @@ class _Attempt:
         return PathAttempt(self.path, self.start, end, self.throughput(streams), self.reason)
 
 
+@dataclass(slots=True)
+class _Ban:
+    """A path that joined the set and did not add (or stopped adding), kept out until it is predicted wider.
+
+    ``width`` is its predicted rate when it left, raised to the highest seen during the ``min_attempt_s`` after:
+    the blocks it still had in flight report after it left, and a figure from them is no news of the path.
+    """
+
+    since: float
+    width: float
+
+
 @dataclass(frozen=True, slots=True)
 class _Trial:
     """A path that joined the set and has not yet shown that it adds rate."""
@@ -337,8 +348,10 @@ class PathScheduler:
         self._changed_at = -math.inf
         """When the set last changed: nothing but a failure is judged for ``min_attempt_s`` after."""
         self._trial: _Trial | None = None
-        self._bans: dict[Path, dict[Edge, EdgeEstimate | None]] = {}
-        """Paths that joined and did not add (or stopped adding): their edges' estimates when they left."""
+        self._bans: dict[Path, _Ban] = {}
+        """Paths that joined and did not add (or stopped adding), with their predicted width when they left."""
+        self._now = -math.inf
+        """The time of the latest ``tick`` (bans settle by it)."""
 
     # -- what the engine reads ----------------------------------------------------------------------------
 
@@ -419,6 +432,8 @@ class PathScheduler:
         """Decide: keep the path, switch to another, or drop a failed depot (and go on with a path)."""
         if self._attempt is None:
             raise RuntimeError("call start() first")
+        self._now = now
+        self._settle_bans()
         if self._pending_drops:
             depot = self._pending_drops.pop(0)
             if any(depot in path for path in self.current_paths):
@@ -656,7 +671,7 @@ class PathScheduler:
         if self._trial is not None and self._trial.path == extra.path:
             self._trial = None
         if ban:
-            self._bans[extra.path] = {edge: self.memory.entry(*edge) for edge in edges_of(extra.path)}
+            self._bans[extra.path] = _Ban(now, self._ban_width(extra.path) or 0.0)
 
     def _drop_broken(self, now: float) -> bool:
         """Extras with a failed hop leave (no ban: the failure's weight of 0 keeps them out until aging)."""
@@ -706,25 +721,34 @@ class PathScheduler:
                 dropped = True
         return dropped
 
+    def _ban_width(self, path: Path) -> float | None:
+        """A banned path's predicted rate from the memory, aging included (a failed hop counts 0); None when one
+        of its edges is unknown (forgotten)."""
+        weights = [entry.weight if (entry := self.memory.entry(*edge)) is not None else None for edge in edges_of(path)]
+        return None if None in weights else min(w for w in weights if w is not None)
+
     def _banned_edges(self) -> set[Edge]:
-        """The edges of banned paths, after lifting the bans whose edges' measurements changed since: measured
-        more than the margin away, aged, failed or recovered, or forgotten."""
+        """The edges of banned paths, after lifting the bans of paths now predicted more than the margin wider
+        than when they left (a new measurement, aging, a recovery), or with an edge forgotten. A lower figure
+        never lifts a ban: it makes the path no more worth a trial. Reports that arrive in the first
+        ``min_attempt_s`` after the path left (its last blocks) only raise the width it is held to."""
         margin = self.config.path_margin
-        for path, then in list(self._bans.items()):
-            for edge, before in then.items():
-                now = self.memory.entry(*edge)
-                if before is None or now is None:
-                    changed = before is not now
-                else:
-                    changed = (
-                        now.failed != before.failed
-                        or now.boost != before.boost
-                        or abs(now.throughput_bps - before.throughput_bps) > margin * before.throughput_bps
-                    )
-                if changed:
-                    del self._bans[path]
-                    break
-        return {edge for then in self._bans.values() for edge in then}
+        for path, ban in list(self._bans.items()):
+            width = self._ban_width(path)
+            if width is None:
+                del self._bans[path]
+            elif self._now - ban.since <= self.config.min_attempt_s:
+                ban.width = max(ban.width, width)
+            elif width > ban.width * (1 + margin):
+                del self._bans[path]
+        return {edge for path in self._bans for edge in edges_of(path)}
+
+    def _settle_bans(self) -> None:
+        """At every tick: paths that left in the last ``min_attempt_s`` are held to the widest figure seen since."""
+        for path, ban in self._bans.items():
+            width = self._ban_width(path)
+            if width is not None and self._now - ban.since <= self.config.min_attempt_s:
+                ban.width = max(ban.width, width)
 
     def _join(self, now: float) -> bool:
         """Add the widest measured path edge-disjoint from the set, if it is predicted to add at least the

@@ -161,25 +161,59 @@ def test_a_disjoint_path_joins_and_stays_when_the_total_grows() -> None:
     assert scheduler.attempts[1].throughput_bps == pytest.approx(90.0)
 
 
-def test_a_path_that_shares_the_bottleneck_is_dropped_and_not_proposed_again_until_its_edges_change() -> None:
+def dropped_shared_path() -> tuple[EdgeMemory, PathScheduler]:
+    """A set of two that split one link of 100: the path through b joins at 10 s and is dropped at 20 s."""
     memory = known(s_a=100, a_d=100, s_b=90, b_d=90)
     scheduler = PathScheduler(VERTICES, "s", "d", memory, HAND)
     scheduler.start(0.0)
     feed(scheduler, {VIA_A: 100}, 0.0, 10.0)
     assert scheduler.tick(10.0).all_paths == (VIA_A, VIA_B)
-    # The two split one link of 100: the total did not grow.
-    feed(scheduler, {VIA_A: 52, VIA_B: 50}, 10.0, 20.0)
+    feed(scheduler, {VIA_A: 52, VIA_B: 50}, 10.0, 20.0)  # the total did not grow
     dropped = scheduler.tick(20.0)
     assert isinstance(dropped, Switch)
     assert (dropped.path, dropped.reason, dropped.all_paths) == (VIA_A, "drop", (VIA_A,))
     assert scheduler.attempts[-1].end == 20.0
+    return memory, scheduler
+
+
+def test_a_path_that_shares_the_bottleneck_is_dropped_and_not_proposed_again_until_predicted_wider() -> None:
+    memory, scheduler = dropped_shared_path()
     feed(scheduler, {VIA_A: 100}, 20.0, 60.0)
     for t in (30.0, 40.0, 50.0, 60.0):  # predicted to add 50 of 100, but banned
         assert scheduler.tick(t).all_paths == (VIA_A,)
-    # A new measurement of one of its edges, well away from what it was when it left: proposed again.
-    memory.observe("b", "d", 400_000, 1000.0, now=60.0)
+    # Its far hop measured much faster, or its near hop slower: the path is no wider than when it left.
+    for _ in range(3):
+        memory.observe("b", "d", 400_000, 1000.0, now=60.0)
+    memory.observe("s", "b", 20_000, 1000.0, now=61.0)
     feed(scheduler, {VIA_A: 100}, 60.0, 65.0)
-    again = scheduler.tick(65.0)
+    assert scheduler.tick(65.0).all_paths == (VIA_A,)
+    # Its narrow hop measured well above what it was when it left: proposed again.
+    for _ in range(3):
+        memory.observe("s", "b", 90_000, 1000.0, now=66.0)
+    feed(scheduler, {VIA_A: 100}, 65.0, 70.0)
+    again = scheduler.tick(70.0)
+    assert isinstance(again, Switch)
+    assert (again.reason, again.all_paths) == ("join", (VIA_A, VIA_B))
+
+
+def test_what_a_dropped_path_s_last_blocks_report_does_not_lift_its_ban() -> None:
+    _, scheduler = dropped_shared_path()
+    # Its blocks still in flight finish after it left, faster now that the set is one path.
+    feed(scheduler, {VIA_A: 100, VIA_B: 80}, 20.0, 23.0)
+    feed(scheduler, {VIA_A: 100}, 23.0, 80.0)
+    for t in (25.0, 30.0, 35.0, 40.0, 50.0, 60.0, 70.0, 80.0):
+        assert scheduler.tick(t).all_paths == (VIA_A,)
+
+
+def test_aging_gives_a_banned_path_its_second_chance() -> None:
+    memory, scheduler = dropped_shared_path()
+    feed(scheduler, {VIA_A: 100}, 20.0, 40.0)
+    assert scheduler.tick(40.0).all_paths == (VIA_A,)
+    # Aging raises the stale weights of its hops (the seed's second chance) above what it was held to.
+    aged = memory.age_stale_weights(41.0, after_s=0.0, percent=50.0, max_edges=10, among={"s", "b", "d"})
+    assert {("s", "b"), ("b", "d")} <= set(aged)
+    feed(scheduler, {VIA_A: 100}, 40.0, 45.0)
+    again = scheduler.tick(45.0)
     assert isinstance(again, Switch)
     assert (again.reason, again.all_paths) == ("join", (VIA_A, VIA_B))
 
