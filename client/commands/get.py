@@ -127,7 +127,8 @@ def main(argv: list[str] | None = None, *, io: ClientIO | None = None) -> int:
     except BaseException as exc:  # Ctrl-C before or after the download (during it, _fetch says what is kept)
         if not is_interrupt(exc):
             raise
-        return out.fail(ExitCode.INTERRUPTED, "interrupted; run the same command to resume")
+        return finish(out, Failed(ExitCode.INTERRUPTED, "interrupted; run the same command to resume"),
+                      as_json=args.json)
 
 
 async def run(argv: list[str], *, io: ClientIO | None = None) -> int:

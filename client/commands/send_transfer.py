@@ -125,7 +125,8 @@ def main_parsed(args: SendArgs, argv: list[str], io: ClientIO) -> int:
     except BaseException as exc:
         if not is_interrupt(exc):
             raise
-        return out.fail(ExitCode.INTERRUPTED, f"interrupted; run the same command again: {resume_command(argv)}")
+        return finish(out, Failed(ExitCode.INTERRUPTED, f"interrupted; run the same command again: "
+                                  f"{resume_command(argv)}"), as_json=args.json)
 
 
 async def transfer(args: SendArgs, argv: list[str], io: ClientIO, out: CommandOutput | None = None) -> int:
