@@ -23,16 +23,16 @@ from lnet.units import format_size, parse_size
 
 __all__ = ["SUBCOMMANDS", "DemoArgs", "ReportArgs", "Subcommand", "main"]
 
-O = TypeVar("O")
+Options = TypeVar("Options")
 
 
 @dataclass(frozen=True)
-class Subcommand(Generic[O]):
+class Subcommand(Generic[Options]):
     name: str
     help: str
     add_arguments: Callable[[argparse.ArgumentParser], None]
-    options: Callable[[argparse.Namespace], O]
-    run: Callable[[O], int]
+    options: Callable[[argparse.Namespace], Options]
+    run: Callable[[Options], int]
     description: str = ""
     epilog: str = EXIT_CODES_HELP
 

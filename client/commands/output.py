@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 
 __all__ = ["CommandOutput", "parse_arguments", "transfer_progress"]
 
-O = TypeVar("O")
+Options = TypeVar("Options")
 
 
 class CommandOutput:
@@ -78,8 +78,8 @@ def transfer_progress(console: Console, *labels: str, enabled: bool = True, tran
 
 
 def parse_arguments(
-    parser: argparse.ArgumentParser, argv: list[str] | None, into: Callable[[argparse.Namespace], O],
-) -> O | int:
+    parser: argparse.ArgumentParser, argv: list[str] | None, into: Callable[[argparse.Namespace], Options],
+) -> Options | int:
     """The command's options (``into`` turns the parsed namespace into its typed, frozen options dataclass), or
     the exit code once argparse has answered ``--help`` or explained a usage error. The only place a
     ``Namespace`` exists."""

@@ -136,7 +136,7 @@ async def transfer(args: SendArgs, argv: list[str], io: ClientIO, out: CommandOu
     prepared = _prepare(args)
     if isinstance(prepared, Failed):
         return finish(out, prepared, as_json=args.json)
-    overlay, relay_config, pinned, plan, timeout = prepared
+    overlay, relay_config, pinned, plan = prepared
     memory_path = args.memory or EdgeMemory.default_path()
     memory = EdgeMemory() if args.cold else EdgeMemory.load(memory_path)
     run = _Send(args, argv, io, out, overlay, relay_config, pinned, memory, memory_path)
@@ -147,10 +147,10 @@ async def transfer(args: SendArgs, argv: list[str], io: ClientIO, out: CommandOu
     name = args.file.name if args.file is not None else source_name(args.source)
     manifest_path = args.manifest or Path(f"{name}.manifest.json")
     return await run.with_journal(
-        manifest_path, lambda journal: run.send_file(journal, name, manifest_path, plan, timeout))
+        manifest_path, lambda journal: run.send_file(journal, name, manifest_path, plan))
 
 
-Prepared = tuple[Overlay, RelayConfig, list[str] | None, PlanConfig, float]
+Prepared = tuple[Overlay, RelayConfig, list[str] | None, PlanConfig]
 
 
 def _prepare(args: SendArgs) -> Prepared | Failed:
@@ -201,7 +201,7 @@ def _prepare(args: SendArgs) -> Prepared | Failed:
         if len(set(names)) != len(names):
             return Failed(ExitCode.USAGE, "--path: a depot may appear only once")
         pinned = [overlay.here, *names]
-    return overlay, relay_config, pinned, plan, timeout
+    return overlay, relay_config, pinned, plan
 
 
 Sent = tuple[RelayResult, PathScheduler | None, list[str]]
@@ -276,9 +276,7 @@ class _Send:
                 note = interrupted(journal, self.args.to, self.argv, what="stopped")
             return Failed(code, message, note)
 
-    async def send_file(
-        self, journal: SendJournal, name: str, manifest_path: Path, plan: PlanConfig, timeout: float,
-    ) -> Outcome:
+    async def send_file(self, journal: SendJournal, name: str, manifest_path: Path, plan: PlanConfig) -> Outcome:
         """One file, or one file from its replicas (``--source``), with its journal open."""
         args, console = self.args, self.out.err
         relay_config = self.relay_config
@@ -310,8 +308,8 @@ class _Send:
             if args.restart:
                 shutil.rmtree(spool, ignore_errors=True)
             spool.mkdir(mode=0o700, parents=True, exist_ok=True)
-            replicas = ReplicaOptions(plan, timeout, args.replica.sha256, not args.replica.ignore_validators,
-                                      args.replica.history_file())
+            replicas = ReplicaOptions(plan, relay_config.timeout_s, args.replica.sha256,
+                                      not args.replica.ignore_validators, args.replica.history_file())
             result, scheduler, skipped, fed = await send_from_replicas(
                 args.source, spool / name, replicas=replicas, on_size=sized, options=options, connect=self.io.connect)
             return result, scheduler, skipped
