@@ -1,8 +1,9 @@
 """``lnet``: the umbrella command, one subcommand per job (``lnet report``, ``lnet depots``, ``lnet demo``).
 
 Each subcommand is a ``Subcommand`` in ``SUBCOMMANDS``: a name, a line of help, a function that adds its
-arguments to its parser, and a function that runs it and returns an ``ExitCode``. Adding one is adding an entry;
-``main`` knows none of them by name.
+arguments to its parser, the typed options they parse into (``options``: the parsing step, the only code that
+sees the ``argparse.Namespace``), and a function that runs it on them and returns an ``ExitCode``. Adding one is
+adding an entry; ``main`` knows none of them by name.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Generic, TypeVar
 
 from lnet.client.commands import depots
 from lnet.client.commands.output import parse_arguments
@@ -19,17 +21,25 @@ from lnet.client.exits import EXIT_CODES_HELP, ExitCode
 from lnet.client.formats import report
 from lnet.units import format_size, parse_size
 
-__all__ = ["SUBCOMMANDS", "Subcommand", "main"]
+__all__ = ["SUBCOMMANDS", "DemoArgs", "ReportArgs", "Subcommand", "main"]
+
+Options = TypeVar("Options")
 
 
 @dataclass(frozen=True)
-class Subcommand:
+class Subcommand(Generic[Options]):
     name: str
     help: str
     add_arguments: Callable[[argparse.ArgumentParser], None]
-    run: Callable[[argparse.Namespace], int]
+    options: Callable[[argparse.Namespace], Options]
+    run: Callable[[Options], int]
     description: str = ""
     epilog: str = EXIT_CODES_HELP
+
+    def bound(self, ns: argparse.Namespace) -> Callable[[], int]:
+        """The subcommand on its options, parsed out of ``ns``: what ``main`` runs."""
+        options = self.options(ns)
+        return lambda: self.run(options)
 
 
 # -- lnet report ----------------------------------------------------------------------------------------------
@@ -43,7 +53,19 @@ def _report_arguments(p: argparse.ArgumentParser) -> None:
     )
 
 
-def _report(args: argparse.Namespace) -> int:
+@dataclass(frozen=True)
+class ReportArgs:
+    """``lnet report``'s options (fields named as the flags)."""
+
+    reports: tuple[Path, ...]
+    plot: Path | None
+
+    @classmethod
+    def from_namespace(cls, ns: argparse.Namespace) -> ReportArgs:
+        return cls(tuple(ns.reports), ns.plot)
+
+
+def _report(args: ReportArgs) -> int:
     from rich.console import Console
 
     out = Console(highlight=False)
@@ -76,11 +98,12 @@ def _report(args: argparse.Namespace) -> int:
     return ExitCode.OK
 
 
-SUBCOMMANDS: list[Subcommand] = [
+SUBCOMMANDS: list[Subcommand[Any]] = [
     Subcommand(
         "report",
         "show a transfer report: the path attempts, the edges, and a throughput plot",
         _report_arguments,
+        ReportArgs.from_namespace,
         _report,
         description="Show what lnet-send --report saved: the path attempts (path, duration, Mbit/s), the measured "
         "edges, and with --plot the throughput over time as a PNG.",
@@ -89,6 +112,7 @@ SUBCOMMANDS: list[Subcommand] = [
         "depots",
         "is the overlay healthy? every depot of the depots file: state, capacity, limits, links",
         depots.add_arguments,
+        depots.DepotsArgs.from_namespace,
         depots.run,
         description=depots.DESCRIPTION,
         epilog=depots.EPILOG,
@@ -97,6 +121,7 @@ SUBCOMMANDS: list[Subcommand] = [
         "demo",
         "the seed's experiment on the emulated Abilene testbed: direct vs cold vs warm start (needs root)",
         lambda p: _demo_arguments(p),
+        lambda ns: DemoArgs.from_namespace(ns),
         lambda args: _demo(args),
         description="Bring up the emulated Abilene testbed (network namespaces and the userspace link emulator), "
         "start depots on its hosts, send one file from ORNL to Sunnyvale pinned to the direct path, with a cold "
@@ -117,7 +142,22 @@ def _demo_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", type=Path, default=Path("lnet-demo"), metavar="DIR", help="where files go (./lnet-demo)")
 
 
-def _demo(args: argparse.Namespace) -> int:
+@dataclass(frozen=True)
+class DemoArgs:
+    """``lnet demo``'s options (fields named as the flags)."""
+
+    local: bool
+    size: str
+    block_size: str
+    max_inflight: int
+    out: Path
+
+    @classmethod
+    def from_namespace(cls, ns: argparse.Namespace) -> DemoArgs:
+        return cls(ns.local, ns.size, ns.block_size, ns.max_inflight, ns.out)
+
+
+def _demo(args: DemoArgs) -> int:
     if args.local:
         from lnet.client.commands import demo
 
@@ -161,16 +201,21 @@ def _parser() -> argparse.ArgumentParser:
             formatter_class=argparse.RawDescriptionHelpFormatter,
         )
         sub.add_arguments(p)
-        p.set_defaults(run=sub.run)
+        p.set_defaults(subcommand=sub)
     return parser
 
 
+def _bound(ns: argparse.Namespace) -> Callable[[], int]:
+    """The parsing step's result: the chosen subcommand, bound to its options."""
+    sub: Subcommand[Any] = ns.subcommand
+    return sub.bound(ns)
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = parse_arguments(_parser(), argv)
-    if isinstance(args, int):
-        return args
-    run: Callable[[argparse.Namespace], int] = args.run
-    return run(args)
+    command = parse_arguments(_parser(), argv, _bound)
+    if isinstance(command, int):
+        return command
+    return command()
 
 
 if __name__ == "__main__":

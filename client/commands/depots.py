@@ -33,6 +33,7 @@ if TYPE_CHECKING:  # loaded where they are used, so that `lnet --help` answers a
 __all__ = [
     "DEFAULT_TIMEOUT_S",
     "DepotHealth",
+    "DepotsArgs",
     "LinkFigure",
     "State",
     "add_arguments",
@@ -418,7 +419,20 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
 
 
-def run(args: argparse.Namespace, *, transport: httpx.AsyncBaseTransport | None = None) -> int:
+@dataclass(frozen=True)
+class DepotsArgs:
+    """``lnet depots``'s options (fields named as the flags)."""
+
+    depots: Path | None
+    json: bool
+    timeout: str
+
+    @classmethod
+    def from_namespace(cls, ns: argparse.Namespace) -> DepotsArgs:
+        return cls(ns.depots, ns.json, ns.timeout)
+
+
+def run(args: DepotsArgs, *, transport: httpx.AsyncBaseTransport | None = None) -> int:
     import trio
     from rich.console import Console
 

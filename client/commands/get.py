@@ -1,25 +1,30 @@
 """``lnet-get``: a file lnet delivered (``MANIFEST``), a directory tree (a tree manifest), or one file from several
 HTTP replicas at once (``URL ...``), written to ``OUT.lnet-part`` and renamed into place; run again to resume.
 
-Parses its arguments, calls ``lnet.client.fetching`` (``get_file``, ``get_directory``, ``fetch_mirrors``) with
-typed options, and turns the outcome into output and an exit code. Only argparse and the exit codes are loaded
-before parsing; the libraries, trio and rich are loaded in ``main`` after it (``--help`` answers at once).
+Parses its arguments once into ``GetArgs``, calls ``lnet.client.fetching`` (``get_file``, ``get_directory``,
+``fetch_mirrors``) with them and the command's ``ClientIO`` (how it reaches the network), and hands the outcome to
+``commands.outcome.finish`` (output and exit code). Only argparse and the exit codes are loaded before parsing;
+the libraries, trio and rich are loaded after it (``--help`` answers at once). ``run`` is ``main`` for a caller
+already in a trio loop.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import re
 import sys
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
 from lnet.client.commands import replica_options
+from lnet.client.commands.clientio import ClientIO
+from lnet.client.commands.outcome import Failed, Outcome, finish
 from lnet.client.commands.output import CommandOutput, parse_arguments, transfer_progress
+from lnet.client.commands.replica_options import ReplicaArgs
 from lnet.client.exits import EXIT_CODES_HELP, ExitCode, Failure, is_interrupt
-from lnet.units import format_size, parse_duration
+from lnet.units import parse_duration
 
 if TYPE_CHECKING:
     from rich.progress import Progress, TaskID
@@ -27,7 +32,7 @@ if TYPE_CHECKING:
     from lnet.client.fetching.blocks import GetResult
     from lnet.client.fetching.mirrors import MirrorResult
 
-__all__ = ["DEFAULT_PARALLEL", "DEFAULT_TIMEOUT_S", "MAX_PARALLEL", "main"]
+__all__ = ["DEFAULT_PARALLEL", "DEFAULT_TIMEOUT_S", "MAX_PARALLEL", "GetArgs", "main", "run"]
 
 R = TypeVar("R")
 
@@ -90,37 +95,83 @@ def _timeout(text: str) -> float:
     return value
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = parse_arguments(_parser(), argv)
-    if isinstance(args, int):
-        return args
-    out = CommandOutput("lnet-get", json_failures=args.json, path=args.output)
-    if all(replica_options.is_url(source) for source in args.sources):
-        return _from_replicas(args, out)
-    if len(args.sources) > 1:
-        return out.fail(ExitCode.USAGE, "give one manifest, or the URLs of one or more replicas")
-    return _from_depots(args, out, Path(args.sources[0]))
+@dataclass(frozen=True)
+class GetArgs:
+    """``lnet-get``'s options, parsed (fields named as the flags)."""
+
+    sources: tuple[str, ...]
+    output: Path
+    parallel: int
+    timeout: float
+    depots: Path | None
+    json: bool
+    no_progress: bool
+    replica: ReplicaArgs
+
+    @classmethod
+    def from_namespace(cls, ns: argparse.Namespace) -> GetArgs:
+        return cls(tuple(ns.sources), ns.output, ns.parallel, ns.timeout, ns.depots, ns.json, ns.no_progress,
+                   ReplicaArgs.from_namespace(ns))
 
 
-def _run(out: CommandOutput, progress: Progress, fetch: Callable[[], Awaitable[R]], kept: str) -> R | int:
-    """Run a download under its progress bar: its result, or the exit code of its failure or of Ctrl-C (``kept``
-    says what is kept for a resume)."""
+def main(argv: list[str] | None = None, *, io: ClientIO | None = None) -> int:
+    """``lnet-get``: its exit code. ``io``: how it reaches depots and replicas (None: the network)."""
+    parsed = _parse(argv)
+    if isinstance(parsed, int):
+        return parsed
+    args, out = parsed
     import trio
 
     try:
+        return trio.run(_get, args, out, io or ClientIO())
+    except BaseException as exc:  # Ctrl-C before or after the download (during it, _fetch says what is kept)
+        if not is_interrupt(exc):
+            raise
+        return finish(out, Failed(ExitCode.INTERRUPTED, "interrupted; run the same command to resume"),
+                      as_json=args.json)
+
+
+async def run(argv: list[str], *, io: ClientIO | None = None) -> int:
+    """``main`` in a running trio loop (the caller's: tests run a whole command on an emulated network)."""
+    parsed = _parse(argv)
+    return parsed if isinstance(parsed, int) else await _get(*parsed, io or ClientIO())
+
+
+def _parse(argv: list[str] | None) -> tuple[GetArgs, CommandOutput] | int:
+    """The options and the command's output (its failures go to ``--json`` too), or argparse's exit code."""
+    args = parse_arguments(_parser(), argv, GetArgs.from_namespace)
+    if isinstance(args, int):
+        return args
+    return args, CommandOutput("lnet-get", json_failures=args.json, path=args.output)
+
+
+async def _get(args: GetArgs, out: CommandOutput, io: ClientIO) -> int:
+    if all(replica_options.is_url(source) for source in args.sources):
+        outcome = await _from_replicas(args, out, io)
+    elif len(args.sources) > 1:
+        outcome = Failed(ExitCode.USAGE, "give one manifest, or the URLs of one or more replicas")
+    else:
+        outcome = await _from_depots(args, out, io, Path(args.sources[0]))
+    return finish(out, outcome, as_json=args.json)
+
+
+async def _fetch(progress: Progress, fetch: Callable[[], Awaitable[R]], kept: str) -> R | Failed:
+    """Run a download under its progress bar: its result, or the failure it ended with, Ctrl-C included
+    (``kept`` says what is kept for a resume)."""
+    try:
         with progress:
-            return trio.run(fetch)
+            return await fetch()
     except Failure as exc:
-        return out.fail(exc.exit_code, str(exc))
+        return Failed(exc.exit_code, str(exc))
     except BaseException as exc:
         if not is_interrupt(exc):
             raise
-        return out.fail(ExitCode.INTERRUPTED, f"interrupted; {kept}")
+        return Failed(ExitCode.INTERRUPTED, f"interrupted; {kept}")
 
 
-def _from_depots(args: argparse.Namespace, out: CommandOutput, path: Path) -> int:
+async def _from_depots(args: GetArgs, out: CommandOutput, io: ClientIO, path: Path) -> Outcome:
     """A manifest's file, or a tree manifest's tree, from the depots that hold its blocks."""
-
+    from lnet.client.commands.outcome import Fetched, TreeFetched
     from lnet.client.fetching.blocks import depot_tokens, get_file
     from lnet.client.fetching.partfile import part_path
     from lnet.client.fetching.tree import get_directory
@@ -133,11 +184,11 @@ def _from_depots(args: argparse.Namespace, out: CommandOutput, path: Path) -> in
     try:
         manifest = tree.load(path) if is_tree else load_manifest(path)
     except ManifestError as exc:
-        return out.fail(ExitCode.USAGE, f"invalid manifest: {exc}")
+        return Failed(ExitCode.USAGE, f"invalid manifest: {exc}")
     try:
         tokens = depot_tokens(args.depots)
     except OverlayError as exc:
-        return out.fail(ExitCode.USAGE, str(exc))
+        return Failed(ExitCode.USAGE, str(exc))
     progress = transfer_progress(out.err, enabled=out.show_progress(args.no_progress))
     task = progress.add_task(manifest.name, total=manifest.size)
 
@@ -147,51 +198,32 @@ def _from_depots(args: argparse.Namespace, out: CommandOutput, path: Path) -> in
     async def fetch() -> GetResult:
         if isinstance(manifest, tree.TreeManifest):
             return await get_directory(manifest, args.output, parallel=args.parallel, timeout_s=args.timeout,
-                                       on_progress=on_progress, tokens=tokens)
+                                       on_progress=on_progress, tokens=tokens, transport=io.transport)
         return await get_file(manifest, args.output, parallel=args.parallel, timeout_s=args.timeout,
-                              on_progress=on_progress, tokens=tokens)
+                              on_progress=on_progress, tokens=tokens, transport=io.transport)
 
     kept = "run the same command to resume" if is_tree else (
         f"the verified blocks are kept in {part_path(args.output)}: run the same command to resume")
-    result = _run(out, progress, fetch, kept)
-    if isinstance(result, int):
+    result = await _fetch(progress, fetch, kept)
+    if isinstance(result, Failed):
         return result
     if isinstance(manifest, tree.TreeManifest):
-        files = len(manifest.files())
-        if args.json:
-            print(json.dumps({**result.to_dict(), "files": files, "entries": len(manifest.entries)}))
-        else:
-            print(f"{args.output}: {files} files ({len(manifest.entries)} entries, {format_size(manifest.size)}) "
-                  f"verified and in place in {result.seconds:.2f} s")
-        return int(ExitCode.OK)
-    if args.json:
-        print(json.dumps(result.to_dict()))
-        return int(ExitCode.OK)
-    resumed = f", {result.resumed_blocks} resumed" if result.resumed_blocks else ""
-    print(
-        f"{result.path}: {format_size(result.size)} verified, {result.blocks} blocks{resumed}, "
-        f"{format_size(result.fetched_bytes)} fetched in {result.seconds:.2f} s ({result.mbps:.1f} Mbit/s)"
-    )
-    if len(result.depots) > 1:  # the blocks sat on several depots: what each gave
-        for source in result.to_dict()["sources"]:
-            print(f"  {source['depot']}: {format_size(source['bytes'])} ({source['share']:.0%}), "
-                  f"{source['blocks']} blocks, {source['mbps']:.1f} Mbit/s")
-    return int(ExitCode.OK)
+        return TreeFetched(result, args.output, len(manifest.files()), len(manifest.entries), manifest.size)
+    return Fetched(result)
 
 
-def _from_replicas(args: argparse.Namespace, out: CommandOutput) -> int:
+async def _from_replicas(args: GetArgs, out: CommandOutput, io: ClientIO) -> Outcome:
     """``lnet-get URL ...``: one file from several HTTP replicas at once."""
-    if args.sha256 is not None and not re.fullmatch(r"[0-9a-fA-F]{64}", args.sha256):
-        return out.fail(ExitCode.USAGE, f"--sha256 wants 64 hex digits, not {args.sha256!r}")
+    sha256 = args.replica.sha256
+    if sha256 is not None and not re.fullmatch(r"[0-9a-fA-F]{64}", sha256):
+        return Failed(ExitCode.USAGE, f"--sha256 wants 64 hex digits, not {sha256!r}")
     try:
-        config = replica_options.plan_config(args, args.timeout)
+        config = args.replica.plan_config(args.timeout)
     except ValueError as exc:
-        return out.fail(ExitCode.USAGE, str(exc))
+        return Failed(ExitCode.USAGE, str(exc))
     if args.output.is_dir():
-        return out.fail(ExitCode.USAGE, f"{args.output} is a directory: give the file's path")
-    from rich.console import Console
-    from rich.table import Table
-
+        return Failed(ExitCode.USAGE, f"{args.output} is a directory: give the file's path")
+    from lnet.client.commands.outcome import ReplicasFetched
     from lnet.client.fetching.mirrors import fetch_mirrors
     from lnet.client.fetching.partfile import part_path
     from lnet.client.wire.range_connection import parse_url
@@ -200,7 +232,7 @@ def _from_replicas(args: argparse.Namespace, out: CommandOutput) -> int:
         try:
             parse_url(url)
         except ValueError as exc:
-            return out.fail(ExitCode.USAGE, str(exc))
+            return Failed(ExitCode.USAGE, str(exc))
     progress = transfer_progress(out.err, enabled=out.show_progress(args.no_progress))
     tasks: dict[int, TaskID] = {}
 
@@ -213,38 +245,15 @@ def _from_replicas(args: argparse.Namespace, out: CommandOutput) -> int:
         progress.advance(tasks[-1], nbytes)
         progress.advance(tasks[replica], nbytes)
 
-    history = args.history if args.history is not None else replica_options.history_path()
-
     async def fetch() -> MirrorResult:
         return await fetch_mirrors(
-            args.sources, args.output, config=config, timeout_s=args.timeout, sha256=args.sha256,
-            check_validators=not args.ignore_validators, history=history, on_start=on_start,
-            on_progress=on_progress)
+            args.sources, args.output, config=config, timeout_s=args.timeout, sha256=sha256,
+            check_validators=not args.replica.ignore_validators, history=args.replica.history_file(),
+            on_start=on_start, on_progress=on_progress, connect=io.connect)
 
-    result = _run(out, progress, fetch, f"what arrived is kept in {part_path(args.output)}: run the same "
-                  "command to resume")
-    if isinstance(result, int):
-        return result
-    if args.json:
-        print(json.dumps(result.to_dict()))
-        return int(ExitCode.OK)
-    table = Table(title=f"{result.path}: per replica", title_justify="left")
-    for column in ("replica", "bytes", "share", "requests", "chunks (min / median / max)", "Mbit/s", "state"):
-        table.add_column(column, justify="left" if column in ("replica", "state") else "right")
-    for report in result.replicas:
-        d = report.to_dict()
-        chunks = (f"{format_size(d['chunk_min'])} / {format_size(d['chunk_median'])} / {format_size(d['chunk_max'])}"
-                  if report.chunks else "-")
-        state = report.state if not report.reason or report.state == "ok" else f"{report.state}: {report.reason}"
-        table.add_row(report.url, format_size(report.bytes), f"{report.share:.1%}", str(report.requests), chunks,
-                      f"{report.mbps:.1f}", state)
-    console = Console(highlight=False, soft_wrap=True)
-    console.print(table)
-    resumed = f", {format_size(result.resumed_bytes)} resumed" if result.resumed_bytes else ""
-    console.print(f"{result.path}: {format_size(result.size)} in {result.seconds:.2f} s ({result.mbps:.1f} Mbit/s) "
-                  f"from {sum(1 for r in result.replicas if r.bytes)} replicas{resumed}, sha256 {result.sha256}",
-                  markup=False)
-    return int(ExitCode.OK)
+    result = await _fetch(progress, fetch, f"what arrived is kept in {part_path(args.output)}: run the same "
+                          "command to resume")
+    return result if isinstance(result, Failed) else ReplicasFetched(result)
 
 
 if __name__ == "__main__":

@@ -1,13 +1,15 @@
 """What every command shows: one way to fail (a message on stderr, and the ``--json`` failure object), one
-progress bar set-up. rich is imported here only when a console or a bar is made.
+progress bar set-up, and the one parsing step (argv to a command's typed, frozen options; no
+``argparse.Namespace`` leaves it). rich is imported here only when a console or a bar is made.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from lnet.client.exits import ExitCode
 
@@ -16,6 +18,8 @@ if TYPE_CHECKING:
     from rich.progress import Progress
 
 __all__ = ["CommandOutput", "parse_arguments", "transfer_progress"]
+
+Options = TypeVar("Options")
 
 
 class CommandOutput:
@@ -73,9 +77,13 @@ def transfer_progress(console: Console, *labels: str, enabled: bool = True, tran
     )
 
 
-def parse_arguments(parser: argparse.ArgumentParser, argv: list[str] | None) -> argparse.Namespace | int:
-    """The parsed arguments, or the exit code once argparse has answered ``--help`` or explained a usage error."""
+def parse_arguments(
+    parser: argparse.ArgumentParser, argv: list[str] | None, into: Callable[[argparse.Namespace], Options],
+) -> Options | int:
+    """The command's options (``into`` turns the parsed namespace into its typed, frozen options dataclass), or
+    the exit code once argparse has answered ``--help`` or explained a usage error. The only place a
+    ``Namespace`` exists."""
     try:
-        return parser.parse_args(argv)
+        return into(parser.parse_args(argv))
     except SystemExit as exc:
         return exc.code if isinstance(exc.code, int) else int(ExitCode.USAGE)

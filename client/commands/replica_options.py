@@ -1,5 +1,6 @@
 """The replica options (``--strategy``, ``--tail``, ``--chunk``, ...) that ``lnet-get URL ...`` and
-``lnet-send --source`` share: the argument group, its help, and the planner's configuration it gives.
+``lnet-send --source`` share: the argument group, its help, its typed options (``ReplicaArgs``) and the planner's
+configuration they give.
 
 Loaded before parsing, so it must stay light: argparse, platformdirs and the pure chunk planner's constants only.
 """
@@ -7,6 +8,7 @@ Loaded before parsing, so it must stay light: argparse, platformdirs and the pur
 from __future__ import annotations
 
 import argparse
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +17,7 @@ import platformdirs
 from lnet.client.engines.chunks import STRATEGIES, TAILS, PlanConfig
 from lnet.units import parse_size
 
-__all__ = ["EPILOG", "add_arguments", "history_path", "is_url", "plan_config"]
+__all__ = ["EPILOG", "ReplicaArgs", "add_arguments", "history_path", "is_url"]
 
 
 def history_path() -> Path:
@@ -60,11 +62,31 @@ def add_arguments(p: argparse.ArgumentParser, title: str = "replicas (URL mode)"
                    help=f"replica throughputs remembered between runs (default {history_path()})")
 
 
-def plan_config(args: argparse.Namespace, timeout_s: float) -> PlanConfig:
-    """The planner's configuration from the options ``add_arguments`` added; a replica stalls after ``timeout_s``."""
-    chunk = parse_size(args.chunk) if args.chunk else None
-    changes: dict[str, Any] = {"strategy": args.strategy, "tail": args.tail, "stall_s": timeout_s,
-                               "initial_chunk": parse_size(args.initial_chunk)}
-    if chunk is not None:
-        changes["large_chunk" if args.strategy == "mdtp" else "static_chunk"] = chunk
-    return PlanConfig(**changes)
+@dataclass(frozen=True)
+class ReplicaArgs:
+    """The options ``add_arguments`` adds, parsed (fields named as the flags)."""
+
+    strategy: str
+    tail: str
+    chunk: str | None
+    initial_chunk: str
+    sha256: str | None
+    ignore_validators: bool
+    history: Path | None
+
+    @classmethod
+    def from_namespace(cls, ns: argparse.Namespace) -> ReplicaArgs:
+        return cls(ns.strategy, ns.tail, ns.chunk, ns.initial_chunk, ns.sha256, ns.ignore_validators, ns.history)
+
+    def plan_config(self, timeout_s: float) -> PlanConfig:
+        """The planner's configuration; a replica stalls after ``timeout_s``. Raises ``ValueError`` on a bad size."""
+        chunk = parse_size(self.chunk) if self.chunk else None
+        changes: dict[str, Any] = {"strategy": self.strategy, "tail": self.tail, "stall_s": timeout_s,
+                                   "initial_chunk": parse_size(self.initial_chunk)}
+        if chunk is not None:
+            changes["large_chunk" if self.strategy == "mdtp" else "static_chunk"] = chunk
+        return PlanConfig(**changes)
+
+    def history_file(self) -> Path:
+        """``--history``, or where replica throughputs are remembered by default."""
+        return self.history if self.history is not None else history_path()

@@ -1,19 +1,24 @@
 """``lnet-send FILE --to DEPOT`` (or ``DIR``, or ``--source URL ...``): the command line.
 
-Parses the arguments and hands them to ``commands.send_transfer``, which runs the transfer; only argparse and
-the exit codes are loaded before that, so that ``--help`` and usage errors answer at once.
+Parses the arguments once into ``SendArgs`` and hands them to ``commands.send_transfer``, which runs the transfer;
+only argparse and the exit codes are loaded before that, so that ``--help`` and usage errors answer at once.
+``main(argv, *, io=...)`` and ``run`` (the same in a running trio loop) take the command's ``ClientIO``: how it
+reaches depots and replicas.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 from lnet.client.commands import replica_options
+from lnet.client.commands.clientio import ClientIO
+from lnet.client.commands.replica_options import ReplicaArgs
 from lnet.client.exits import EXIT_CODES_HELP
 
-__all__ = ["DEFAULT_DURATION_S", "DEFAULT_MAX_PATHS", "main"]
+__all__ = ["DEFAULT_DURATION_S", "DEFAULT_MAX_PATHS", "SendArgs", "main", "run"]
 
 DEFAULT_DURATION_S = 24 * 3600.0
 """How long the destination keeps the blocks when ``--duration`` is not given, if it allows that long."""
@@ -107,12 +112,63 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    args = _parser().parse_args(argv)
-    from lnet.client.commands.send_transfer import run
+@dataclass(frozen=True)
+class SendArgs:
+    """``lnet-send``'s options, parsed (fields named as the flags; ``replica``: the replica group's)."""
 
-    return run(args, argv)
+    file: Path | None
+    source: tuple[str, ...]
+    spool: Path | None
+    to: str
+    depots: Path | None
+    path: str | None
+    max_paths: int | None
+    cold: bool
+    warm: bool
+    memory: Path | None
+    block_size: str
+    duration: str | None
+    max_inflight: int
+    timeout: str
+    manifest: Path | None
+    report: Path | None
+    restart: bool
+    json: bool
+    no_progress: bool
+    replica: ReplicaArgs
+    priority: tuple[str, ...]
+    pipeline_depth: int | None
+    bdp: str | None
+
+    @classmethod
+    def from_namespace(cls, ns: argparse.Namespace) -> SendArgs:
+        return cls(
+            ns.file, tuple(ns.source), ns.spool, ns.to, ns.depots, ns.path, ns.max_paths, ns.cold, ns.warm, ns.memory,
+            ns.block_size, ns.duration, ns.max_inflight, ns.timeout, ns.manifest, ns.report, ns.restart, ns.json,
+            ns.no_progress, ReplicaArgs.from_namespace(ns), tuple(ns.priority or ()), ns.pipeline_depth, ns.bdp,
+        )
+
+    @classmethod
+    def parse(cls, argv: list[str]) -> SendArgs:
+        """``argv`` parsed (argparse exits on ``--help`` and on a usage error, as the command does)."""
+        return cls.from_namespace(_parser().parse_args(argv))
+
+
+def main(argv: list[str] | None = None, *, io: ClientIO | None = None) -> int:
+    """``lnet-send``: its exit code. ``io``: how it reaches depots and replicas (None: the network)."""
+    argv = sys.argv[1:] if argv is None else argv
+    args = SendArgs.parse(argv)
+    from lnet.client.commands.send_transfer import main_parsed
+
+    return main_parsed(args, argv, io or ClientIO())
+
+
+async def run(argv: list[str], *, io: ClientIO | None = None) -> int:
+    """``main`` in a running trio loop (the caller's: tests run a whole command on an emulated network)."""
+    args = SendArgs.parse(argv)
+    from lnet.client.commands.send_transfer import transfer
+
+    return await transfer(args, argv, io or ClientIO())
 
 
 if __name__ == "__main__":

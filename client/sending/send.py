@@ -1,11 +1,12 @@
-"""``lnet-send FILE --to DEPOT``: move a file to a far depot through a chain of depots, and write its manifest.
+"""``send``: move a file (or a tree's packed stream) to a far depot through a chain of depots.
 
-The I/O shell around ``Relay`` (the pipeline) and ``PathScheduler`` (the choice of chain): reads the depots file
-and the edge memory, checks that the depots answer and fits the transfer to their limits (``fit_to_limits``,
-pure: what each depot's ``/v1/status`` says it allows), runs the transfer with a live progress bar, then writes
-the manifest (0600: it holds read capabilities), the optional report, and the edge memory for the next warm
-start. Meanwhile the send journal beside the manifest (``lnet.client.sending.resume``) records every block delivered, so
-that the same command, run again after an interruption, sends only what the destination lacks.
+The I/O shell around ``Relay`` (the pipeline) and ``PathScheduler`` (the choice of chain): checks that the
+depots answer and fits the transfer to their limits (``fit_to_limits``, pure: what each depot's ``/v1/status``
+says it allows), then runs the transfer, reporting to ``on_event``. With a send journal
+(``lnet.client.sending.resume``) it records every block delivered, so that the same command, run again after an
+interruption, sends only what the destination lacks. ``send_from_replicas`` sends a file while it arrives from
+its replicas. The rest are the pieces the command's outcome is made of (``build_manifest``, ``summary``,
+``save_report``, ``failure_exit``, ...); the command (``lnet.client.commands``) writes and prints them.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from lnet.client.sending.relay import (
     BlockRecord,
     DepotRefused,
     Note,
+    Offload,
     PathShares,
     Relay,
     RelayConfig,
@@ -46,6 +48,7 @@ from lnet.client.sending.resume import (
     resume_command,
 )
 from lnet.client.wire.depot_client import DepotClient
+from lnet.client.wire.range_connection import Connector
 from lnet.depot.clock import TrioWallClock
 from lnet.depot.protocol import innermost
 from lnet.scheduler import EdgeMemory, PathScheduler, SchedulerConfig
@@ -172,8 +175,11 @@ async def send(
     longest_duration: bool = False,
     journal: SendJournal | None = None,
     transport: httpx.AsyncBaseTransport | None = None,
+    offload: Offload | None = None,
 ) -> tuple[RelayResult, PathScheduler | None, list[str]]:
     """Run one transfer; returns the relay's result, the scheduler (None when pinned) and the depots skipped.
+    ``transport`` carries the depot requests (None: the network); ``offload`` runs the source's reads and hashes
+    (None: worker threads; tests on a mock clock run them inline).
 
     The depots' limits are read from their status first and the transfer fitted to them (``fit_to_limits``; its
     ``longest_duration``): a transfer that cannot fit fails with ``SendError`` before any block moves. With a
@@ -234,7 +240,7 @@ async def send(
             scheduler = PathScheduler(vertices, overlay.here, dest, memory, config, rtt_s=rtt_s)
         delivered: dict[int, BlockRecord] = {}
         if journal is not None:
-            delivered = await journal.prepare(clients[dest], file, available)
+            delivered = await journal.prepare(clients[dest], file, available, offload=offload)
             for index, record in sorted(delivered.items()):
                 if on_event is not None:
                     on_event(BlockDelivered(index, record.length, clock(), record))
@@ -252,6 +258,7 @@ async def send(
             clock=clock,
             available=available,
             delivered=delivered,
+            offload=offload,
         )
         if journal is None:
             return await relay.run(), scheduler, skipped
@@ -282,6 +289,7 @@ class SendOptions:
     longest_duration: bool = False
     journal: SendJournal | None = None
     transport: httpx.AsyncBaseTransport | None = None
+    offload: Offload | None = None
 
     async def send(
         self, file: Path | Stream, available: Callable[[int, int], Awaitable[None]] | None = None,
@@ -290,23 +298,25 @@ class SendOptions:
             file, self.overlay, self.dest, pinned=self.pinned, memory=self.memory, warm=self.warm,
             relay_config=self.relay_config, scheduler_config=self.scheduler_config, timeout_s=self.timeout_s,
             on_event=self.on_event, available=available, longest_duration=self.longest_duration,
-            journal=self.journal, transport=self.transport,
+            journal=self.journal, transport=self.transport, offload=self.offload,
         )
 
 
 async def send_from_replicas(
     urls: Sequence[str], spool: Path, *, replicas: mirrors.ReplicaOptions, on_size: Callable[[int], None],
-    options: SendOptions,
+    options: SendOptions, connect: Connector | None = None,
 ) -> tuple[RelayResult, PathScheduler | None, list[str], mirrors.MirrorResult]:
     """``send`` of a file that is still arriving from its replicas into ``spool``: each block leaves as soon as
-    its bytes are in (the relay waits on the download's ``Watcher``)."""
+    its bytes are in (the relay waits on the download's ``Watcher``). ``connect`` opens the byte stream to a
+    replica (None: TCP; tests pass an in-memory replica network)."""
     watcher = mirrors.Watcher()
     downloaded: list[mirrors.MirrorResult] = []
 
     async def download() -> None:
         downloaded.append(await mirrors.fetch_mirrors(
             urls, spool, config=replicas.config, timeout_s=replicas.timeout_s, sha256=replicas.sha256,
-            check_validators=replicas.check_validators, history=replicas.history, watcher=watcher))
+            check_validators=replicas.check_validators, history=replicas.history, watcher=watcher,
+            connect=connect))
 
     async with trio.open_nursery() as nursery:
         nursery.start_soon(download)

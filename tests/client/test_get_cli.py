@@ -1,6 +1,8 @@
-"""``lnet-get`` as people run it: ``main(argv)`` against depots on real sockets, exit codes, Ctrl-C and resume.
+"""``lnet-get`` as people run it: the whole command (parsing, output, exit codes), Ctrl-C and resume.
 
-The depots are served in the test's trio loop (hypercorn on port 0); ``main`` runs its own ``trio.run`` in a worker
+Where the test is about what the command prints and returns, it runs in the test's loop (``get.run``) against
+in-process depots through its ``ClientIO`` seam. Where it is about real sockets (the HTTP stack's timeouts) the
+depots are served in the test's trio loop (hypercorn on port 0) and ``main`` runs its own ``trio.run`` in a worker
 thread, or as a process where a real SIGINT is needed. ``Gate`` sits in front of a depot to count block reads and
 stall them past a given number.
 """
@@ -23,6 +25,8 @@ import trio
 from hypercorn.config import Config as HypercornConfig
 from hypercorn.trio import serve as hypercorn_serve
 
+from lnet.client.commands import get
+from lnet.client.commands.clientio import ClientIO
 from lnet.client.commands.get import main
 from lnet.client.exits import ExitCode
 from lnet.client.fetching.blocks import decode_state, part_path, state_path
@@ -30,6 +34,7 @@ from lnet.client.formats.manifest import load
 from lnet.client.wire.depot_client import DepotClient
 from lnet.depot import Depot, DepotConfig
 
+from ..depot.conftest import MakeDepot, Routes
 from .blocks import upload_blocks
 
 KiB = 1024
@@ -99,11 +104,14 @@ async def test_lnet_get_fetches_over_real_sockets(tmp_path: Path, capsys: pytest
     assert report["mbps"] > 0
 
 
-async def test_the_plain_summary_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    async with serving(tmp_path, "sunnyvale") as url, DepotClient(url) as client:
+async def test_the_plain_summary_line(
+    open_depot: MakeDepot, routes: Routes, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    async with open_depot("sunnyvale") as (_, client):
         (await upload_blocks(DATA, client, block_size=BLOCK)).save(tmp_path / "m.json")
-        code = await lnet_get(str(tmp_path / "m.json"), "-o", str(tmp_path / "out"))
+        code = await get.run([str(tmp_path / "m.json"), "-o", str(tmp_path / "out")], io=ClientIO(transport=routes))
     assert code == ExitCode.OK
+    assert (tmp_path / "out").read_bytes() == DATA
     out = capsys.readouterr().out
     assert f"{tmp_path / 'out'}: 512.0 KiB verified, 9 blocks, 512.0 KiB fetched in" in out
 
@@ -135,14 +143,15 @@ async def test_a_stalled_depot_is_bounded_by_the_timeout(tmp_path: Path, capsys:
 
 
 async def test_a_corrupted_block_exits_integrity_without_out(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    open_depot: MakeDepot, routes: Routes, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    async with serving(tmp_path, "sunnyvale") as url, DepotClient(url) as client:
+    async with open_depot("sunnyvale") as (_, client):
         manifest = await upload_blocks(
             DATA, client, block_size=BLOCK, tamper=lambda i, _, data: data[::-1] if i == 2 else data
         )
         manifest.save(tmp_path / "m.json")
-        code = await lnet_get(str(tmp_path / "m.json"), "-o", str(tmp_path / "out"), "--json")
+        code = await get.run([str(tmp_path / "m.json"), "-o", str(tmp_path / "out"), "--json"],
+                             io=ClientIO(transport=routes))
     assert code == ExitCode.INTEGRITY
     assert not (tmp_path / "out").exists()
     captured = capsys.readouterr()

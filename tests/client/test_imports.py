@@ -126,3 +126,35 @@ def test_the_engines_import_the_standard_library_only() -> None:
         and not name.startswith(("lnet.client.engines", "__future__"))
     }
     assert outside == set()
+
+
+def test_no_layer_below_the_commands_parses_arguments() -> None:
+    """Commands parse ``argv`` once into typed options; the libraries never see argparse."""
+    root = Path(lnet.client.__path__[0])
+    below = [layer for layer in MAY_IMPORT if layer != "commands"]
+    wrong = [
+        f"{path.relative_to(root)}"
+        for layer in below for path in sorted((root / layer).glob("*.py"))
+        if "argparse" in imported_modules(path)
+    ]
+    assert wrong == []
+
+
+# The parsing step: the only functions of the commands that take an ``argparse.Namespace`` (``parse_arguments``
+# takes the function that turns one into a command's options).
+PARSING_STEP = {"from_namespace", "parse_arguments", "bound", "_bound"}
+
+
+def test_a_namespace_goes_no_further_than_the_parsing_step() -> None:
+    root = Path(lnet.client.__path__[0]) / "commands"
+    wrong = []
+    for path in sorted(root.glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                continue
+            arguments = [*node.args.posonlyargs, *node.args.args, *node.args.kwonlyargs]
+            for argument in arguments:
+                annotation = ast.unparse(argument.annotation) if argument.annotation is not None else ""
+                if "Namespace" in annotation and node.name not in PARSING_STEP:
+                    wrong.append(f"{path.name}: {node.name}({argument.arg}: {annotation})")
+    assert wrong == []

@@ -1,12 +1,12 @@
 """``lnet-get URL ...`` end to end: several replicas of one file, on loopback sockets where the test is about
-connections and the command, and otherwise on an emulated network on trio's autojump clock (``emulated``)."""
+connections, and otherwise on an emulated network on trio's autojump clock (``emulated``); the commands too, run
+whole (parsing, output, exit code) through their ``ClientIO`` seam."""
 
 from __future__ import annotations
 
 import hashlib
 import json
 import os
-import threading
 from collections.abc import Awaitable, Callable
 from functools import partial
 from pathlib import Path
@@ -15,12 +15,15 @@ import pytest
 import trio
 
 from lnet.client.commands import get
+from lnet.client.commands.clientio import ClientIO
 from lnet.client.engines.chunks import PlanConfig
 from lnet.client.exits import ExitCode
 from lnet.client.fetching.mirrors import MirrorError, MirrorResult, Validators, fetch_mirrors, reference
 from lnet.client.fetching.partfile import part_path, state_path
+from lnet.units import format_size
 
 from .http_replicas import Connect, Replica, emulated, replicas
+from .network import Network, depots, inline
 
 MiB = 1024 * 1024
 DATA = os.urandom(6 * MiB + 12345)
@@ -196,28 +199,55 @@ async def test_depots_holding_a_copy_are_replicas_too(tmp_path: Path) -> None:
     assert all("…" in r.url for r in result.replicas)  # capabilities are not shown whole
 
 
-def run_cli(args: list[str]) -> tuple[threading.Thread, list[int]]:
-    """``lnet-get`` in a thread (it runs trio itself) while the servers run in this test's loop."""
-    codes: list[int] = []
-    thread = threading.Thread(target=lambda: codes.append(get.main(args)))
-    thread.start()
-    return thread, codes
-
-
-async def test_the_command_prints_a_json_report(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+async def test_the_command_prints_a_json_report(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], autojump_clock: trio.abc.Clock
+) -> None:
     out = tmp_path / "file.bin"
-    async with replicas(*throttled(8e6, 4e6)) as servers:
+    async with emulated(*throttled(8e6, 4e6)) as (servers, connect):
         args = [s.url for s in servers] + ["-o", str(out), "--json", "--no-progress", "--sha256", SHA,
                                           "--history", str(tmp_path / "h.json"), "--initial-chunk", "256KiB"]
-        thread, codes = run_cli(args)
-        await trio.to_thread.run_sync(thread.join)
-    assert codes == [0]
+        code = await get.run(args, io=ClientIO(connect=connect))
+    assert code == ExitCode.OK
+    assert out.read_bytes() == DATA
     report = json.loads(capsys.readouterr().out)
     assert report["ok"] is True
     assert report["size"] == len(DATA)
     assert report["sha256"] == SHA
     assert [r["state"] for r in report["replicas"]] == ["ok", "ok"]
     assert {"bytes", "requests", "chunk_min", "chunk_max", "mbps", "share"} <= set(report["replicas"][0])
+    assert [s.requests > 1 for s in servers] == [True, True]  # both replicas served ranges through the seam
+
+
+async def test_the_command_prints_the_per_replica_table_and_a_closing_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, autojump_clock: trio.abc.Clock
+) -> None:
+    monkeypatch.setenv("COLUMNS", "400")  # the table on one line per replica, as wide as it wants
+    out = tmp_path / "file.bin"
+    async with emulated(*throttled(8e6, 4e6), Replica(bytes(len(DATA)), etag='"other"')) as (servers, connect):
+        args = [s.url for s in servers] + ["-o", str(out), "--no-progress", "--history", str(tmp_path / "h.json")]
+        code = await get.run(args, io=ClientIO(connect=connect))
+    assert code == ExitCode.OK
+    printed = capsys.readouterr().out
+    assert f"{out}: per replica" in printed
+    assert 'refused: its ETag is "other"' in printed  # the third replica's state, with why
+    assert f"{out}: {format_size(len(DATA))} in " in printed
+    assert f"from 2 replicas, sha256 {SHA}" in printed
+
+
+async def test_the_command_fails_with_the_replicas_exit_code_and_the_json_failure(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], autojump_clock: trio.abc.Clock
+) -> None:
+    out = tmp_path / "file.bin"
+    async with emulated(*throttled(8e6)) as (servers, connect):
+        args = [servers[0].url, "-o", str(out), "--json", "--no-progress", "--sha256", "0" * 64,
+                "--history", str(tmp_path / "h.json")]
+        code = await get.run(args, io=ClientIO(connect=connect))
+    assert code == ExitCode.INTEGRITY
+    captured = capsys.readouterr()
+    assert "SHA-256" in captured.err
+    assert json.loads(captured.out) == {"ok": False, "exit": 4, "error": json.loads(captured.out)["error"],
+                                        "path": str(out)}
+    assert not out.exists()
 
 
 def test_the_command_refuses_bad_input(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -232,36 +262,35 @@ def test_the_command_refuses_bad_input(tmp_path: Path, capsys: pytest.CaptureFix
     assert get.main(["http://127.0.0.1:1/x", "-o", out, "--strategy", "fastest"]) == ExitCode.USAGE
 
 
-async def test_send_with_replicas_feeding_the_first_hop(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+async def test_send_with_replicas_feeding_the_first_hop(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], autojump_clock: trio.abc.Clock
+) -> None:
     from lnet.client.commands import send
 
-    from .loopback import depots_file, loopback_depots
-
+    network = Network()
+    config = tmp_path / "depots.toml"
+    config.write_text('here = "here"\n' + "".join(f'[depots.{n}]\nurl = "{network.url(n)}"\n' for n in "ac"))
     manifest = tmp_path / "file.bin.manifest.json"
-    with loopback_depots(["a", "c"], tmp_path) as depots:
-        config = depots_file(tmp_path, depots)
-        async with replicas(*throttled(8e6, 4e6, 2e6)) as servers:
-            argv = ["--to", "c", "--depots", str(config), "--path", "a", "--block-size", "1MiB", "--json",
-                    "--manifest", str(manifest), "--memory", str(tmp_path / "edges.json"), "--spool", str(tmp_path),
-                    "--initial-chunk", "256KiB", "--history", str(tmp_path / "h.json"), "--sha256", SHA]
-            for server in servers:
-                argv += ["--source", server.url]
-            codes: list[int] = []
-            thread = threading.Thread(target=lambda: codes.append(send.main(argv)))
-            thread.start()
-            await trio.to_thread.run_sync(thread.join)
-        assert codes == [0]
+    async with depots(network, ["a", "c"], tmp_path), emulated(*throttled(8e6, 4e6, 2e6)) as (servers, connect):
+        io = ClientIO(transport=network.transport("here"), connect=connect, offload=inline)
+        argv = ["--to", "c", "--depots", str(config), "--path", "a", "--block-size", "1MiB", "--json",
+                "--manifest", str(manifest), "--memory", str(tmp_path / "edges.json"), "--spool", str(tmp_path),
+                "--initial-chunk", "256KiB", "--history", str(tmp_path / "h.json"), "--sha256", SHA]
+        for server in servers:
+            argv += ["--source", server.url]
+        assert await send.run(argv, io=io) == ExitCode.OK
         summary = json.loads(capsys.readouterr().out)
-        assert summary["path"] == ["me", "a", "c"]
+        assert summary["path"] == ["here", "a", "c"]
         assert [r["state"] for r in summary["sources"]] == ["ok"] * 3
         assert all(r["bytes"] > 0 for r in summary["sources"])
         assert sum(r["bytes"] for r in summary["sources"]) == len(DATA)
         assert not any(name.startswith("lnet-send-") for name in os.listdir(tmp_path))  # the spool is gone
         assert json.loads(manifest.read_text())["name"] == "file.bin"
+        assert network.bytes_sent[("a", "c")] >= len(DATA)  # every block went through a, as pinned
         out = tmp_path / "fetched.bin"
-        thread, codes = run_cli([str(manifest), "-o", str(out), "--no-progress"])
-        await trio.to_thread.run_sync(thread.join)
-        assert codes == [ExitCode.OK]
+        code = await get.run([str(manifest), "-o", str(out), "--no-progress"],
+                             io=ClientIO(transport=network.transport("here")))
+        assert code == ExitCode.OK
     assert out.read_bytes() == DATA
 
 

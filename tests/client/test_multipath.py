@@ -578,8 +578,9 @@ def test_send_with_max_paths_on_loopback_then_get(tmp_path: Path, capsys: pytest
 
 
 def test_max_paths_reaches_the_scheduler_and_its_help_teaches(capsys: pytest.CaptureFixture[str]) -> None:
-    args = send._parser().parse_args(["f", "--to", "c", "--max-paths", "3"])
+    args = send.SendArgs.parse(["f", "--to", "c", "--max-paths", "3"])
     assert send_transfer.scheduler_config(args).max_paths == 3
+    assert send_transfer.scheduler_config(send.SendArgs.parse(["f", "--to", "c"])).max_paths == send.DEFAULT_MAX_PATHS
     assert send.DEFAULT_MAX_PATHS == 1
     with pytest.raises(SystemExit):
         send.main(["--help"])

@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import hashlib
 import os
-import threading
 from pathlib import Path
 
 import pytest
 import trio
 
 from lnet.client.commands import get
+from lnet.client.commands.clientio import ClientIO
 from lnet.client.engines.chunks import PlanConfig
 from lnet.client.exits import ExitCode
 from lnet.client.fetching.mirrors import MirrorError, MirrorResult, fetch_mirrors
@@ -26,7 +26,7 @@ from lnet.client.fetching.partfile import (
     state_path,
 )
 
-from .http_replicas import Replica, emulated, replicas
+from .http_replicas import Replica, emulated
 
 MiB = 1024 * 1024
 DATA = os.urandom(3 * MiB + 777)
@@ -116,18 +116,21 @@ async def test_two_replica_downloads_to_the_same_output_cannot_both_write_it(
 
 
 async def test_two_lnet_get_commands_on_the_same_output_one_refused(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], autojump_clock: trio.abc.Clock
 ) -> None:
+    """The whole command twice at once (parsing, output, exit code), on the in-memory replica network."""
     out = tmp_path / "file.bin"
     codes: list[int] = []
-    async with replicas(Replica(DATA, rate=2e6), Replica(DATA, rate=2e6)) as servers:
+    async with emulated(Replica(DATA, rate=2e6), Replica(DATA, rate=2e6)) as (servers, connect):
         argv = [s.url for s in servers] + ["-o", str(out), "--no-progress", "--sha256", SHA, "--initial-chunk",
                                           "256KiB", "--history", str(tmp_path / "h.json")]
-        threads = [threading.Thread(target=lambda: codes.append(get.main(argv))) for _ in range(2)]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            await trio.to_thread.run_sync(thread.join)
+
+        async def lnet_get() -> None:
+            codes.append(await get.run(argv, io=ClientIO(connect=connect)))
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(lnet_get)
+            nursery.start_soon(lnet_get)
     assert sorted(codes) == [ExitCode.OK, ExitCode.USAGE]
     assert "another lnet-get is writing" in capsys.readouterr().err
     assert out.read_bytes() == DATA

@@ -1,4 +1,8 @@
-"""Directory trees: the round trip through a real depot, resume, and the rebuild's refusals of hostile manifests."""
+"""Directory trees: the round trip through a real depot, resume, and the rebuild's refusals of hostile manifests.
+
+The round trip runs the commands against a real depot process; the other command-level tests run the whole
+commands (parsing, output, exit code) in the test's loop on the emulated network (``tests/client/network.py``),
+through their ``ClientIO`` seam, on trio's autojump clock."""
 
 from __future__ import annotations
 
@@ -13,6 +17,7 @@ import pytest
 import trio
 
 from lnet.client.commands import get, send
+from lnet.client.commands.clientio import ClientIO
 from lnet.client.engines.smallfiles import Piece, PlannedBlock
 from lnet.client.exits import ExitCode
 from lnet.client.fetching.blocks import get_file
@@ -22,6 +27,7 @@ from lnet.client.formats.manifest import BlockEntry, BlockSource, Manifest, Mani
 from lnet.client.sending.tree import FileArrivals
 
 from .loopback import depots_file, loopback_depots
+from .network import Network, depots, inline
 
 CAPABILITY = "r" * 43
 NAMES = ["sp ace.txt", "ünïcödé ✓.bin", "-dash", "quote'\"", "new\nline", ".hidden", "back\\slash", "*star?"]
@@ -104,26 +110,37 @@ def test_a_tree_round_trip_restores_everything(tmp_path: Path, capsys: pytest.Ca
     assert not any(".lnet-part" in p.name for p in out.rglob("*"))
 
 
-def test_a_rerun_rebuilds_from_the_fetched_stream_without_the_network(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+def emulated_depots_file(tmp_path: Path, network: Network, names: list[str]) -> Path:
+    path = tmp_path / "depots.toml"
+    path.write_text('here = "here"\n' + "".join(f'[depots.{n}]\nurl = "{network.url(n)}"\n' for n in names))
+    return path
+
+
+async def test_a_rerun_rebuilds_from_the_fetched_stream_without_the_network(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], autojump_clock: trio.abc.Clock
 ) -> None:
     source = tmp_path / "src"
     source.mkdir()
     awkward_tree(source)
     manifest = tmp_path / "tree.manifest.json"
     out = tmp_path / "out"
-    with loopback_depots(["d"], tmp_path) as depots:
-        config = depots_file(tmp_path, depots)
-        assert send.main([str(source), "--to", "d", "--depots", str(config), "--memory", str(tmp_path / "m.json"),
-                          "--manifest", str(manifest), "--json"]) == ExitCode.OK
+    network = Network()
+    config = emulated_depots_file(tmp_path, network, ["d"])
+    io = ClientIO(transport=network.transport("here"), offload=inline)
+    async with depots(network, ["d"], tmp_path):
+        assert await send.run([str(source), "--to", "d", "--depots", str(config), "--memory", str(tmp_path / "m.json"),
+                               "--manifest", str(manifest)], io=io) == ExitCode.OK
+        said = capsys.readouterr().err
+        assert f"sent {len(NAMES) + 4} files (" in said  # the plain summary of a tree, on stderr
+        assert "pipelining depth" in said
+        assert f"manifest: {manifest} (fetch with: lnet-get {manifest} -o src)" in said
         loaded = tree.load(manifest)
         # an lnet-get that fetched the stream and was stopped before the rebuild
-        trio.run(lambda: get_file(loaded.stream, stream_path(out)))
+        await get_file(loaded.stream, stream_path(out), transport=network.transport("here"))
         (out / "deep").mkdir(parents=True)
         (out / "deep" / NAMES[2]).write_bytes(b"half-written by the earlier run")
-    capsys.readouterr()
-    # the depot is gone: only the verified stream on disk can finish the job
-    assert get.main([str(manifest), "-o", str(out), "--no-progress", "--json"]) == ExitCode.OK
+    # the depots are gone: only the verified stream on disk can finish the job
+    assert await get.run([str(manifest), "-o", str(out), "--no-progress", "--json"], io=io) == ExitCode.OK
     assert json.loads(capsys.readouterr().out)["fetched_bytes"] == 0
     assert snapshot(out) == snapshot(source)
 
@@ -268,18 +285,22 @@ def test_file_arrivals_follow_the_blocks_delivered() -> None:
     assert arrivals.total_files == 3
 
 
-def test_a_fixed_pipeline_depth_is_used_as_given(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+async def test_a_fixed_pipeline_depth_is_used_as_given(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], autojump_clock: trio.abc.Clock
+) -> None:
     source = tmp_path / "src"
     source.mkdir()
     for i in range(30):
         (source / f"f{i}").write_bytes(os.urandom(200 * i))
-    with loopback_depots(["d"], tmp_path) as depots:
-        config = depots_file(tmp_path, depots)
+    network = Network()
+    config = emulated_depots_file(tmp_path, network, ["d"])
+    io = ClientIO(transport=network.transport("here"), offload=inline)
+    async with depots(network, ["d"], tmp_path):
         argv = [str(source), "--to", "d", "--depots", str(config), "--memory", str(tmp_path / "m.json"), "--json",
                 "--manifest", str(tmp_path / "m.json.manifest"), "--bdp", "8KiB"]
-        assert send.main([*argv, "--pipeline-depth", "2"]) == ExitCode.OK
+        assert await send.run([*argv, "--pipeline-depth", "2"], io=io) == ExitCode.OK
         fixed = json.loads(capsys.readouterr().out)["plan"]
-        assert send.main(argv) == ExitCode.OK
+        assert await send.run(argv, io=io) == ExitCode.OK
         tuned = json.loads(capsys.readouterr().out)["plan"]
     assert (fixed["pp"], fixed["depth"], fixed["fixed"], fixed["bdp"]) == (2, 2, True, 8192)
     assert not tuned["fixed"]
