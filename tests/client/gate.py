@@ -5,7 +5,9 @@ point, with no timing guesses: the gate forwards each request to the depot, coun
 (``write``, ``digest``, ``free``, ...), and holds for good any request ``hold(operation, passed)`` says to hold,
 setting ``held`` when the first one arrives. The program then waits on its answer while the test looks.
 ``quiet()`` returns once no request the gate forwarded is still waiting for the depot's answer: after the program
-is killed, what it had sent has landed, and what comes next is the next run's.
+is killed, what it had sent has landed, and what comes next is the next run's. ``next_run()`` opens the gate for
+a new run: every request on a connection opened before it is held for good, since its program is dead and the
+bytes it left in the socket, read after the kill, are not the next run's.
 """
 
 from __future__ import annotations
@@ -39,6 +41,12 @@ class Gate:
         self.forwarding = 0
         self._quiet = trio.Event()
         self._quiet.set()
+        self._run = 0
+
+    def next_run(self) -> None:
+        """Hold for good whatever arrives on the connections open now; let through everything on new ones."""
+        self._run += 1
+        self.hold = never
 
     async def quiet(self) -> None:
         await self._quiet.wait()
@@ -54,13 +62,14 @@ class Gate:
         await trio.serve_listeners(self._connection, listeners)
 
     async def _connection(self, client: trio.SocketStream) -> None:
+        run = self._run
         try:
             async with client, await trio.open_tcp_stream(self.host, self.upstream_port) as depot:
-                await self._relay(client, depot)
+                await self._relay(client, depot, run)
         except (trio.BrokenResourceError, trio.ClosedResourceError, h11.ProtocolError, OSError):
             return
 
-    async def _relay(self, client: trio.SocketStream, depot: trio.SocketStream) -> None:
+    async def _relay(self, client: trio.SocketStream, depot: trio.SocketStream, run: int) -> None:
         server, upstream = h11.Connection(h11.SERVER), h11.Connection(h11.CLIENT)
         while True:
             request = await _next(server, client)
@@ -68,7 +77,7 @@ class Gate:
                 return
             body = await _body(server, client)
             operation = operation_of(request.method.decode(), request.target.decode().split("?")[0])
-            if self.hold(operation, self.passed):
+            if run != self._run or self.hold(operation, self.passed):
                 self.held.set()
                 await trio.sleep_forever()
             self.passed[operation] += 1

@@ -34,7 +34,7 @@ from lnet.client.sending.resume import resume_command
 from lnet.client.wire.depot_client import DepotClient, NotFound
 
 from ..depot.processes import DepotProcess, depot_process
-from .gate import Gate, never
+from .gate import Gate
 from .http_replicas import Replica, replicas
 
 MiB = 1024 * 1024
@@ -105,7 +105,7 @@ async def recorded(where: Path, count: int) -> dict[int, object]:
 
 async def opened(gate: Gate, depot: DepotProcess) -> int:
     """Open the gate for the next run once what the killed one sent has landed; the depot's writes until then."""
-    gate.hold = never
+    gate.next_run()
     with trio.fail_after(WAIT_S):
         await gate.quiet()
     gate.passed.clear()
