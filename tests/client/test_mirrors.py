@@ -52,7 +52,7 @@ async def test_identical_bytes_from_every_replica_over_one_connection_each(tmp_p
     assert result.replicas[0].bytes > result.replicas[2].bytes  # the faster, the larger its share
     assert sum(r.bytes for r in result.replicas) == len(DATA)
     for server, report in zip(servers, result.replicas, strict=True):
-        assert server.requests == report.requests + 1  # the probe (byte 0) and each chunk
+        assert server.requests == report.requests  # no probe: the first request is already a chunk
         assert server.connections < server.requests  # connections are kept and reused
 
 
@@ -61,8 +61,8 @@ async def test_one_persistent_connection_per_replica_with_requests_pipelined(tmp
     async with replicas(*throttled(4e6, 2e6, 1e6)) as servers:
         result = await fetch_mirrors([s.url for s in servers], tmp_path / "f", config=config)
     for server, report in zip(servers, result.replicas, strict=True):
-        assert server.connections == 1  # the probe's connection, then every range on it
-        assert server.requests == report.requests + 1
+        assert server.connections == 1  # every range on one connection, the first sent as it opened
+        assert server.requests == report.requests
         assert report.requests >= 3
 
 
@@ -121,7 +121,9 @@ async def test_a_replica_serving_another_file_is_refused_and_none_of_its_bytes_a
     assert refused.state == "refused"
     assert "ETag" in refused.reason
     assert refused.bytes == 0
-    assert servers[2].ranges == [(0, 1)]  # the probe, and nothing else was asked of it
+    # its first range and nothing else was asked of it (twice if its answer came first and the two others then
+    # outvoted it: the download starts over with theirs)
+    assert len(servers[2].ranges) in (1, 2)
 
 
 async def test_a_replica_with_another_length_or_no_ranges_is_refused(
