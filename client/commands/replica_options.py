@@ -17,6 +17,8 @@ from lnet.units import parse_size
 
 __all__ = ["EPILOG", "add_arguments", "history_path", "is_url", "plan_config"]
 
+MAX_DEPTH = 16  # --depth: more outstanding requests than this only queue at the server
+
 
 def history_path() -> Path:
     """Where replica throughputs are remembered between runs (``--history``'s default)."""
@@ -49,6 +51,8 @@ def add_arguments(p: argparse.ArgumentParser, title: str = "replicas (URL mode)"
     g = p.add_argument_group(title)
     g.add_argument("--strategy", choices=STRATEGIES, default="mdtp", help="how ranges are sized (default mdtp)")
     g.add_argument("--tail", choices=TAILS, default="split", help="the tail rule (default split)")
+    g.add_argument("--depth", type=_depth, default=PlanConfig.depth, metavar="N",
+                   help=f"requests outstanding per replica on its connection (default {PlanConfig.depth})")
     g.add_argument("--chunk", metavar="SIZE", help="mdtp: the fastest replica's chunk (default: 1/16 of the "
                    "expected time, 1-8 s of it); static, aggressive: the equal chunk (default 4MiB)")
     g.add_argument("--initial-chunk", default="1MiB", metavar="SIZE", help="mdtp: the uniform first chunk (1MiB)")
@@ -63,8 +67,14 @@ def add_arguments(p: argparse.ArgumentParser, title: str = "replicas (URL mode)"
 def plan_config(args: argparse.Namespace, timeout_s: float) -> PlanConfig:
     """The planner's configuration from the options ``add_arguments`` added; a replica stalls after ``timeout_s``."""
     chunk = parse_size(args.chunk) if args.chunk else None
-    changes: dict[str, Any] = {"strategy": args.strategy, "tail": args.tail, "stall_s": timeout_s,
+    changes: dict[str, Any] = {"strategy": args.strategy, "tail": args.tail, "depth": args.depth, "stall_s": timeout_s,
                                "initial_chunk": parse_size(args.initial_chunk)}
     if chunk is not None:
         changes["large_chunk" if args.strategy == "mdtp" else "static_chunk"] = chunk
     return PlanConfig(**changes)
+
+
+def _depth(text: str) -> int:
+    if not text.isdigit() or not 1 <= int(text) <= MAX_DEPTH:
+        raise argparse.ArgumentTypeError(f"want a whole number from 1 to {MAX_DEPTH}, not {text!r}")
+    return int(text)
