@@ -458,6 +458,10 @@ class _Download:
         why = found.differs(self.reference, self.check_validators)
         if why is None:
             self.agreeing.add(rep.index)
+            ref = self.reference
+            named = Validators(ref.length, ref.etag or found.etag, ref.last_modified or found.last_modified)
+            if named != ref:  # the first answer named no ETag or Last-Modified (a 416 may not): this one does
+                self.reference = named
             return self.reference
         self.disagreeing[rep.index] = found
         alike = sum(1 for other in self.disagreeing.values() if other.differs(found, self.check_validators) is None)

@@ -266,9 +266,11 @@ def test_bad_configurations_are_refused() -> None:
     tail=st.sampled_from(TAILS),
     fail=st.one_of(st.none(), st.tuples(st.integers(0, 5), st.floats(0.1, 5.0), st.booleans())),
     align=st.sampled_from([1, 65536, 3 * MiB]),
+    known=st.booleans(),
 )
 def test_any_mix_of_replicas_downloads_every_byte(
     rates: list[float], size_mib: int, strategy: str, tail: str, fail: tuple[int, float, bool] | None, align: int,
+    known: bool,
 ) -> None:
     size = size_mib * MiB + (size_mib % 7) * 1000
     replicas = [SimReplica(rate * MB, 0.01 + 0.03 * i) for i, rate in enumerate(rates)]
@@ -279,8 +281,8 @@ def test_any_mix_of_replicas_downloads_every_byte(
         else:
             replicas[victim % len(replicas)].fails_at = when
     config = PlanConfig(strategy=strategy, tail=tail, align=align, stall_s=3.0)  # type: ignore[arg-type]
-    planner = ChunkPlanner(size, len(replicas), config, history=[r.rate for r in replicas])
-    result = simulate(planner, replicas, dt=0.01)
+    planner = ChunkPlanner(size if known else None, len(replicas), config, history=[r.rate for r in replicas])
+    result = simulate(planner, replicas, dt=0.01, size=size)  # unknown: the first answer gives the size
     extra = result.overlap(size)
     if tail != "hedge":
         assert extra == 0
