@@ -83,7 +83,7 @@ import tempfile
 import time
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import trio
 
@@ -255,12 +255,18 @@ class Replicas:
         run.mkdir(parents=True)
         (run / "nginx.conf").write_text(NGINX_CONF.format(run=run, port=PORT, root=self.root))
 
+    def _stderr(self, host: str) -> BinaryIO:
+        return open(self.workdir / host / "stderr.log", "ab")  # the caller closes it once nginx holds it
+
     async def _spawn(self, host: str) -> None:
         run = self.workdir / host
-        with open(run / "stderr.log", "ab") as stderr:  # closed here once nginx holds it
+        stderr = self._stderr(host)
+        try:
             self.processes[host] = await self.tb.spawn(
                 host, [self.nginx, "-p", str(run), "-e", "stderr", "-c", str(run / "nginx.conf"), "-g", "daemon off;"],
                 stdout=stderr, stderr=stderr)
+        finally:
+            stderr.close()
 
     async def start(self) -> None:
         for host in self.hosts:
