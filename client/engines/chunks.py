@@ -259,8 +259,8 @@ class ChunkPlanner:
         self._ranges_given = False  # brute and history give their one range each once
         self._outbox: list[Decision] = []
         self._now = 0.0
-        for start, end in have:
-            self._remove(max(0, start), min(size, end))
+        for start, end in have:  # (have needs a size: checked above)
+            self._remove(max(0, start), min(size or 0, end))
 
     # -- what the I/O shell tells the planner ------------------------------------------------------------------
 

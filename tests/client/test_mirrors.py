@@ -105,7 +105,9 @@ async def test_a_stalled_replica_is_given_up_on_and_its_ranges_reassigned(
     async with emulated(*servers) as (_, connect):
         result = await fetch_over(connect)([s.url for s in servers], out, config=CONFIG, timeout_s=1.0)
     assert out.read_bytes() == DATA
-    assert result.replicas[1].state in ("backoff", "dead")
+    # given up on after the timeout (it may be on a retry, "ok" again, when the others finish)
+    assert "no byte for 1 s" in result.replicas[1].reason
+    assert result.replicas[1].bytes <= 512 * 1024
 
 
 async def test_a_replica_serving_another_file_is_refused_and_none_of_its_bytes_are_used(
