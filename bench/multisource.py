@@ -273,13 +273,17 @@ class Replicas:
             self._prepare(host)
             await self._spawn(host)
 
-    async def kill(self, host: str) -> None:
-        """SIGKILL the host's nginx, master and worker: its connections break, new ones are refused."""
+    async def kill(self, host: str) -> str:
+        """SIGKILL the host's nginx, master and worker: its connections break, new ones are refused. Says which
+        processes it killed and the state each is in after."""
         proc = self.processes.pop(host)
-        for pid in [*descendants(proc.pid), proc.pid]:
+        pids = [*descendants(proc.pid), proc.pid]
+        for pid in pids:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
         await proc.wait()
+        await trio.sleep(0.05)
+        return " ".join(f"{pid}:{process_state(pid)}" for pid in pids)
 
     async def restart(self, host: str, name: str) -> None:
         """Start the host's nginx again (after ``kill``) and wait until it answers."""
@@ -339,6 +343,14 @@ class Replicas:
         return out
 
 
+def process_state(pid: int) -> str:
+    """Its state letter from /proc (Z: a zombie, gone), or "gone"."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return "gone"
+
+
 def descendants(pid: int) -> list[int]:
     """The processes below ``pid`` (nginx's worker), from /proc."""
     children: dict[int, list[int]] = {}
@@ -396,19 +408,20 @@ async def set_scenario(tb: Testbed, scenario: str, base_delay_ms: float, base_ra
 
 
 def midway_change(tb: Testbed, servers: Replicas, scenario: str,
-                  base_rate_mbit: float) -> tuple[Callable[[], Awaitable[None]], Callable[[str], Awaitable[None]]]:
+                  base_rate_mbit: float) -> tuple[Callable[[], Awaitable[str]], Callable[[str], Awaitable[None]]]:
     """What a changed-midway scenario does at half time, and what puts it back after the run (given the file)."""
     if scenario == "slowdown":
-        async def slow() -> None:
+        async def slow() -> str:
             await tb.set_link(EDGE, FASTEST, rate_mbit=base_rate_mbit * THROTTLE_FACTOR)
+            return f"r1 at {base_rate_mbit * THROTTLE_FACTOR:g} Mbit/s"
 
         async def unslow(name: str) -> None:
             await tb.set_link(EDGE, FASTEST, rate_mbit=base_rate_mbit)
 
         return slow, unslow
 
-    async def die() -> None:
-        await servers.kill(FASTEST)
+    async def die() -> str:
+        return await servers.kill(FASTEST)
 
     async def revive(name: str) -> None:
         await servers.restart(FASTEST, name)
@@ -438,7 +451,7 @@ def competitor_argv(competitor: str, urls: list[str], out: Path, sha256: str, to
 
 async def one_run(tb: Testbed, servers: Replicas, competitor: str, urls: list[str], out: Path, size: int,
                   sha256: str, tools: dict[str, str], lnet_get: Path, lnet_args: list[str], timeout_s: float,
-                  change: tuple[float, Callable[[], Awaitable[None]]] | None = None) -> dict[str, Any]:
+                  change: tuple[float, Callable[[], Awaitable[str]]] | None = None) -> dict[str, Any]:
     """One competitor's download; ``change``: (seconds after its start, what happens then)."""
     argv = competitor_argv(competitor, urls, out, sha256, tools, lnet_get, lnet_args)
     record: dict[str, Any] = {"ok": False, "argv": argv}
@@ -446,9 +459,9 @@ async def one_run(tb: Testbed, servers: Replicas, competitor: str, urls: list[st
     started = trio.current_time()
     done: subprocess.CompletedProcess[bytes] | None = None
 
-    async def change_midway(after: float, action: Callable[[], Awaitable[None]]) -> None:
+    async def change_midway(after: float, action: Callable[[], Awaitable[str]]) -> None:
         await trio.sleep_until(started + after)
-        await action()
+        record["change"] = await action()
         record["changed_at_s"] = trio.current_time() - started
 
     with trio.move_on_after(timeout_s):
@@ -735,6 +748,8 @@ async def bench(args: argparse.Namespace, the_plan: Plan, say: Callable[[str], N
                                 own = f", lnet's own {record['own_s']:.2f} s" if "own_s" in record else ""
                                 text = (f"{record['wall_s']:7.2f} s ({size * 8 / record['wall_s'] / 1e6:6.1f} Mbit/s,"
                                         f" {limit_s / record['wall_s']:.0%} of limit{own}), nginx shares {sh} %")
+                            if "change" in record:
+                                text += f"; at {record['changed_at_s']:.2f} s: {record['change']}"
                             else:
                                 text = f"FAILED: {record['error'][:300]}"
                             say(f"[{len(runs):>3}/{total}] {scenario:<9} {label:>7} {competitor:<10} rep {rep}: {text}")
