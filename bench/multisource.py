@@ -1,54 +1,68 @@
-"""lnet-get's multi-source download against aria2c on the replicas testbed (issue 6), with real nginx replicas.
+"""lnet-get's multi-source download against aria2c on the replicas testbed (issues 6 and 14), with real nginx
+replicas.
 
-    flock /tmp/lnet-bench.lock ./run bench multisource [--sizes 256MiB,1GiB] [--scenarios normal,latency,throttled]
-        [--competitors aria2,mdtp,static,brute,history,aggressive] [--large-competitors aria2,mdtp] [--runs 3]
-        [--capacity-seconds 15] [--lnet-arg=--tail=hedge ...]
+    flock /tmp/lnet-testbed.lock ./run bench multisource [--quick] [--sizes 64MiB,256MiB,1GiB]
+        [--scenarios normal,latency,throttled,slowdown,dies] [--competitors aria2-fair,aria2-default,mdtp,...]
+        [--large-competitors aria2-fair,aria2-default,mdtp] [--runs 3] [--capacity-seconds 15]
+        [--sweep-tail split,hedge] [--sweep-depth 1,2,3] [--lnet-arg=--tail=hedge ...]
 
 Needs root (the testbed). On deploy/topologies/replicas.toml (testbed name `multisrc`): one nginx (Debian's
 package) in each replica's namespace r1..r6, all serving the same file (one path, so the same bytes, the same
 size and mtime, hence the same ETag and Last-Modified everywhere; checked with a HEAD to each before the runs),
 `sendfile on`, keep-alive 300 s and 100000 requests per connection. nginx and aria2c are installed with apt-get
-when missing (Debian's `nginx` and `aria2` packages).
+when missing (Debian's `nginx` and `aria2` packages). The time the plan will take is printed first.
 
-Competitors, run in the `client` namespace, one after the other and interleaved within each repetition (aria2,
-lnet mdtp, lnet static, ..., then again), so that drift on this 2-core machine hits all alike:
-  aria2       aria2c with the fair flags of the issue (--split=6 --max-connection-per-server=1 --min-split-size=1M
+Competitors, run in the `client` namespace, one after the other and interleaved within each repetition (aria2
+fair, aria2 default, lnet mdtp, lnet static, ..., then again), so that drift on this 2-core machine hits all alike:
+  aria2-fair  aria2c with the fair flags of issue 6 (--split=6 --max-connection-per-server=1 --min-split-size=1M
               --piece-length=1M --uri-selector=inorder --lowest-speed-limit=0: one connection per mirror, like
               lnet), plus only what running it unattended needs (--no-conf, --allow-overwrite,
               --file-allocation=none, quiet console). Its retry defaults are left alone. It is not given the
-              checksum: it would hash after the download, lnet hashes alongside.
+              checksum: it would hash after the download, lnet hashes alongside. (`aria2` is the same.)
+  aria2-default
+              `aria2c URL...` with only the unattended flags: what a user who types aria2c gets.
   mdtp, static, brute, history, aggressive
               lnet-get URL x6 -o OUT --strategy S --sha256 HEX --json --no-progress --history FILE (plus any
               --lnet-arg). FILE (remembered replica throughputs) starts empty and lives as long as the
               benchmark, across scenarios: `history` plans from what earlier runs measured, stale after a change.
+  mdtp:tail=T:depth=D
+              lnet mdtp with --tail T --depth D (requests outstanding per replica): --sweep-tail and --sweep-depth
+              add one such competitor per combination other than the default (split, 2), beside plain mdtp.
 Every run is timed the same way, the whole process's wall clock (`ip netns exec` included); lnet's own
 `seconds` is recorded beside it. After each run the output's size and sha256 are checked (outside the timing).
 
-Scenarios (set with the testbed's set_link on the isp-r1 link, both directions, before the scenario's runs):
+Scenarios (set with the testbed's set_link on the isp-r1 link, both directions):
   normal      the topology as it is.
   latency     +500 ms round trip to the fastest replica r1: its link's one-way delay_ms (applied in each
               direction) goes from 5 to 255 ms, so the client-r1 RTT goes from 12 to 512 ms. The link's queue
               follows (the topology leaves queue_ms to its default, one link RTT).
   throttled   r1's link rate at a quarter: 40 -> 10 Mbit/s (the replicas' sum 140 -> 110 Mbit/s).
-Physical limit: size / min(sum of the replicas' link rates, the client's access link 200 Mbit/s). Link rates
-count IP packets; at MTU 9000 TCP payload is about 99.4% of that. Before the runs each replica's real capacity
-is measured alone with one plain curl (a range of about --capacity-seconds at its link rate; 0 skips; r1 again
-in each changed scenario), and the sum is shown as the reachable limit.
+  slowdown    r1 at full rate until half time, then at a quarter (set_link while the run goes on); back after it.
+  dies        r1's nginx killed (SIGKILL, master and worker) at half time; started again after the run.
+"Half time" is half the run's physical-limit time, counted from the competitor's start.
+Physical limit: min(sum of the replicas' link rates, the client's access link 200 Mbit/s). Link rates count IP
+packets; at MTU 9000 TCP payload is about 99.4% of that. In slowdown and dies, half the file at the limit
+before the change and half at the limit after it (the harmonic mean of the two rates). Before the runs each
+replica's real capacity is measured alone with one plain curl (a range of about --capacity-seconds at its link
+rate; 0 skips; r1 again in each changed scenario), and the sum is shown as the reachable limit.
 
 Every replica's share of each run comes from its nginx access log ($body_bytes_sent of the requests that run
-made), the same measure for both competitors; the bytes all replicas sent over the file's size is the
-over-fetch (aborted or duplicated requests; bytes still in socket buffers when a client hangs up count as
-sent). lnet's own per-replica report is recorded too.
+made), the same measure for all competitors; the bytes all replicas sent over the file's size is the over-fetch
+(aborted or duplicated requests; bytes still in socket buffers when a client hangs up count as sent). lnet's own
+per-replica report is recorded too.
 
-Targets (issue 6): lnet mdtp >= 1.15x aria2 (normal), >= 1.5x aria2 (throttled), every replica used (every
-replica's bytes > 0 in lnet's report, every mdtp run), >= 90% of the physical limit (shown for each scenario).
+Targets (issue 14), for lnet mdtp in each scenario and size: never slower than aria2 fair; >= 1.15x aria2 fair
+where aria2 fair reaches less than 85% of the physical limit; >= 1.25x aria2 default; in normal, >= 97% of the
+physical limit at 256 MiB and above and >= 85% below; every replica used (every replica's bytes > 0 in lnet's
+report) in every run; identical bytes in every run of every competitor.
 
-Default plan: every competitor at sizes below 1 GiB, --large-competitors (aria2, mdtp) at 1 GiB and above,
-3 repetitions, medians reported; about 45 minutes. A quick check: --sizes 64MiB --runs 1 --capacity-seconds 0.
-Progress one line per run; at the end a table, the targets met/missed and one JSON line; everything is saved
-to bench/results/multisource-<timestamp>.json. The benchmark holds /tmp/lnet-bench.lock while it runs (it
-takes it itself unless started under `flock /tmp/lnet-bench.lock`), so two benchmarks never overlap. nginx,
-the testbed and the temporary files are removed however it ends (Ctrl-C included).
+Default plan: every competitor at sizes below 1 GiB, --large-competitors at 1 GiB and above, 3 repetitions,
+medians reported; the estimate is printed before anything starts (a few hours for everything: pick scenarios).
+A smoke test: --quick (64MiB, one run, no capacity curls). Progress one line per run; at the end a table, the
+targets met/missed and one JSON line; everything is saved to bench/results/multisource-<timestamp>.json. The
+benchmark holds /tmp/lnet-testbed.lock while it runs, as every testbed test and benchmark does (it takes it
+itself unless started under `flock /tmp/lnet-testbed.lock`), so two never overlap. nginx, the testbed and the
+temporary files are removed however it ends (Ctrl-C included).
 """
 
 from __future__ import annotations
@@ -58,14 +72,16 @@ import contextlib
 import fcntl
 import hashlib
 import json
+import math
 import os
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -83,7 +99,7 @@ CLIENT = "client"
 EDGE = "isp"
 FASTEST = "r1"
 PORT = 8080
-LOCK = "/tmp/lnet-bench.lock"
+LOCK = "/tmp/lnet-testbed.lock"
 MTIME = 1_700_000_000  # every size's file gets this mtime: same validators on every replica, run after run
 SETTLE_S = 2.0  # after each run: aborted requests reach nginx's log, queues drain
 
@@ -92,13 +108,20 @@ ARIA2_FAIR = ["--split=6", "--max-connection-per-server=1", "--min-split-size=1M
 ARIA2_UNATTENDED = ["--no-conf=true", "--allow-overwrite=true", "--auto-file-renaming=false",
                     "--file-allocation=none", "--console-log-level=warn", "--summary-interval=0"]
 STRATEGIES = ("mdtp", "static", "brute", "history", "aggressive")
-COMPETITORS = ("aria2", *STRATEGIES)
-SCENARIOS = ("normal", "latency", "throttled")
+ARIA2 = ("aria2-fair", "aria2-default")
+COMPETITORS = (*ARIA2, *STRATEGIES)
+SCENARIOS = ("normal", "latency", "throttled", "slowdown", "dies")
+CHANGED_MIDWAY = ("slowdown", "dies")
 LATENCY_ADDED_RTT_MS = 500.0
 THROTTLE_FACTOR = 0.25
-TARGET_NORMAL_SPEEDUP = 1.15
-TARGET_THROTTLED_SPEEDUP = 1.5
-TARGET_LIMIT_SHARE = 0.9
+TARGET_FAIR_SPEEDUP = 1.15  # where aria2 fair is below TARGET_FAIR_WEAK of the limit
+TARGET_FAIR_WEAK = 0.85
+TARGET_DEFAULT_SPEEDUP = 1.25
+TARGET_LIMIT_SHARE_LARGE = 0.97  # normal, at LARGE_FROM and above
+TARGET_LIMIT_SHARE_SMALL = 0.85
+LARGE_FROM = 256 * 1024 * 1024
+ESTIMATE_OVERHEAD_S = 5.0  # per run, beyond the transfer: process start, output check, settling
+ESTIMATE_SLACK = 1.3  # runs take this much longer than the physical limit, roughly
 
 NGINX_CONF = """\
 worker_processes 1;
@@ -168,7 +191,7 @@ def lnet_get_has_urls(lnet_get: Path) -> bool:
 
 @contextlib.contextmanager
 def bench_lock(say: Callable[[str], None]) -> Iterator[None]:
-    """Hold /tmp/lnet-bench.lock, unless a parent (`flock /tmp/lnet-bench.lock ...`) already does: then the
+    """Hold LOCK (/tmp/lnet-testbed.lock), unless a parent (`flock /tmp/lnet-testbed.lock ...`) already does: then the
     lock file is among the descriptors this process inherited, and locking it again here would wait forever."""
     for fd in os.listdir("/proc/self/fd"):
         with contextlib.suppress(OSError):
@@ -219,6 +242,7 @@ class Replicas:
     def __init__(self, tb: Testbed, nginx: str, root: Path, workdir: Path, hosts: list[str]) -> None:
         self.tb, self.nginx, self.root, self.workdir, self.hosts = tb, nginx, root, workdir, hosts
         self.log_offsets: dict[str, int] = {}
+        self.processes: dict[str, trio.Process] = {}
 
     def url(self, host: str, name: str) -> str:
         return f"http://{self.tb.address(host)}:{PORT}/{name}"
@@ -226,40 +250,68 @@ class Replicas:
     def access_log(self, host: str) -> Path:
         return self.workdir / host / "access.log"
 
-    def _prepare(self, host: str) -> tuple[Path, BinaryIO]:
+    def _prepare(self, host: str) -> None:
         run = self.workdir / host
         run.mkdir(parents=True)
-        conf = run / "nginx.conf"
-        conf.write_text(NGINX_CONF.format(run=run, port=PORT, root=self.root))
-        return conf, open(run / "stderr.log", "wb")  # the caller closes it once nginx holds it
+        (run / "nginx.conf").write_text(NGINX_CONF.format(run=run, port=PORT, root=self.root))
+
+    def _stderr(self, host: str) -> BinaryIO:
+        return open(self.workdir / host / "stderr.log", "ab")  # the caller closes it once nginx holds it
+
+    async def _spawn(self, host: str) -> None:
+        run = self.workdir / host
+        stderr = self._stderr(host)
+        try:
+            self.processes[host] = await self.tb.spawn(
+                host, [self.nginx, "-p", str(run), "-e", "stderr", "-c", str(run / "nginx.conf"), "-g", "daemon off;"],
+                stdout=stderr, stderr=stderr)
+        finally:
+            stderr.close()
 
     async def start(self) -> None:
         for host in self.hosts:
-            run = self.workdir / host
-            conf, stderr = self._prepare(host)
-            try:
-                await self.tb.spawn(host, [self.nginx, "-p", str(run), "-e", "stderr", "-c", str(conf),
-                                           "-g", "daemon off;"], stdout=stderr, stderr=stderr)
-            finally:
-                stderr.close()
+            self._prepare(host)
+            await self._spawn(host)
+
+    async def kill(self, host: str) -> str:
+        """SIGKILL the host's nginx, master and worker: its connections break, new ones are refused. Says which
+        processes it killed and the state each is in after."""
+        proc = self.processes.pop(host)
+        pids = [*descendants(proc.pid), proc.pid]
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        await proc.wait()
+        await trio.sleep(0.05)
+        return " ".join(f"{pid}:{process_state(pid)}" for pid in pids)
+
+    async def restart(self, host: str, name: str) -> None:
+        """Start the host's nginx again (after ``kill``) and wait until it answers."""
+        if host not in self.processes:
+            await self._spawn(host)
+        await self._headers(host, name)
+
+    async def _headers(self, host: str, name: str) -> dict[str, str]:
+        headers: dict[str, str] = {}
+        with trio.move_on_after(15):
+            while True:
+                done = await self.tb.run(CLIENT, ["curl", "-sS", "-I", "--max-time", "5", self.url(host, name)],
+                                         check=False)
+                if done.returncode == 0:
+                    lines = done.stdout.decode(errors="replace").splitlines()
+                    headers = {k.strip().lower(): v.strip() for k, _, v in (x.partition(":") for x in lines[1:])}
+                    break
+                await trio.sleep(0.2)
+        if not headers:
+            log = (self.workdir / host / "stderr.log").read_text(errors="replace")
+            raise RuntimeError(f"nginx on {host} does not answer {self.url(host, name)}: {log[-2000:]}")
+        return headers
 
     async def check(self, name: str, size: int) -> dict[str, str]:
         """Wait until every replica answers, and check they all give the same size and validators."""
         seen: dict[str, tuple[str, str, str]] = {}
         for host in self.hosts:
-            headers: dict[str, str] = {}
-            with trio.move_on_after(15):
-                while True:
-                    done = await self.tb.run(CLIENT, ["curl", "-sS", "-I", "--max-time", "5", self.url(host, name)],
-                                             check=False)
-                    if done.returncode == 0:
-                        lines = done.stdout.decode(errors="replace").splitlines()
-                        headers = {k.strip().lower(): v.strip() for k, _, v in (x.partition(":") for x in lines[1:])}
-                        break
-                    await trio.sleep(0.2)
-            if not headers:
-                log = (self.workdir / host / "stderr.log").read_text(errors="replace")
-                raise RuntimeError(f"nginx on {host} does not answer {self.url(host, name)}: {log[-2000:]}")
+            headers = await self._headers(host, name)
             seen[host] = (headers.get("content-length", ""), headers.get("etag", ""),
                           headers.get("last-modified", ""))
         if len(set(seen.values())) != 1 or next(iter(seen.values()))[0] != str(size):
@@ -291,6 +343,32 @@ class Replicas:
         return out
 
 
+def process_state(pid: int) -> str:
+    """Its state letter from /proc (Z: a zombie, gone), or "gone"."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return "gone"
+
+
+def descendants(pid: int) -> list[int]:
+    """The processes below ``pid`` (nginx's worker), from /proc."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            stat = Path(f"/proc/{entry}/stat").read_text()
+            parent = int(stat.rsplit(")", 1)[1].split()[1])  # the field after the state, past the command's ")"
+            children.setdefault(parent, []).append(int(entry))
+    found, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
 def make_workdir(parent: str | None) -> Path:
     workdir = Path(tempfile.mkdtemp(prefix="lnet-multisource-", dir=parent))
     workdir.chmod(0o755)  # nginx's workers (not root) read the files below it
@@ -299,10 +377,25 @@ def make_workdir(parent: str | None) -> Path:
 
 
 # -- the runs ---------------------------------------------------------------------------------------------------
-def physical_limit_mbit(tb: Testbed, replicas: list[str]) -> float:
-    total = sum(float(tb.topology.link(EDGE, host).rate_mbit or 0.0) for host in replicas)
+def physical_limit_mbit(tb: Testbed, replicas: list[str], without: str | None = None) -> float:
+    total = sum(float(tb.topology.link(EDGE, host).rate_mbit or 0.0) for host in replicas if host != without)
     ingress = tb.topology.link(CLIENT, EDGE).rate_mbit
     return min(total, ingress) if ingress else total
+
+
+def scenario_limit_mbit(tb: Testbed, scenario: str, replicas: list[str], base_rate_mbit: float) -> float:
+    """The scenario's physical limit (set_scenario applied); for a change at half time, half the file at the rate
+    before it and half at the rate after it: the harmonic mean of the two."""
+    before = physical_limit_mbit(tb, replicas)
+    if scenario == "slowdown":
+        rates = {h: float(tb.topology.link(EDGE, h).rate_mbit or 0.0) for h in replicas}
+        after = min(sum(rates.values()) - base_rate_mbit * (1 - THROTTLE_FACTOR),
+                    tb.topology.link(CLIENT, EDGE).rate_mbit or math.inf)
+    elif scenario == "dies":
+        after = physical_limit_mbit(tb, replicas, without=FASTEST)
+    else:
+        return before
+    return 2 / (1 / before + 1 / after)
 
 
 async def set_scenario(tb: Testbed, scenario: str, base_delay_ms: float, base_rate_mbit: float) -> None:
@@ -314,6 +407,28 @@ async def set_scenario(tb: Testbed, scenario: str, base_delay_ms: float, base_ra
     await tb.set_link(EDGE, FASTEST, delay_ms=delay, rate_mbit=rate)
 
 
+def midway_change(tb: Testbed, servers: Replicas, scenario: str,
+                  base_rate_mbit: float) -> tuple[Callable[[], Awaitable[str]], Callable[[str], Awaitable[None]]]:
+    """What a changed-midway scenario does at half time, and what puts it back after the run (given the file)."""
+    if scenario == "slowdown":
+        async def slow() -> str:
+            await tb.set_link(EDGE, FASTEST, rate_mbit=base_rate_mbit * THROTTLE_FACTOR)
+            return f"r1 at {base_rate_mbit * THROTTLE_FACTOR:g} Mbit/s"
+
+        async def unslow(name: str) -> None:
+            await tb.set_link(EDGE, FASTEST, rate_mbit=base_rate_mbit)
+
+        return slow, unslow
+
+    async def die() -> str:
+        return await servers.kill(FASTEST)
+
+    async def revive(name: str) -> None:
+        await servers.restart(FASTEST, name)
+
+    return die, revive
+
+
 async def curl_capacity(tb: Testbed, url: str, nbytes: int) -> dict[str, float]:
     done = await tb.run(CLIENT, ["curl", "-sS", "-o", "/dev/null", "-r", f"0-{nbytes - 1}", "-w",
                                  "%{size_download} %{time_total}", url])
@@ -323,24 +438,38 @@ async def curl_capacity(tb: Testbed, url: str, nbytes: int) -> dict[str, float]:
 
 def competitor_argv(competitor: str, urls: list[str], out: Path, sha256: str, tools: dict[str, str],
                     lnet_get: Path, lnet_args: list[str]) -> list[str]:
-    if competitor == "aria2":
-        return [tools["aria2c"], *ARIA2_FAIR, *ARIA2_UNATTENDED, "-d", str(out.parent), "-o", out.name, *urls]
+    if competitor in ARIA2:
+        fair = ARIA2_FAIR if competitor == "aria2-fair" else []
+        return [tools["aria2c"], *fair, *ARIA2_UNATTENDED, "-d", str(out.parent), "-o", out.name, *urls]
+    strategy, *options = competitor.split(":")  # mdtp:tail=hedge:depth=3 -> --tail hedge --depth 3
+    extra = [part for option in options for part in (f"--{option.partition('=')[0]}", option.partition("=")[2])]
     # the remembered throughputs live with this benchmark, not in the user's cache
     history = out.parent.parent / "replicas-history.json"
-    return [str(lnet_get), *urls, "-o", str(out), "--strategy", competitor, "--sha256", sha256, "--json",
-            "--no-progress", "--history", str(history), *lnet_args]
+    return [str(lnet_get), *urls, "-o", str(out), "--strategy", strategy, "--sha256", sha256, "--json",
+            "--no-progress", "--history", str(history), *lnet_args, *extra]
 
 
 async def one_run(tb: Testbed, servers: Replicas, competitor: str, urls: list[str], out: Path, size: int,
-                  sha256: str, tools: dict[str, str], lnet_get: Path, lnet_args: list[str],
-                  timeout_s: float) -> dict[str, Any]:
+                  sha256: str, tools: dict[str, str], lnet_get: Path, lnet_args: list[str], timeout_s: float,
+                  change: tuple[float, Callable[[], Awaitable[str]]] | None = None) -> dict[str, Any]:
+    """One competitor's download; ``change``: (seconds after its start, what happens then)."""
     argv = competitor_argv(competitor, urls, out, sha256, tools, lnet_get, lnet_args)
     record: dict[str, Any] = {"ok": False, "argv": argv}
     servers.mark()
     started = trio.current_time()
     done: subprocess.CompletedProcess[bytes] | None = None
+
+    async def change_midway(after: float, action: Callable[[], Awaitable[str]]) -> None:
+        await trio.sleep_until(started + after)
+        record["change"] = await action()
+        record["changed_at_s"] = trio.current_time() - started
+
     with trio.move_on_after(timeout_s):
-        done = await tb.run(CLIENT, argv, check=False)
+        async with trio.open_nursery() as nursery:
+            if change is not None:
+                nursery.start_soon(change_midway, *change)
+            done = await tb.run(CLIENT, argv, check=False)
+            nursery.cancel_scope.cancel()  # a run that ended before half time: no change
     wall = trio.current_time() - started
     await trio.sleep(SETTLE_S)
     record["nginx"] = servers.since_mark()
@@ -352,7 +481,7 @@ async def one_run(tb: Testbed, servers: Replicas, competitor: str, urls: list[st
         record["error"] = f"exit {done.returncode}: {tail.strip()}"
     else:
         record["wall_s"] = wall
-        if competitor != "aria2":
+        if competitor not in ARIA2:
             try:
                 report = json.loads(done.stdout)
             except ValueError:
@@ -425,23 +554,40 @@ def summarise(runs: list[dict[str, Any]], plan: list[tuple[str, str, str]], limi
             "errors": [r["error"] for r in mine if not r["ok"]],
         })
     for row in rows:
-        aria = next((x for x in rows if (x["scenario"], x["size"], x["competitor"]) ==
-                     (row["scenario"], row["size"], "aria2")), None)
-        row["speedup_vs_aria2"] = (aria["median_wall_s"] / row["median_wall_s"]
-                                   if aria and aria["median_wall_s"] and row["median_wall_s"] else None)
+        for aria, key in (("aria2-fair", "speedup_vs_fair"), ("aria2-default", "speedup_vs_default")):
+            other = next((x for x in rows if (x["scenario"], x["size"], x["competitor"]) ==
+                          (row["scenario"], row["size"], aria)), None)
+            row[key] = (other["median_wall_s"] / row["median_wall_s"]
+                        if other and other["median_wall_s"] and row["median_wall_s"] else None)
     return rows
 
 
-def targets(rows: list[dict[str, Any]], runs: list[dict[str, Any]], n_replicas: int) -> list[dict[str, Any]]:
+def targets(rows: list[dict[str, Any]], runs: list[dict[str, Any]], n_replicas: int,
+            sizes: dict[str, int]) -> list[dict[str, Any]]:
+    """Issue 14's targets for lnet mdtp, per scenario and size, and identical bytes everywhere."""
     out = []
     for row in rows:
         if row["competitor"] != "mdtp":
             continue
         where = f"{row['scenario']}, {row['size']}"
-        want = {"normal": TARGET_NORMAL_SPEEDUP, "throttled": TARGET_THROTTLED_SPEEDUP}.get(row["scenario"])
-        if want is not None and row["speedup_vs_aria2"] is not None:
-            out.append({"target": f"mdtp >= {want}x aria2 ({where})", "value": f"{row['speedup_vs_aria2']:.2f}x",
-                        "met": row["speedup_vs_aria2"] >= want})
+        fair = next((x for x in rows if (x["scenario"], x["size"], x["competitor"]) ==
+                     (row["scenario"], row["size"], "aria2-fair")), None)
+        if row["speedup_vs_fair"] is not None:
+            out.append({"target": f"mdtp never slower than aria2 fair ({where})",
+                        "value": f"{row['speedup_vs_fair']:.2f}x", "met": row["speedup_vs_fair"] >= 1.0})
+            if fair is not None and fair["share_of_limit"] is not None and fair["share_of_limit"] < TARGET_FAIR_WEAK:
+                out.append({"target": f"mdtp >= {TARGET_FAIR_SPEEDUP}x aria2 fair, which reaches "
+                                      f"{fair['share_of_limit']:.0%} of the limit ({where})",
+                            "value": f"{row['speedup_vs_fair']:.2f}x",
+                            "met": row["speedup_vs_fair"] >= TARGET_FAIR_SPEEDUP})
+        if row["speedup_vs_default"] is not None:
+            out.append({"target": f"mdtp >= {TARGET_DEFAULT_SPEEDUP}x aria2 default ({where})",
+                        "value": f"{row['speedup_vs_default']:.2f}x",
+                        "met": row["speedup_vs_default"] >= TARGET_DEFAULT_SPEEDUP})
+        if row["scenario"] == "normal" and row["share_of_limit"] is not None:
+            want = TARGET_LIMIT_SHARE_LARGE if sizes[row["size"]] >= LARGE_FROM else TARGET_LIMIT_SHARE_SMALL
+            out.append({"target": f"mdtp >= {want:.0%} of the physical limit ({where})",
+                        "value": f"{row['share_of_limit']:.1%}", "met": row["share_of_limit"] >= want})
         mine = [r for r in runs if r["ok"] and (r["scenario"], r["size"], r["competitor"]) ==
                 (row["scenario"], row["size"], "mdtp")]
         if mine:
@@ -449,9 +595,9 @@ def targets(rows: list[dict[str, Any]], runs: list[dict[str, Any]], n_replicas: 
             out.append({"target": f"mdtp uses every replica in every run ({where})",
                         "value": "/".join("?" if u is None else str(u) for u in used) + f" of {n_replicas}",
                         "met": all(u == n_replicas for u in used)})
-        if row["share_of_limit"] is not None:
-            out.append({"target": f"mdtp >= {TARGET_LIMIT_SHARE:.0%} of the physical limit ({where})",
-                        "value": f"{row['share_of_limit']:.1%}", "met": row["share_of_limit"] >= TARGET_LIMIT_SHARE})
+    good = sum(1 for r in runs if r["ok"])
+    out.append({"target": "identical bytes in every run of every competitor", "value": f"{good} of {len(runs)}",
+                "met": good == len(runs)})
     return out
 
 
@@ -461,44 +607,80 @@ def fmt(value: float | None, spec: str) -> str:
 
 def print_table(rows: list[dict[str, Any]], hosts: list[str]) -> None:
     print()
-    print(f"{'scenario':<10} {'size':>7} {'competitor':<15} {'ok':>5} {'wall s':>8} {'own s':>7} {'Mbit/s':>7} "
-          f"{'of limit':>8} {'vs aria2':>8} {'used':>5}  {'nginx shares ' + '/'.join(hosts):<32} {'sent/size':>9}")
+    print(f"{'scenario':<10} {'size':>7} {'competitor':<22} {'ok':>5} {'wall s':>8} {'own s':>7} {'Mbit/s':>7} "
+          f"{'of limit':>8} {'vs fair':>7} {'vs dflt':>7} {'used':>5}  {'nginx shares ' + '/'.join(hosts):<32} "
+          f"{'sent/size':>9}")
     for r in rows:
-        name = r["competitor"] if r["competitor"] == "aria2" else f"lnet {r['competitor']}"
+        name = r["competitor"] if r["competitor"] in ARIA2 else f"lnet {r['competitor']}"
         used = "-" if r["replicas_used_nginx"] is None else str(r["replicas_used_nginx"])
         share_text = "/".join(fmt(None if v is None else 100 * v, ".0f") for v in r["median_shares"].values())
-        print(f"{r['scenario']:<10} {r['size']:>7} {name:<15} {r['ok']:>2}/{r['runs']:<2} "
+        print(f"{r['scenario']:<10} {r['size']:>7} {name:<22} {r['ok']:>2}/{r['runs']:<2} "
               f"{fmt(r['median_wall_s'], '.2f'):>8} {fmt(r['median_own_s'], '.2f'):>7} "
               f"{fmt(r['median_mbps'], '.1f'):>7} {fmt(r['share_of_limit'], '.1%'):>8} "
-              f"{fmt(r['speedup_vs_aria2'], '.2f'):>8} {used:>5}  {share_text + ' %':<32} "
-              f"{fmt(r['median_overfetch'], '.3f'):>9}")
+              f"{fmt(r['speedup_vs_fair'], '.2f'):>7} {fmt(r['speedup_vs_default'], '.2f'):>7} {used:>5}  "
+              f"{share_text + ' %':<32} {fmt(r['median_overfetch'], '.3f'):>9}")
 
 
 # -- the benchmark ---------------------------------------------------------------------------------------------
 def parse_list(text: str, allowed: tuple[str, ...], what: str) -> list[str]:
+    """Names from ``allowed`` (``aria2`` is ``aria2-fair``; ``mdtp:tail=hedge:depth=3`` is a variant of mdtp)."""
     items = [x.strip().removeprefix("lnet-").removeprefix("lnet ") for x in text.split(",") if x.strip()]
-    bad = [x for x in items if x not in allowed]
+    items = ["aria2-fair" if x == "aria2" else x for x in items]
+    bad = [x for x in items if x.split(":")[0] not in allowed]
     if bad:
         raise SystemExit(f"unknown {what}: {', '.join(bad)} (choose from {', '.join(allowed)})")
     return items
 
 
-async def bench(args: argparse.Namespace, say: Callable[[str], None]) -> dict[str, Any]:
-    sizes = {label: parse_size(label) for label in args.sizes.split(",") if label.strip()}
-    scenarios = parse_list(args.scenarios, SCENARIOS, "scenario")
-    small = parse_list(args.competitors, COMPETITORS, "competitor")
-    large = parse_list(args.large_competitors, COMPETITORS, "competitor")
-    large_from = parse_size(args.large_from)
-    per_size = {label: (large if size >= large_from else small) for label, size in sizes.items()}
+def sweep_variants(tails: str, depths: str) -> list[str]:
+    """``mdtp:tail=T:depth=D`` for every combination asked for, but the default one (plain mdtp)."""
+    tail_list = [t.strip() for t in tails.split(",") if t.strip()] or ["split"]
+    depth_list = [d.strip() for d in depths.split(",") if d.strip()] or ["2"]
+    bad = [t for t in tail_list if t not in ("split", "hedge", "none")] + [d for d in depth_list if not d.isdigit()]
+    if bad:
+        raise SystemExit(f"bad --sweep-tail/--sweep-depth value(s): {', '.join(bad)}")
+    return [f"mdtp:tail={t}:depth={d}" for t in tail_list for d in depth_list if (t, d) != ("split", "2")]
+
+
+def estimate_s(plan: list[tuple[str, str, str]], sizes: dict[str, int], runs: int, capacity_s: float) -> float:
+    """Roughly how long the plan takes: each run at the physical limit (140 Mbit/s; 110 throttled) with slack
+    and per-run overhead, the capacity curls, the testbed and the payloads."""
+    total = 60.0 + sum(sizes.values()) / 200e6  # the testbed and nginx up; the payloads written
+    for scenario, label, _ in plan:
+        mbit = 110.0 if scenario in ("throttled", "slowdown", "dies") else 140.0
+        total += runs * (sizes[label] * 8 / (mbit * 1e6) * ESTIMATE_SLACK + ESTIMATE_OVERHEAD_S + SETTLE_S)
+    if capacity_s > 0:
+        total += 6 * capacity_s + len({s for s, _, _ in plan}) * capacity_s
+    return total
+
+
+class Plan:
+    """What to run: sizes, scenarios, the competitors at each size, and every (scenario, size, competitor)."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.sizes = {label: parse_size(label) for label in args.sizes.split(",") if label.strip()}
+        self.scenarios = parse_list(args.scenarios, SCENARIOS, "scenario")
+        variants = sweep_variants(args.sweep_tail, args.sweep_depth)
+        small = parse_list(args.competitors, COMPETITORS, "competitor") + variants
+        large = parse_list(args.large_competitors, COMPETITORS, "competitor") + variants
+        large_from = parse_size(args.large_from)
+        self.per_size = {label: (large if size >= large_from else small) for label, size in self.sizes.items()}
+        self.runs = [(s, label, c) for s in self.scenarios for label in self.sizes for c in self.per_size[label]]
+        self.estimate_s = estimate_s(self.runs, self.sizes, args.runs, args.capacity_seconds)
+
+
+async def bench(args: argparse.Namespace, the_plan: Plan, say: Callable[[str], None]) -> dict[str, Any]:
+    sizes, scenarios, per_size, plan = the_plan.sizes, the_plan.scenarios, the_plan.per_size, the_plan.runs
     lnet_get = Path(args.lnet_get)
-    if any(c != "aria2" for cs in per_size.values() for c in cs) and not lnet_get_has_urls(lnet_get):
+    if any(c not in ARIA2 for cs in per_size.values() for c in cs) and not lnet_get_has_urls(lnet_get):
         raise SystemExit(f"{lnet_get} has no multi-source mode (no --strategy in its --help): run with "
-                         "--competitors aria2 --large-competitors aria2, or --lnet-get PATH")
+                         "--competitors aria2-fair,aria2-default --large-competitors aria2-fair,aria2-default, "
+                         "or --lnet-get PATH")
     tools = ensure_tools(say)
     result: dict[str, Any] = {"bench": "multisource", "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
                               "topology": str(TOPOLOGY.relative_to(REPO)), "args": vars(args) | {"lnet_get": str(
                                   lnet_get)}, "tools": tool_versions(tools, lnet_get), "aria2_flags": ARIA2_FAIR,
-                              "aria2_unattended_flags": ARIA2_UNATTENDED}
+                              "aria2_unattended_flags": ARIA2_UNATTENDED, "estimated_s": the_plan.estimate_s}
     workdir = await trio.to_thread.run_sync(make_workdir, args.workdir)
     try:
         root = workdir / "www"
@@ -520,15 +702,14 @@ async def bench(args: argparse.Namespace, say: Callable[[str], None]) -> dict[st
             baseline: dict[str, Any] = {}
             first = next(iter(sizes))
             limits: dict[str, float] = {}
-            plan = [(s, label, c) for s in scenarios for label in sizes for c in per_size[label]]
             total = len(plan) * args.runs
             runs: list[dict[str, Any]] = []
             for scenario in scenarios:
                 await set_scenario(tb, scenario, base.delay_ms, base.rate_mbit)
-                limits[scenario] = physical_limit_mbit(tb, hosts)
+                limits[scenario] = scenario_limit_mbit(tb, scenario, hosts, base.rate_mbit)
                 say(f"== {scenario}: r1 {tb.topology.link(EDGE, FASTEST).rate_mbit:g} Mbit/s, one-way "
-                    f"{tb.topology.link(EDGE, FASTEST).delay_ms:g} ms; physical limit {limits[scenario]:g} Mbit/s")
-                if args.capacity_seconds > 0:
+                    f"{tb.topology.link(EDGE, FASTEST).delay_ms:g} ms; physical limit {limits[scenario]:.4g} Mbit/s")
+                if args.capacity_seconds > 0 and scenario not in CHANGED_MIDWAY:
                     # all six in the first scenario; afterwards only r1, the one the scenarios change
                     measured = [FASTEST] if capacity else hosts
                     alone = {}
@@ -547,9 +728,19 @@ async def bench(args: argparse.Namespace, say: Callable[[str], None]) -> dict[st
                         urls = [servers.url(h, f"{label}/file.bin") for h in hosts]
                         limit_s = size * 8 / (limits[scenario] * 1e6)
                         for competitor in per_size[label]:
-                            out = downloads / f"{competitor}.bin"
-                            record = await one_run(tb, servers, competitor, urls, out, size, digests[label], tools,
-                                                   lnet_get, args.lnet_arg, args.timeout_factor * limit_s + 60)
+                            out = downloads / f"{competitor.replace(':', '_')}.bin"
+                            change = None
+                            if scenario in CHANGED_MIDWAY:
+                                action, undo = midway_change(tb, servers, scenario, base.rate_mbit)
+                                half_s = size * 8 / (physical_limit_mbit(tb, hosts) * 1e6) / 2
+                                change = (half_s, action)
+                            try:
+                                record = await one_run(tb, servers, competitor, urls, out, size, digests[label],
+                                                       tools, lnet_get, args.lnet_arg,
+                                                       args.timeout_factor * limit_s + 60, change)
+                            finally:
+                                if scenario in CHANGED_MIDWAY:
+                                    await undo(f"{label}/file.bin")
                             record.update(scenario=scenario, size=label, competitor=competitor, rep=rep)
                             runs.append(record)
                             sh = "/".join(f"{100 * v:.0f}" for v in shares(record["nginx"]).values())
@@ -557,6 +748,8 @@ async def bench(args: argparse.Namespace, say: Callable[[str], None]) -> dict[st
                                 own = f", lnet's own {record['own_s']:.2f} s" if "own_s" in record else ""
                                 text = (f"{record['wall_s']:7.2f} s ({size * 8 / record['wall_s'] / 1e6:6.1f} Mbit/s,"
                                         f" {limit_s / record['wall_s']:.0%} of limit{own}), nginx shares {sh} %")
+                            if "change" in record:
+                                text += f"; at {record['changed_at_s']:.2f} s: {record['change']}"
                             else:
                                 text = f"FAILED: {record['error'][:300]}"
                             say(f"[{len(runs):>3}/{total}] {scenario:<9} {label:>7} {competitor:<10} rep {rep}: {text}")
@@ -565,7 +758,7 @@ async def bench(args: argparse.Namespace, say: Callable[[str], None]) -> dict[st
         result.update(capacity=capacity, physical_limit_mbit=limits, runs=runs)
         rows = summarise(runs, plan, limits, sizes, hosts)
         result["summary"] = rows
-        result["targets"] = targets(rows, runs, len(hosts))
+        result["targets"] = targets(rows, runs, len(hosts), sizes)
         result["hosts"] = hosts
         return result
     finally:
@@ -574,12 +767,17 @@ async def bench(args: argparse.Namespace, say: Callable[[str], None]) -> dict[st
 
 async def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--sizes", default="256MiB,1GiB", help="comma-separated (default 256MiB,1GiB)")
-    parser.add_argument("--scenarios", default=",".join(SCENARIOS), help="comma-separated: normal,latency,throttled")
+    parser.add_argument("--quick", action="store_true",
+                        help="a smoke test: --sizes 64MiB --runs 1 --capacity-seconds 0 (whatever they say)")
+    parser.add_argument("--sizes", default="64MiB,256MiB,1GiB", help="comma-separated (default 64MiB,256MiB,1GiB)")
+    parser.add_argument("--scenarios", default=",".join(SCENARIOS), help=f"comma-separated: {','.join(SCENARIOS)}")
     parser.add_argument("--competitors", default=",".join(COMPETITORS),
-                        help="below --large-from (default: aria2 and every lnet strategy)")
-    parser.add_argument("--large-competitors", default="aria2,mdtp", help="at --large-from and above")
+                        help="below --large-from (default: both aria2 and every lnet strategy)")
+    parser.add_argument("--large-competitors", default="aria2-fair,aria2-default,mdtp",
+                        help="at --large-from and above")
     parser.add_argument("--large-from", default="1GiB")
+    parser.add_argument("--sweep-tail", default="", help="also lnet mdtp with each of these --tail rules (split,hedge)")
+    parser.add_argument("--sweep-depth", default="", help="also lnet mdtp with each of these --depth values (1,2,3)")
     parser.add_argument("--runs", type=int, default=3, help="repetitions of each (default 3; medians reported)")
     parser.add_argument("--capacity-seconds", type=float, default=15.0,
                         help="curl each replica alone for about this long first (0: skip)")
@@ -590,6 +788,8 @@ async def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workdir", default=None, help="where the temporary files go (default: the system's)")
     parser.add_argument("--results", type=Path, default=REPO / "bench" / "results")
     args = parser.parse_args(argv)
+    if args.quick:
+        args.sizes, args.runs, args.capacity_seconds = "64MiB", 1, 0.0
     if args.runs < 1:
         parser.error("--runs must be at least 1")
     if os.geteuid() != 0:
@@ -599,14 +799,17 @@ async def main(argv: list[str] | None = None) -> int:
     def say(text: str) -> None:
         print(text, flush=True)
 
+    plan = Plan(args)  # its errors and its estimate before any wait
+    say(f"plan: {len(plan.runs) * args.runs} runs ({len(plan.scenarios)} scenarios, sizes {args.sizes}, "
+        f"{args.runs} each); estimated {plan.estimate_s / 60:.0f} minutes")
     with bench_lock(say):
-        result = await bench(args, say)
+        result = await bench(args, plan, say)
     rows, checks = result["summary"], result["targets"]
     print_table(rows, result["hosts"])
-    print("\nphysical limits (Mbit/s): " + ", ".join(f"{s} {v:g}" for s, v in result["physical_limit_mbit"].items()))
+    print("\nphysical limits (Mbit/s): " + ", ".join(f"{s} {v:.4g}" for s, v in result["physical_limit_mbit"].items()))
     for scenario, cap in result["capacity"].items():
         print(f"reachable in {scenario} (sum of each replica's curl alone): {cap['sum_mbps']:.1f} Mbit/s")
-    print("\ntargets (issue 6):")
+    print("\ntargets (issue 14):")
     for check in checks:
         print(f"  {check['target']}: {check['value']} {'met' if check['met'] else 'MISSED'}")
     args.results.mkdir(parents=True, exist_ok=True)

@@ -19,6 +19,8 @@ from lnet.units import parse_size
 
 __all__ = ["EPILOG", "ReplicaArgs", "add_arguments", "history_path", "is_url"]
 
+MAX_DEPTH = 16  # --depth: more outstanding requests than this only queue at the server
+
 
 def history_path() -> Path:
     """Where replica throughputs are remembered between runs (``--history``'s default)."""
@@ -51,6 +53,8 @@ def add_arguments(p: argparse.ArgumentParser, title: str = "replicas (URL mode)"
     g = p.add_argument_group(title)
     g.add_argument("--strategy", choices=STRATEGIES, default="mdtp", help="how ranges are sized (default mdtp)")
     g.add_argument("--tail", choices=TAILS, default="split", help="the tail rule (default split)")
+    g.add_argument("--depth", type=_depth, default=PlanConfig.depth, metavar="N",
+                   help=f"requests outstanding per replica on its connection (default {PlanConfig.depth})")
     g.add_argument("--chunk", metavar="SIZE", help="mdtp: the fastest replica's chunk (default: 1/16 of the "
                    "expected time, 1-8 s of it); static, aggressive: the equal chunk (default 4MiB)")
     g.add_argument("--initial-chunk", default="1MiB", metavar="SIZE", help="mdtp: the uniform first chunk (1MiB)")
@@ -73,16 +77,18 @@ class ReplicaArgs:
     sha256: str | None
     ignore_validators: bool
     history: Path | None
+    depth: int
 
     @classmethod
     def from_namespace(cls, ns: argparse.Namespace) -> ReplicaArgs:
-        return cls(ns.strategy, ns.tail, ns.chunk, ns.initial_chunk, ns.sha256, ns.ignore_validators, ns.history)
+        return cls(ns.strategy, ns.tail, ns.chunk, ns.initial_chunk, ns.sha256, ns.ignore_validators, ns.history,
+                   ns.depth)
 
     def plan_config(self, timeout_s: float) -> PlanConfig:
         """The planner's configuration; a replica stalls after ``timeout_s``. Raises ``ValueError`` on a bad size."""
         chunk = parse_size(self.chunk) if self.chunk else None
-        changes: dict[str, Any] = {"strategy": self.strategy, "tail": self.tail, "stall_s": timeout_s,
-                                   "initial_chunk": parse_size(self.initial_chunk)}
+        changes: dict[str, Any] = {"strategy": self.strategy, "tail": self.tail, "depth": self.depth,
+                                   "stall_s": timeout_s, "initial_chunk": parse_size(self.initial_chunk)}
         if chunk is not None:
             changes["large_chunk" if self.strategy == "mdtp" else "static_chunk"] = chunk
         return PlanConfig(**changes)
@@ -90,3 +96,9 @@ class ReplicaArgs:
     def history_file(self) -> Path:
         """``--history``, or where replica throughputs are remembered by default."""
         return self.history if self.history is not None else history_path()
+
+
+def _depth(text: str) -> int:
+    if not text.isdigit() or not 1 <= int(text) <= MAX_DEPTH:
+        raise argparse.ArgumentTypeError(f"want a whole number from 1 to {MAX_DEPTH}, not {text!r}")
+    return int(text)

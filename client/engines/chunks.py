@@ -13,6 +13,17 @@ Bytes not yet given to any request live in ``free``, a sorted list of intervals.
 place: ``free``, or the unreceived part of exactly one request (a hedge, below, is the one deliberate overlap).
 A request's received bytes are a prefix ``[start, pos)``, since an HTTP range arrives in order.
 
+**Starting before the length is known.** A planner may be started without the file's size (``size=None``), so
+that no replica waits for a probe: the first request to each replica is already a data range. Until the size is
+known each usable replica gets one request, a *first range* of ``initial_chunk`` bytes (rounded up to ``align``)
+at an offset no other request has: replica after replica, ``[0, P)``, ``[P, 2P)``, ... (a range given back by a
+failure is handed out again first). The I/O shell reads the length from the first answer's ``Content-Range`` and
+calls ``sized(size)``: first ranges past the end become void (their answer, a 416, has nothing to write), one
+across it is cut to it, everything else of ``[0, size)`` is free, and planning goes on as with a known size
+(mdtp's uniform first round is then the first ranges themselves). ``brute`` and ``history`` give their one range
+each out of what the first ranges left. A resumed download knows its size from its state file and starts with
+it.
+
 **Keeping every pipe full.** Each usable replica has up to ``depth`` (2) requests outstanding on its one
 persistent connection: the one streaming and the next, already sent, so the server starts the next response the
 moment the last ends and no round trip sits idle between rounds (TCP-PARIS keeps each source's assigned volume at
@@ -36,11 +47,14 @@ least at its bandwidth-delay product; every chunk here is at least ``rate x rtt`
 with the most work left so both finish at the same moment (the owner stops at the cut, the idle replica takes the
 rest); ``hedge`` asks the idle replica for the same remainder and stops whichever is still going when the other
 finishes; ``none`` waits (the seed-004 baselines as published). Both act only if the idle replica would finish
-the remainder sooner than its owner.
+the remainder sooner than its owner. A replica whose request has had no byte for ``LIVE_RATE_AFTER_S`` (a far
+one that has not answered yet, or one gone silent) counts as rate 0 there: the idle replica takes all of it. An
+idle replica takes a tail only once it has delivered a byte (since its latest failure, if any).
 
-**Failures.** A replica that errors, or stalls (no byte for ``stall_s`` while it has a request), gives its
-unreceived bytes back to ``free`` and is retried after a back-off that doubles up to ``backoff_max_s``; after
-``max_failures`` failures in a row it is dead. A refused replica (its file differs) is never used again. The
+**Failures.** A replica that errors, or stalls (no byte for ``stall_s`` while it has a request; a request
+pipelined behind another waits from the moment that one ended), gives its unreceived bytes back to ``free`` and
+is retried after a back-off that doubles up to ``backoff_max_s``; after ``max_failures`` failures in a row it is
+dead. A refused replica (its file differs) is never used again. The
 download fails only when every replica is dead or refused.
 """
 
@@ -191,6 +205,8 @@ class _ReplicaPlan:
     index: int
     rate: float | None = None  # bytes/s over its latest completed chunk
     rtt: float | None = None  # request sent on an idle connection to its first byte, the least seen
+    last_byte: float | None = None  # when its latest byte arrived
+    failed_at: float | None = None  # when it last failed
     queue: list[int] = field(default_factory=list)  # its outstanding request ids, in the order sent
     chunk: int = 0  # aggressive: its current chunk
     failures_in_row: int = 0
@@ -213,22 +229,26 @@ class ChunkPlanner:
 
     def __init__(
         self,
-        size: int,
+        size: int | None,
         replicas: int,
         config: PlanConfig | None = None,
         *,
         history: Sequence[float | None] | None = None,
         have: Sequence[tuple[int, int]] = (),
     ) -> None:
-        """``history``: remembered rates (bytes/s) per replica, for ``history``; ``have``: byte ranges already in
-        place (a resumed download), which are never asked for."""
-        if size < 0:
+        """``size``: the file's length, or None until the first answer gives it (``sized``); ``history``:
+        remembered rates (bytes/s) per replica, for ``history``; ``have``: byte ranges already in place (a resumed
+        download, whose size is known), which are never asked for."""
+        if size is not None and size < 0:
             raise PlanError("size must not be negative")
+        if size is None and have:
+            raise PlanError("bytes in place need the file's size")
         if replicas < 1:
             raise PlanError("need at least one replica")
         self.config = config or PlanConfig()
         self.size = size
         self._free: list[tuple[int, int]] = [(0, size)] if size else []
+        self._first_end = 0  # size unknown: where the next first range starts (every byte before it is handed out)
         self._requests: dict[int, _Request] = {}
         self._next_id = 0
         self._replicas = [_ReplicaPlan(i, chunk=self.config.static_chunk) for i in range(replicas)]
@@ -239,8 +259,8 @@ class ChunkPlanner:
         self._ranges_given = False  # brute and history give their one range each once
         self._outbox: list[Decision] = []
         self._now = 0.0
-        for start, end in have:
-            self._remove(max(0, start), min(size, end))
+        for start, end in have:  # (have needs a size: checked above)
+            self._remove(max(0, start), min(size or 0, end))
 
     # -- what the I/O shell tells the planner ------------------------------------------------------------------
 
@@ -249,6 +269,8 @@ class ChunkPlanner:
         req = self._requests.get(request)
         if req is None:
             raise PlanError(f"unknown request {request}")
+        if self.size is None:
+            raise PlanError("bytes received before the file's size is known (call sized first)")
         if nbytes < 0 or req.pos + nbytes > req.end:
             raise PlanError(f"request {request} got {nbytes} bytes at {req.pos}, past its end {req.end}")
         if nbytes == 0:
@@ -259,7 +281,7 @@ class ChunkPlanner:
             if req.idle_line and (rep.rtt is None or now - req.issued < rep.rtt):
                 rep.rtt = now - req.issued
         req.pos += nbytes
-        req.last_byte = now
+        req.last_byte = rep.last_byte = now
         rep.stats.bytes += nbytes
         rep.failures_in_row = 0
         if req.pos >= req.end:
@@ -271,6 +293,7 @@ class ChunkPlanner:
         if not rep.usable:
             return
         self._release_all(rep)
+        rep.failed_at = now
         rep.failures_in_row += 1
         rep.stats.failures += 1
         if rep.failures_in_row >= self.config.max_failures:
@@ -286,6 +309,26 @@ class ChunkPlanner:
         self._release_all(rep)
         rep.set_state("refused", reason)
 
+    def sized(self, size: int) -> None:
+        """The file has ``size`` bytes (the first answer's ``Content-Range``): first ranges past the end are void,
+        one across it ends there, and the rest of the file is free. Once known, the size cannot change."""
+        if self.size is not None:
+            if size != self.size:
+                raise PlanError(f"the file has {self.size} bytes, not {size}")
+            return
+        if size < 0:
+            raise PlanError("size must not be negative")
+        self.size = size
+        given_back, self._free = self._free, []
+        for start, end in given_back:
+            self._give_back(start, min(end, size))
+        self._give_back(min(self._first_end, size), size)
+        for req in list(self._requests.values()):
+            if req.start >= size:
+                self._forget(req)  # past the end: its answer (416) has nothing to write
+            elif req.end > size:
+                req.end = size  # its answer ends at the file's end
+
     # -- what the I/O shell asks ------------------------------------------------------------------------------
 
     def limit(self, request: int) -> int | None:
@@ -295,7 +338,7 @@ class ChunkPlanner:
 
     @property
     def done(self) -> bool:
-        return not self._free and not self._requests
+        return self.size is not None and not self._free and not self._requests
 
     @property
     def stuck(self) -> bool:
@@ -307,13 +350,17 @@ class ChunkPlanner:
         return sum(end - start for start, end in self._free)
 
     def next_wakeup(self) -> float | None:
-        """The next moment ``poll`` has something to do without a new event: a retry or a stall deadline."""
+        """The next moment ``poll`` has something to do without a new event: a retry, a stall deadline, or (in
+        the tail) the moment a replica whose request has had no byte yet counts as silent."""
         times: list[float] = []
         for rep in self._replicas:
             if rep.state == "backoff":
                 times.append(rep.retry_at)
             if rep.state == "ok" and rep.queue:
                 times.append(self._last_activity(rep) + self.config.stall_s)
+                silent_at = self._last_activity(rep) + LIVE_RATE_AFTER_S
+                if not self._free and self._requests[rep.queue[0]].first_byte is None and silent_at > self._now:
+                    times.append(silent_at)
         return min(times) if times else None
 
     def stats(self) -> list[ReplicaStats]:
@@ -332,9 +379,15 @@ class ChunkPlanner:
                 self._outbox.append(Drop(rep.index, rep.stats.reason))
             if rep.state == "backoff" and now >= rep.retry_at:
                 rep.set_state("ok")
+        ready = [rep for rep in self._replicas if rep.state == "ok"]
+        if self.size is None:  # a first range each, at offsets of their own, until the first answer sizes the file
+            for rep in ready:
+                if not rep.queue:
+                    self._issue(rep, self._first_range(), now)
+            decisions, self._outbox = self._outbox, []
+            return decisions
         if self.config.strategy in ("brute", "history") and not self._ranges_given:
             self._one_range_each(now)
-        ready = [rep for rep in self._replicas if rep.state == "ok"]
         progress = True
         while progress and self._free:
             progress = False
@@ -366,12 +419,15 @@ class ChunkPlanner:
 
     def _current_rate(self, rep: _ReplicaPlan) -> float | None:
         """Its latest chunk's rate, or the streaming chunk's so far once that is clearly lower (or nothing else is
-        known yet): a replica that slows down is seen before its chunk ends."""
+        known yet): a replica that slows down is seen before its chunk ends. One whose request has had no byte for
+        ``LIVE_RATE_AFTER_S`` (a far or silent replica) counts as 0 until it answers."""
         live = None
         if rep.queue:
             head = self._requests[rep.queue[0]]
             if head.first_byte is not None and self._now - head.first_byte >= LIVE_RATE_AFTER_S:
                 live = (head.pos - head.start) / (self._now - head.first_byte)
+            elif head.first_byte is None and self._now - self._last_activity(rep) >= LIVE_RATE_AFTER_S:
+                live = 0.0
         if rep.rate is None or (live is not None and live < SLOWDOWN * rep.rate):
             return live
         return rep.rate
@@ -387,7 +443,7 @@ class ChunkPlanner:
         if self.config.large_chunk is not None:
             round_s = self.config.large_chunk / fastest
         else:  # the seed picks L by hand per file size; here the round is a sixteenth of the expected time
-            expected = self.size / sum(known)
+            expected = (self.size or 0) / sum(known)
             round_s = min(self.config.round_max_s, max(self.config.round_min_s, expected / 16))
         return int(round_s * rate)
 
@@ -412,6 +468,21 @@ class ChunkPlanner:
                 self._issue(rep, self._take(want), now)
 
     # -- issuing and completing --------------------------------------------------------------------------------
+
+    def _first_range(self) -> tuple[int, int]:
+        """Size unknown: ``initial_chunk`` bytes (rounded up to ``align``) at an offset of its own; a range given
+        back by a failure goes out again first, else the next one after every range handed out so far."""
+        length = self._align_up(self.config.initial_chunk)
+        if self._free:
+            start, end = self._free[0]
+            stop = min(end, start + length)
+            if stop >= end:
+                self._free.pop(0)
+            else:
+                self._free[0] = (stop, end)
+            return start, stop
+        start, self._first_end = self._first_end, self._first_end + length
+        return start, self._first_end
 
     def _take(self, want: int) -> tuple[int, int]:
         """The next ``want`` bytes of the lowest free interval (all of it if little would be left); ends aligned."""
@@ -518,8 +589,12 @@ class ChunkPlanner:
         self._free = [(a, b) for a, b in kept if a < b]
 
     def _last_activity(self, rep: _ReplicaPlan) -> float:
+        """When its streaming request last got a byte; for one not started, when it could have (sent, or the one
+        before it ended: a request pipelined long ago behind a slow one has not been waiting all that time)."""
         head = self._requests[rep.queue[0]]
-        return head.last_byte if head.last_byte is not None else head.issued
+        if head.last_byte is not None:
+            return head.last_byte
+        return max(head.issued, rep.last_byte if rep.last_byte is not None else head.issued)
 
     # -- the tail -------------------------------------------------------------------------------------------
 
@@ -537,6 +612,8 @@ class ChunkPlanner:
         return left / rate if rate > 0 else math.inf
 
     def _tail(self, idle: _ReplicaPlan, now: float) -> None:
+        if idle.last_byte is None or (idle.failed_at is not None and idle.last_byte < idle.failed_at):
+            return  # it has not shown it is there (no byte yet, or none since it failed): it takes no one's tail
         busy = [rep for rep in self._replicas if rep is not idle and rep.usable and rep.queue]
         if not busy:
             return
@@ -546,19 +623,20 @@ class ChunkPlanner:
             return
         remaining = req.end - req.pos
         owner_rate, idle_rate = self._rate_of(owner), self._rate_of(idle)
-        if owner_rate <= 0 or idle_rate <= 0 or remaining < max(1, self.config.min_chunk // 4):
+        if idle_rate <= 0 or remaining < max(1, self.config.min_chunk // 4):
             return
-        ahead = self._work_s(owner) - remaining / owner_rate  # the owner's work before this request
+        silent = owner_rate <= 0  # nothing from the owner for a while (far, or gone): the idle one takes it all
+        ahead = 0.0 if silent else self._work_s(owner) - remaining / owner_rate  # the owner's work before it
         rtt = idle.rtt or 0.0
         if self.config.tail == "hedge":
-            if rtt + remaining / idle_rate >= ahead + remaining / owner_rate:
+            if not silent and rtt + remaining / idle_rate >= ahead + remaining / owner_rate:
                 return
             start = max(req.start, self._align_down(req.pos))
             self._issue(idle, (start, req.end), now, hedge_of=req.id)
             req.hedged_by = self._next_id - 1
             return
         # split: the owner keeps x bytes and the idle replica takes the rest, so both finish at the same moment
-        x = (rtt + remaining / idle_rate - ahead) / (1 / owner_rate + 1 / idle_rate)
+        x = 0.0 if silent else (rtt + remaining / idle_rate - ahead) / (1 / owner_rate + 1 / idle_rate)
         cut = self._align_up(req.pos + max(0, min(remaining, int(x))))
         if req.end - cut < max(1, self.config.min_chunk // 4):
             return
@@ -568,7 +646,8 @@ class ChunkPlanner:
 
     def _align_up(self, n: int) -> int:
         a = self.config.align
-        return min(self.size, -(-n // a) * a)
+        up = -(-n // a) * a
+        return up if self.size is None else min(self.size, up)
 
     def _align_down(self, n: int) -> int:
         return n // self.config.align * self.config.align

@@ -3,10 +3,18 @@
 The I/O shell around ``ChunkPlanner``. Every replica gets one persistent connection (``RangeConnection``) on which
 the planner's range requests are pipelined, so that each replica's pipe stays full between chunks.
 
-1. **Probe**: every replica is asked for byte 0 (``Range: bytes=0-0``), which gives the file's length and
-   validators (``ETag``, ``Last-Modified``) and warms its connection. The largest group of replicas that agree on
-   all three is the reference; a replica that disagrees is refused with the difference named, and its bytes are
-   never written. A replica that does not answer is retried after a back-off, and checked when it does.
+1. **No idle start**: every replica's connection opens at once, and its first request is already a data range
+   (the planner's first ranges, at offsets of their own, sent before the file's length is known). The first
+   answer to arrive gives the length (``Content-Range``) and the validators (``ETag``, ``Last-Modified``): it
+   fixes the reference, the part file gets its size and the planner lays out the rest while the first ranges
+   still stream. Every later answer is checked against the reference before any of its bytes are written; a
+   replica serving another file is refused with the difference named, and its range goes back to the planner.
+   Should more replicas agree on another file than on the reference (the first answer came from a stale
+   mirror), or every replica serving the reference be gone, the download starts over with the file the others
+   serve (at most twice; never under a ``Watcher``, whose reader may have used the bytes). A resumed download
+   starts from the validators in its state file instead, which answers must match in the same way. A replica
+   that does not answer is retried after a back-off; when none has answered and each has failed once, the
+   download fails at once.
 2. **Download**: bytes stream from each response straight to their offset in ``OUT.lnet-part``, never further
    than the planner's current end for the request (a tail split or a hedge may have moved it). Every response is
    checked (status, ``Content-Range``, validators) before any of its bytes are written.
@@ -68,6 +76,7 @@ STATE_FORMAT = "lnet-mirrors-state/1"
 HISTORY_FORMAT = "lnet-replica-history/1"
 CHANNEL_SIZE = 64  # Fetch decisions waiting for a replica's sender: the planner keeps far fewer outstanding
 RETRY_STATUSES = {408, 425, 429, 500, 502, 503, 504}
+MAX_ATTEMPTS = 3  # a download starts over at most twice (the replicas outvoted its reference)
 
 
 @dataclass(frozen=True)
@@ -296,8 +305,8 @@ class Watcher:
 
 @dataclass
 class _ReplicaWorker:
-    """One replica's I/O side: its connection, the channel of the planner's requests for it, its probe's answer
-    (the planner's own view of the replica is ``chunks.ReplicaStats``)."""
+    """One replica's I/O side: its URL and the channel of the planner's requests for it (the planner's own view
+    of the replica is ``chunks.ReplicaStats``)."""
 
     index: int
     url: str
@@ -305,9 +314,6 @@ class _ReplicaWorker:
     send: trio.MemorySendChannel[Fetch]
     receive: trio.MemoryReceiveChannel[Fetch]
     connect: Connector | None = None  # None: TCP (tests: an emulated network)
-    connection: RangeConnection | None = None  # the probe's, handed to the worker
-    validators: Validators | None = None
-    probe_error: str = ""
     refused: bool = False
     scope: trio.CancelScope | None = None
 
@@ -318,15 +324,24 @@ class _Close(Exception):  # noqa: N818 - a signal, not an error
 
 @dataclass
 class _Download:
+    """One attempt at the download: the planner, the replicas' workers, and the reference file once known."""
+
     planner: ChunkPlanner
     replicas: list[_ReplicaWorker]
-    reference: Validators
     part: PartFile
     timeout_s: float
     check_validators: bool
     on_progress: Callable[[int, int], None]
     have: _Have
+    on_reference: Callable[[Validators], None]  # the length is known: room for the file, hashing, progress
+    reference: Validators | None = None
+    preset: bool = False  # the reference is a resumed state's or an earlier attempt's, not a first answer's
+    may_restart: bool = True
     on_write: Callable[[], None] = lambda: None
+    agreeing: set[int] = field(default_factory=set)  # replicas that answered with the reference file
+    disagreeing: dict[int, Validators] = field(default_factory=dict)  # refused: the file each serves instead
+    restart: Validators | None = None  # start over with this file (more replicas serve it than the reference)
+    failure: MirrorError | None = None  # the download cannot finish: raised once the workers are stopped
     wake: trio.Event = field(default_factory=trio.Event)
 
     def kick(self) -> None:
@@ -343,15 +358,15 @@ class _Download:
                 if self.planner.limit(fetch.request) is None:
                     continue
                 pending.append(fetch)
-            conn, rep.connection = rep.connection, None
+            conn: RangeConnection | None = None
             try:
                 with trio.CancelScope() as rep.scope:
-                    if conn is None:
-                        conn = await RangeConnection(rep.url, self.timeout_s, connect=rep.connect).__aenter__()
+                    conn = RangeConnection(rep.url, self.timeout_s, connect=rep.connect)
+                    await conn.__aenter__()
                     on_wire, answering = trio.open_memory_channel[Fetch](CHANNEL_SIZE)
                     async with trio.open_nursery() as nursery:
                         nursery.start_soon(self._sender, rep, conn, pending, on_wire)
-                        await self._receiver(conn, pending, answering)
+                        await self._receiver(rep, conn, pending, answering)
                         nursery.cancel_scope.cancel()
             except* (_Close, ConnectionEnded):
                 pass  # on purpose, or the server's keep-alive ended: a new connection for what is left
@@ -384,38 +399,78 @@ class _Download:
             await on_wire.send(fetch)
 
     async def _receiver(
-        self, conn: RangeConnection, pending: deque[Fetch], answering: trio.MemoryReceiveChannel[Fetch],
+        self, rep: _ReplicaWorker, conn: RangeConnection, pending: deque[Fetch],
+        answering: trio.MemoryReceiveChannel[Fetch],
     ) -> None:
         async for fetch in answering:
-            if self.planner.limit(fetch.request) is None:
+            if self.planner.limit(fetch.request) is None and not self._past_end(fetch):
                 raise _Close  # voided while queued: its response is not wanted, nor any after it
             head = await conn.head()
-            self._check(fetch, head)
-            await self._stream_body(fetch.replica, conn, fetch)
+            end = self._check(rep, fetch, head)
+            if end is None:
+                await conn.skip_body()  # a first range past the file's end: a 416, nothing to write
+            else:
+                await self._stream_body(fetch.replica, conn, fetch, end)
             pending.popleft()
             if not conn.reusable or not head.keep_alive:
                 raise ConnectionEnded("the replica ends the connection")
 
-    def _check(self, fetch: Fetch, head: Head) -> None:
-        """Refuse, or count as a failure, a response that is not the bytes asked for of the reference file."""
+    def _past_end(self, fetch: Fetch) -> bool:
+        return self.reference is not None and fetch.start >= self.reference.length
+
+    def _check(self, rep: _ReplicaWorker, fetch: Fetch, head: Head) -> int | None:
+        """Refuse, or count as a failure, a response that is not the bytes asked for of the reference file (the
+        first answer of all fixes it). Returns where the response's bytes end; None for a first range that lay
+        past the file's end (its answer, a 416, has nothing to write)."""
         if head.status in RETRY_STATUSES:
             raise ReplicaError(f"HTTP {head.status}")
         if head.status == 200:
             raise ReplicaRefused("it does not honour Range requests (HTTP 200)")
-        if head.status == 416:
-            raise ReplicaRefused(f"it has fewer bytes than the others' {self.reference.length} (HTTP 416)")
-        if head.status != 206:
+        if head.status not in (206, 416):
             raise ReplicaRefused(f"HTTP {head.status}")
         if head.total is None:
             raise ReplicaError("its answer gives no file length (Content-Range)")
-        found = Validators(head.total, head.etag, head.last_modified)
-        why = found.differs(self.reference, self.check_validators)
-        if why is not None:
-            raise ReplicaRefused(why)
-        if (head.start, head.end) != (fetch.start, fetch.end):
-            raise ReplicaError(f"asked for bytes {fetch.start}-{fetch.end - 1}, got {head.start}-{head.end}")
+        ref = self._agree(rep, Validators(head.total, head.etag, head.last_modified))
+        end = min(fetch.end, ref.length)
+        if head.status == 416:
+            if fetch.start < ref.length:
+                raise ReplicaRefused(f"it has fewer bytes than the {ref.length} it says (HTTP 416)")
+            return None
+        if (head.start, head.end) != (fetch.start, end):
+            raise ReplicaError(f"asked for bytes {fetch.start}-{end - 1}, got {head.start}-{head.end}")
+        return end
 
-    async def _stream_body(self, replica: int, conn: RangeConnection, fetch: Fetch) -> None:
+    def _agree(self, rep: _ReplicaWorker, found: Validators) -> Validators:
+        """The reference file, which ``found`` (what a replica's answer says of its file) fixes if none has yet;
+        a replica serving another file is refused, before any of its bytes is written."""
+        if self.reference is None:
+            self.reference = found
+            self.agreeing.add(rep.index)
+            self.planner.sized(found.length)
+            try:
+                self.on_reference(found)
+            except OSError as exc:
+                self.failure = MirrorError(f"cannot write {self.part.path}: {exc.strerror or exc}")
+                self.kick()
+                raise _Close from None
+            self.kick()
+            return found
+        why = found.differs(self.reference, self.check_validators)
+        if why is None:
+            self.agreeing.add(rep.index)
+            ref = self.reference
+            named = Validators(ref.length, ref.etag or found.etag, ref.last_modified or found.last_modified)
+            if named != ref:  # the first answer named no ETag or Last-Modified (a 416 may not): this one does
+                self.reference = named
+            return self.reference
+        self.disagreeing[rep.index] = found
+        alike = sum(1 for other in self.disagreeing.values() if other.differs(found, self.check_validators) is None)
+        if self.may_restart and alike > len(self.agreeing) + self.preset:
+            self.restart = found  # the reference came from a stale replica (or state): start over with this file
+            self.kick()
+        raise ReplicaRefused(why)
+
+    async def _stream_body(self, replica: int, conn: RangeConnection, fetch: Fetch, end: int) -> None:
         pos = fetch.start
         while (data := await conn.next_chunk()) is not None:
             limit = self.planner.limit(fetch.request)
@@ -430,13 +485,19 @@ class _Download:
                 self.on_write()
                 pos += n
                 self.kick()
-            if pos >= limit and pos < fetch.end:
+            if pos >= limit and pos < end:
                 raise _Close  # stopped short: the rest of this response is someone else's
 
     # -- the driver ---------------------------------------------------------------------------------------
 
-    async def drive(self) -> None:
+    async def drive(self) -> Validators | None:
+        """Run the planner until the download is done (None), must start over with other validators (them), or
+        cannot finish (None, with ``failure`` set)."""
         while True:
+            if self.failure is not None:
+                return None
+            if self.restart is not None:
+                return self.restart
             for decision in self.planner.poll(trio.current_time()):
                 if isinstance(decision, Fetch):
                     self.replicas[decision.replica].send.send_nowait(decision)
@@ -445,32 +506,50 @@ class _Download:
                     if scope is not None:
                         scope.cancel()
             if self.planner.done:
-                return
+                return None
+            stats = self.planner.stats()
+            if not self.agreeing and not self.disagreeing and all(
+                    stat.failures or stat.state == "refused" for stat in stats):
+                self.failure = MirrorError(f"no replica answered with the file ({self._reasons()})",
+                                           ExitCode.UNREACHABLE)
+                return None
             if self.planner.stuck:
-                reasons = "; ".join(
-                    f"{rep.shown}: {stat.state}, {stat.reason or 'no reason'}"
-                    for rep, stat in zip(self.replicas, self.planner.stats(), strict=True)
-                )
-                raise MirrorError(f"no replica can finish the download ({reasons})", ExitCode.UNREACHABLE)
+                if self.disagreeing and self.may_restart:  # every replica that serves the reference is gone
+                    chosen = reference(list(self.disagreeing.values()), self.check_validators)
+                    assert chosen is not None  # the largest group of those that serve another file
+                    return chosen
+                self.failure = MirrorError(f"no replica can finish the download ({self._reasons()})",
+                                           ExitCode.UNREACHABLE)
+                return None
             wakeup = self.planner.next_wakeup()
             with trio.move_on_at(wakeup if wakeup is not None else math.inf):
                 await self.wake.wait()
             self.wake = trio.Event()
 
+    def _reasons(self) -> str:
+        return "; ".join(f"{rep.shown}: {stat.state}, {stat.reason or 'no reason'}"
+                         for rep, stat in zip(self.replicas, self.planner.stats(), strict=True))
 
-def _resumable(document: object, ref: Validators) -> list[tuple[int, int]]:
-    """The ranges a previous run left in place (its state ``document``), if it fetched the same file; else none."""
+
+def _resumable(document: object, part_size: int) -> tuple[Validators | None, list[tuple[int, int]]]:
+    """What a previous run left in place, from its state ``document``: the file's validators and the byte ranges
+    (``(None, [])`` when there is nothing to resume: no state, another format, a part file of another size)."""
     if not isinstance(document, dict) or document.get("format") != STATE_FORMAT:
-        return []
-    if [document.get("size"), document.get("etag"), document.get("last_modified")] != [
-            ref.length, ref.etag, ref.last_modified]:
-        return []
+        return None, []
+    size, etag, modified = document.get("size"), document.get("etag"), document.get("last_modified")
+    if not isinstance(size, int) or isinstance(size, bool) or size <= 0 or size != part_size:
+        return None, []
+    if not all(value is None or isinstance(value, str) for value in (etag, modified)):
+        return None, []
+    listed = document.get("have")
     spans = []
-    for item in document.get("have", []):
+    for item in listed if isinstance(listed, list) else []:
         if (isinstance(item, list) and len(item) == 2 and all(isinstance(v, int) for v in item)
-                and 0 <= item[0] < item[1] <= ref.length):
+                and 0 <= item[0] < item[1] <= size):
             spans.append((item[0], item[1]))
-    return spans
+    if not spans:
+        return None, []
+    return Validators(size, etag, modified), spans
 
 
 def _state_document(ref: Validators, have: _Have) -> dict[str, object]:
@@ -478,34 +557,22 @@ def _state_document(ref: Validators, have: _Have) -> dict[str, object]:
             "have": have.spans}
 
 
-async def _probe(rep: _ReplicaWorker, timeout_s: float) -> None:
-    """Ask for byte 0: the file's length and validators, on the connection the downloads will then use."""
-    conn = RangeConnection(rep.url, timeout_s, connect=rep.connect)
-    try:
-        await conn.__aenter__()
-        await conn.send(0, 1)
-        head = await conn.head()
-        await conn.skip_body()
-    except ReplicaError as exc:
-        rep.probe_error = str(exc)
-        await conn.aclose()
-        return
-    if head.status == 416 and head.total == 0:
-        rep.validators = Validators(0, head.etag, head.last_modified)
-    elif head.status == 206 and head.total is not None:
-        rep.validators = Validators(head.total, head.etag, head.last_modified)
-    elif head.status == 200:
-        rep.probe_error = "it does not honour Range requests (HTTP 200)"
-        rep.refused = True
-    elif head.status in RETRY_STATUSES:
-        rep.probe_error = f"HTTP {head.status}"
-    else:
-        rep.probe_error = f"HTTP {head.status}"
-        rep.refused = True
-    if rep.validators is not None and conn.reusable and head.keep_alive:
-        rep.connection = conn
-    else:
-        await conn.aclose()
+@dataclass(frozen=True)
+class _Job:
+    """What ``fetch_mirrors`` was asked for, as each attempt needs it."""
+
+    urls: list[str]
+    out: Path
+    config: PlanConfig
+    timeout_s: float
+    sha256: str | None
+    check_validators: bool
+    history: Path | None
+    on_start: Callable[[int, list[str]], None]
+    on_progress: Callable[[int, int], None]
+    watcher: Watcher | None
+    connect: Connector | None
+    started: float
 
 
 async def fetch_mirrors(
@@ -528,103 +595,117 @@ async def fetch_mirrors(
         raise MirrorError("no replica URL given", ExitCode.USAGE)
     if len(set(urls)) != len(urls):
         raise MirrorError("a replica URL is given twice", ExitCode.USAGE)
-    config = config or PlanConfig()
-    started = trio.current_time()
-    replicas = []
-    for i, url in enumerate(urls):
-        send, receive = trio.open_memory_channel[Fetch](CHANNEL_SIZE)
-        replicas.append(_ReplicaWorker(i, url, redact_url(url), send, receive, connect))
-    async with trio.open_nursery() as nursery:
-        for rep in replicas:
-            nursery.start_soon(_probe, rep, timeout_s)
-    try:
-        return await _download(replicas, out, config, timeout_s, sha256, check_validators, history, started,
-                               on_start, on_progress, watcher)
-    finally:
-        with trio.CancelScope(shield=True):
-            for rep in replicas:
-                if rep.connection is not None:
-                    await rep.connection.aclose()
-
-
-async def _download(
-    replicas: list[_ReplicaWorker], out: Path, config: PlanConfig, timeout_s: float, sha256: str | None,
-    check_validators: bool, history: Path | None, started: float,
-    on_start: Callable[[int, list[str]], None], on_progress: Callable[[int, int], None], watcher: Watcher | None,
-) -> MirrorResult:
-    ref = reference([rep.validators for rep in replicas], check_validators)
-    if ref is None:
-        reasons = "; ".join(f"{rep.shown}: {rep.probe_error}" for rep in replicas)
-        raise MirrorError(f"no replica answered with the file ({reasons})", ExitCode.UNREACHABLE)
-    urls = [rep.url for rep in replicas]
+    job = _Job(list(urls), out, config or PlanConfig(), timeout_s, sha256, check_validators, history, on_start,
+               on_progress, watcher, connect, trio.current_time())
+    fresh = not part_path(out).exists()
     try:
         part = PartFile.open(out)
     except PartFileBusy as exc:
         raise MirrorError(str(exc), ExitCode.USAGE) from None
     except PartFileError as exc:
         raise MirrorError(str(exc)) from None
-    have = _Have()
-    state = StateFile(part.state_path, lambda: _state_document(ref, have))
+    finished = False
     try:
-        resumed = _Have(_resumable(state.read(), ref) if part.size() == ref.length else [])
-        part.preallocate(ref.length)
-        planner = ChunkPlanner(ref.length, len(replicas), config, history=load_history(history, urls),
-                               have=[(a, b) for a, b in resumed.spans])
-        now = trio.current_time()
-        for rep in replicas:
-            why = rep.validators.differs(ref, check_validators) if rep.validators is not None else None
-            if why is not None or rep.refused:
-                planner.refuse(rep.index, why or rep.probe_error)
-                rep.refused = True
-                if rep.connection is not None:
-                    await rep.connection.aclose()
-                    rep.connection = None
-            elif rep.validators is None:
-                planner.failed(rep.index, now, rep.probe_error)
-        on_start(ref.length, [rep.shown for rep in replicas])
-        have.spans = [[a, b] for a, b in resumed.spans]
-        hasher = PrefixHasher(part.fd, ref.length, "sha256", lambda: have.prefix)
-        run = _Download(planner, replicas, ref, part, timeout_s, check_validators, on_progress, have)
-        if watcher is not None:
-            watcher._start(ref.length, part.path, have)
-
-        def written() -> None:
-            hasher.advanced()
-            state.changed(trio.current_time())
-            if watcher is not None:
-                watcher._added()
-
-        run.on_write = written
-        resumed_bytes = resumed.total
-        try:
-            async with trio.open_nursery() as hashing:
-                hashing.start_soon(hasher.run)  # alongside the download; ends once it has hashed the whole file
-                async with trio.open_nursery() as nursery:
-                    for rep in replicas:
-                        if not rep.refused:
-                            nursery.start_soon(run.worker, rep)
-                    await run.drive()
-                    nursery.cancel_scope.cancel()
-        finally:
-            state.save(trio.current_time())
-        digest = hasher.hexdigest()
-        if sha256 is not None and digest != sha256.lower():
-            raise MirrorError(
-                f"the file's SHA-256 is {digest}, not the {sha256.lower()} asked for: the replicas serve other "
-                f"bytes under the same name and validators; {part.path} is kept for inspection", ExitCode.INTEGRITY)
-        if watcher is not None:
-            await watcher._released.wait()
-        await trio.to_thread.run_sync(part.commit)  # still locked: no other run opens it in between
+        known, resumed = _resumable(StateFile(part.state_path, lambda: None).read(), part.size())
+        preset, attempts = known is not None, 1
+        while True:
+            outcome = await _attempt(job, part, known, resumed, preset, may_restart=attempts < MAX_ATTEMPTS)
+            if isinstance(outcome, MirrorResult):
+                finished = True
+                part.state_path.unlink(missing_ok=True)
+                return outcome
+            known, resumed, preset, attempts = outcome, [], True, attempts + 1  # outvoted: start over with theirs
     finally:
+        if not finished and fresh and part.size() == 0:
+            part.path.unlink(missing_ok=True)  # no replica answered: leave no empty part file behind
         part.close()
-    state.remove()
-    seconds = trio.current_time() - started
+
+
+async def _attempt(
+    job: _Job, part: PartFile, known: Validators | None, resumed: list[tuple[int, int]], preset: bool,
+    may_restart: bool,
+) -> MirrorResult | Validators:
+    """One go at the download into ``part``: its result, or the validators to start over with. ``known``: the
+    file's validators when a state file or an earlier attempt gave them (else the first answer does)."""
+    replicas = []
+    for i, url in enumerate(job.urls):
+        send, receive = trio.open_memory_channel[Fetch](CHANNEL_SIZE)
+        replicas.append(_ReplicaWorker(i, url, redact_url(url), send, receive, job.connect))
+    planner = ChunkPlanner(known.length if known is not None else None, len(replicas), job.config,
+                           history=load_history(job.history, job.urls), have=resumed)
+    have = _Have(resumed)
+    resumed_bytes = have.total
+    hashers: list[PrefixHasher] = []
+    sized = trio.Event()
+
+    def begin(ref: Validators) -> None:
+        """The file's length is known: room for it in the part file, then hashing and progress can start."""
+        part.preallocate(ref.length)
+        job.on_start(ref.length, [rep.shown for rep in replicas])
+        hashers.append(PrefixHasher(part.fd, ref.length, "sha256", lambda: have.prefix))
+        if job.watcher is not None:
+            job.watcher._start(ref.length, part.path, have)
+        sized.set()
+
+    async def hash_alongside() -> None:  # the whole file's hash over the growing prefix, once it is sized
+        await sized.wait()
+        await hashers[0].run()
+
+    def document() -> dict[str, object]:
+        assert run.reference is not None  # nothing is written, so nothing saved, before the reference is known
+        return _state_document(run.reference, have)
+
+    state = StateFile(part.state_path, document)
+
+    def written() -> None:
+        if hashers:
+            hashers[0].advanced()
+        state.changed(trio.current_time())
+        if job.watcher is not None:
+            job.watcher._added()
+
+    # with a watcher, a relay may already be sending what arrived: never start over under it
+    run = _Download(planner, replicas, part, job.timeout_s, job.check_validators, job.on_progress, have, begin,
+                    reference=known, preset=preset, may_restart=may_restart and job.watcher is None,
+                    on_write=written)
+    if known is not None:
+        begin(known)
+    outcome: Validators | None = None
+    try:
+        async with trio.open_nursery() as hashing:
+            hashing.start_soon(hash_alongside)  # ends once it has hashed the whole file
+            async with trio.open_nursery() as nursery:
+                for rep in replicas:
+                    nursery.start_soon(run.worker, rep)
+                outcome = await run.drive()
+                nursery.cancel_scope.cancel()
+            if outcome is not None or run.failure is not None:
+                hashing.cancel_scope.cancel()
+    finally:
+        if run.reference is not None:
+            state.save(trio.current_time())
+    if run.failure is not None:
+        raise run.failure
+    if outcome is not None:
+        return outcome
+    ref = run.reference
+    assert ref is not None  # done: the planner knew the size, so the reference was fixed
+    digest = hashers[0].hexdigest()
+    if job.sha256 is not None and digest != job.sha256.lower():
+        raise MirrorError(
+            f"the file's SHA-256 is {digest}, not the {job.sha256.lower()} asked for: the replicas serve other "
+            f"bytes under the same name and validators; {part.path} is kept for inspection", ExitCode.INTEGRITY)
+    if job.watcher is not None:
+        await job.watcher._released.wait()
+    await trio.to_thread.run_sync(part.commit)  # still locked: no other run opens it in between
+    seconds = trio.current_time() - job.started
     stats = planner.stats()
-    save_history(history, urls, stats)
+    save_history(job.history, job.urls, stats)
     fetched = sum(stat.bytes for stat in stats) or 1
     reports = [
         ReplicaReport(rep.shown, stat.bytes, stat.requests, list(stat.chunks), stat.rate * 8 / 1e6,
                       stat.bytes / fetched, stat.state, stat.reason)
         for rep, stat in zip(replicas, stats, strict=True)
     ]
-    return MirrorResult(out, ref.length, seconds, config.strategy, config.tail, digest, resumed_bytes, reports)
+    return MirrorResult(job.out, ref.length, seconds, job.config.strategy, job.config.tail, digest, resumed_bytes,
+                        reports)

@@ -1,7 +1,8 @@
 """Small HTTP/1.1 servers holding a replica of a file, for end-to-end tests of ``lnet-get URL ...``.
 
 Each honours ``Range`` (one range per request), keep-alive and pipelined requests, sends ``ETag`` and
-``Last-Modified``, and can be throttled, made to stall, or killed mid-download. ``replicas`` serves them on
+``Last-Modified``, and can be throttled, made to stall, slow to answer (``first_answer_delay``), or killed
+mid-download; a test may change ``rate`` or ``stall_after`` while it runs. ``replicas`` serves them on
 loopback sockets; ``emulated`` serves the same servers over in-memory streams, reached through the ``connect``
 it yields (``fetch_mirrors(..., connect=connect)``), so that a test runs on trio's ``autojump_clock``: a
 throttled replica's seconds pass in no wall time.
@@ -32,6 +33,7 @@ class Replica:
     honour_range: bool = True
     kill_after: int | None = None  # body bytes sent, then every connection closes and the server is gone
     stall_after: int | None = None  # body bytes sent, then it sends nothing more (connections stay open)
+    first_answer_delay: float = 0.0  # seconds before the first answer on each connection (a far replica)
     port: int = 0
     sent: int = 0
     requests: int = 0
@@ -73,6 +75,7 @@ class Replica:
     async def _connection(self, stream: trio.abc.Stream) -> None:
         self.connections += 1
         conn = h11.Connection(h11.SERVER)
+        answered = 0
         async with stream:
             try:
                 while True:
@@ -82,6 +85,9 @@ class Replica:
                     while not isinstance(await self._next(conn, stream), h11.EndOfMessage):
                         pass
                     self.requests += 1
+                    if not answered and self.first_answer_delay:
+                        await trio.sleep(self.first_answer_delay)
+                    answered += 1
                     await self._answer(conn, stream, request)
                     if conn.our_state is not h11.DONE:
                         return

@@ -3,7 +3,10 @@
 Each replica serves the requests sent on its connection in order at its rate; the first byte of a request sent on
 an idle connection arrives one round trip after it was sent (two on a new connection: the handshake), and a
 request queued behind another streams the moment that one ends, as HTTP/1.1 pipelining does. A ``Stop`` that is
-reached closes the connection; a replica can die (stop sending, as a stalled server) or fail (an error) at a time.
+reached closes the connection; a replica can die (stop sending, as a stalled server; ``back_at``: until then),
+fail (an error) at a time, or change its rate. A planner started without the file's size learns it (``sized``)
+when the first byte of any answer arrives, as the I/O shell reads it from the first ``Content-Range``; a request
+that then lies past the end is answered with nothing (a 416) and its connection goes on.
 """
 
 from __future__ import annotations
@@ -18,11 +21,15 @@ class SimReplica:
     rate: float  # bytes/s
     rtt: float = 0.05
     dies_at: float | None = None  # from then on it sends nothing (a stall)
+    back_at: float | None = None  # ... until then (None: for good)
     fails_at: float | None = None  # at that moment its connection errors, once
     rate_after: tuple[float, float] | None = None  # (time, new rate)
     connected: bool = False
     queue: list[list[float]] = field(default_factory=list)  # [request, ready_at, pos, end]
     failed_once: bool = False
+
+    def silent(self, now: float) -> bool:
+        return self.dies_at is not None and now >= self.dies_at and (self.back_at is None or now < self.back_at)
 
 
 @dataclass
@@ -33,6 +40,8 @@ class SimResult:
     drops: list[Drop]
     pieces: list[tuple[int, int, int]]  # (start, end, replica) of every run of bytes written
     received: dict[int, int]  # bytes received per replica
+    fetched_at: list[float] = field(default_factory=list)  # when each of ``fetches`` was decided
+    dropped_at: list[float] = field(default_factory=list)  # when each of ``drops`` was decided
 
     def overlap(self, size: int) -> int:
         """Bytes written more than once; raises if any byte of ``[0, size)`` was never written."""
@@ -48,14 +57,17 @@ class SimResult:
 
 
 def simulate(
-    planner: ChunkPlanner, replicas: list[SimReplica], *, dt: float = 0.005, limit_s: float = 600.0
+    planner: ChunkPlanner, replicas: list[SimReplica], *, dt: float = 0.005, limit_s: float = 600.0,
+    size: int | None = None,
 ) -> SimResult:
+    """Run ``planner`` against ``replicas`` until the download is done. ``size``: the file's, for a planner
+    started without it."""
+    file_size = planner.size if planner.size is not None else size
+    if file_size is None:
+        raise ValueError("a planner started without the file's size needs size=")
     now = 0.0
-    fetches: list[Fetch] = []
-    stops: list[Stop] = []
-    drops: list[Drop] = []
-    pieces: list[tuple[int, int, int]] = []
-    received = dict.fromkeys(range(len(replicas)), 0)
+    result = SimResult(0.0, [], [], [], [], dict.fromkeys(range(len(replicas)), 0))
+    pieces, received = result.pieces, result.received
 
     def close(i: int) -> None:
         replicas[i].queue.clear()
@@ -64,7 +76,8 @@ def simulate(
     def apply(decisions: list[Fetch | Stop | Drop]) -> None:
         for d in decisions:
             if isinstance(d, Fetch):
-                fetches.append(d)
+                result.fetches.append(d)
+                result.fetched_at.append(now)
                 rep = replicas[d.replica]
                 latency = rep.rtt if rep.connected else 2 * rep.rtt
                 rep.connected = True
@@ -73,9 +86,10 @@ def simulate(
                     ready = max(ready, rep.queue[-1][1])
                 rep.queue.append([float(d.request), ready, float(d.start), float(d.end)])
             elif isinstance(d, Stop):
-                stops.append(d)
+                result.stops.append(d)
             else:
-                drops.append(d)
+                result.drops.append(d)
+                result.dropped_at.append(now)
                 close(d.replica)
 
     apply(planner.poll(now))
@@ -93,15 +107,22 @@ def simulate(
                 close(i)
                 planner.failed(i, now, "connection reset")
                 continue
-            if rep.dies_at is not None and now >= rep.dies_at:
+            if rep.silent(now):
                 continue
             budget = rep.rate * dt
             while budget > 0 and rep.queue:
                 head = rep.queue[0]
-                request, ready, pos, end = int(head[0]), head[1], int(head[2]), int(head[3])
+                request, ready, pos, end = int(head[0]), head[1], int(head[2]), min(int(head[3]), file_size)
                 if now < ready:
                     break
+                if planner.size is None:
+                    planner.sized(file_size)  # the first answer's Content-Range
                 limit = planner.limit(request)
+                if limit is None and pos >= file_size:  # past the end: a 416, and the next answer follows
+                    rep.queue.pop(0)
+                    if rep.queue:
+                        rep.queue[0][1] = max(rep.queue[0][1], now)
+                    continue
                 if limit is None or pos >= limit:  # void, or stopped where it is: the connection closes
                     close(i)
                     break
@@ -124,4 +145,5 @@ def simulate(
                     close(i)
                     break
         apply(planner.poll(now))
-    return SimResult(now, fetches, stops, drops, pieces, received)
+    result.seconds = now
+    return result

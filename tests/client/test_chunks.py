@@ -1,14 +1,16 @@
-"""The chunk planner on simulated replicas: pure and deterministic (seeds 000, 001, 004)."""
+"""The chunk planner on simulated replicas: pure and deterministic (seeds 000, 001, 004). Time is the simulator's
+(fixed steps, no clock at all): a planner takes ``now`` and returns decisions."""
 
 from __future__ import annotations
 
 import math
+import statistics
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lnet.client.engines.chunks import STRATEGIES, TAILS, ChunkPlanner, Drop, Fetch, PlanConfig, PlanError
+from lnet.client.engines.chunks import STRATEGIES, TAILS, ChunkPlanner, Drop, Fetch, PlanConfig, PlanError, Stop
 
 from .replica_sim import SimReplica, simulate
 
@@ -264,9 +266,11 @@ def test_bad_configurations_are_refused() -> None:
     tail=st.sampled_from(TAILS),
     fail=st.one_of(st.none(), st.tuples(st.integers(0, 5), st.floats(0.1, 5.0), st.booleans())),
     align=st.sampled_from([1, 65536, 3 * MiB]),
+    known=st.booleans(),
 )
 def test_any_mix_of_replicas_downloads_every_byte(
     rates: list[float], size_mib: int, strategy: str, tail: str, fail: tuple[int, float, bool] | None, align: int,
+    known: bool,
 ) -> None:
     size = size_mib * MiB + (size_mib % 7) * 1000
     replicas = [SimReplica(rate * MB, 0.01 + 0.03 * i) for i, rate in enumerate(rates)]
@@ -277,8 +281,8 @@ def test_any_mix_of_replicas_downloads_every_byte(
         else:
             replicas[victim % len(replicas)].fails_at = when
     config = PlanConfig(strategy=strategy, tail=tail, align=align, stall_s=3.0)  # type: ignore[arg-type]
-    planner = ChunkPlanner(size, len(replicas), config, history=[r.rate for r in replicas])
-    result = simulate(planner, replicas, dt=0.01)
+    planner = ChunkPlanner(size if known else None, len(replicas), config, history=[r.rate for r in replicas])
+    result = simulate(planner, replicas, dt=0.01, size=size)  # unknown: the first answer gives the size
     extra = result.overlap(size)
     if tail != "hedge":
         assert extra == 0
@@ -298,3 +302,153 @@ def test_bytes_already_in_place_are_never_asked_for() -> None:
     for start, end in asked:
         assert all(end <= a or start >= b for a, b in have)
     assert sum(end - start for start, end in asked) == 25 * MiB
+
+
+# -- the first ranges, before the file's size is known (no idle probe) ------------------------------------------
+
+
+def fetches(decisions: list[Fetch | Stop | Drop]) -> list[Fetch]:
+    return [d for d in decisions if isinstance(d, Fetch)]
+
+
+def test_before_the_size_is_known_each_replica_gets_one_first_range_of_its_own() -> None:
+    planner = ChunkPlanner(None, 3, PlanConfig(initial_chunk=MiB))
+    first = fetches(planner.poll(0.0))
+    assert [(f.replica, f.start, f.end) for f in first] == [(0, 0, MiB), (1, MiB, 2 * MiB), (2, 2 * MiB, 3 * MiB)]
+    assert planner.poll(0.5) == []  # nothing more until an answer gives the size
+    assert not planner.done
+    with pytest.raises(PlanError, match="size"):
+        planner.received(first[0].request, 1, 0.5)
+
+
+def test_the_first_answer_sizes_the_file_and_the_plan_goes_on_from_the_first_ranges() -> None:
+    planner = ChunkPlanner(None, 3, PlanConfig(initial_chunk=MiB, tail="none"))
+    planner.poll(0.0)
+    planner.sized(20 * MiB)
+    second = fetches(planner.poll(0.1))
+    assert sorted(f.replica for f in second) == [0, 1, 2]  # each one's next, pipelined behind its first range
+    assert all(f.start >= 3 * MiB for f in second)
+    assert planner.free_bytes == 20 * MiB - 6 * MiB
+    with pytest.raises(PlanError, match="not 7"):
+        planner.sized(7)
+
+
+def test_first_ranges_past_the_end_are_void_and_one_across_it_is_cut() -> None:
+    planner = ChunkPlanner(None, 3, PlanConfig(initial_chunk=MiB))
+    first = fetches(planner.poll(0.0))
+    planner.sized(MiB + 1000)
+    assert planner.limit(first[0].request) == MiB
+    assert planner.limit(first[1].request) == MiB + 1000
+    assert planner.limit(first[2].request) is None
+    assert planner.poll(0.1) == []  # nothing is left to ask for
+    planner.received(first[0].request, MiB, 0.2)
+    planner.received(first[1].request, 1000, 0.2)
+    assert planner.done
+    empty = ChunkPlanner(None, 2)
+    empty.poll(0.0)
+    empty.sized(0)
+    assert empty.done
+
+
+def test_a_first_range_given_back_before_the_size_is_known_goes_out_again_first() -> None:
+    planner = ChunkPlanner(None, 2, PlanConfig(initial_chunk=MiB, backoff_s=1.0))
+    planner.poll(0.0)
+    planner.failed(0, 0.5, "connection refused")
+    again = fetches(planner.poll(1.5))
+    assert [(f.replica, f.start, f.end) for f in again] == [(0, 0, MiB)]
+
+
+def test_first_ranges_are_aligned() -> None:
+    planner = ChunkPlanner(None, 2, PlanConfig(initial_chunk=MiB, align=3 * MiB))
+    assert [(f.start, f.end) for f in fetches(planner.poll(0.0))] == [(0, 3 * MiB), (3 * MiB, 6 * MiB)]
+
+
+def test_unknown_size_no_idle_start_and_every_byte_once() -> None:
+    size = 128 * MiB + 12345
+    planner = ChunkPlanner(None, 6, PlanConfig(tail="none"))
+    result = simulate(planner, replicas_testbed(), size=size)
+    assert [(f.replica, f.start, f.end) for f in result.fetches[:6]] == [(i, i * MiB, (i + 1) * MiB) for i in range(6)]
+    assert result.fetched_at[:6] == [0.0] * 6  # every replica's first range at once
+    assert 0 < result.fetched_at[6] <= 3 * RTTS[0]  # the rest as soon as the nearest replica's answer sized the file
+    assert tiles(result.fetches, size)
+    assert result.overlap(size) == 0
+    assert result.seconds <= ideal(size, RATES) * 1.05 + 2 * max(RTTS)
+
+
+def test_unknown_size_with_the_split_tail_matches_a_known_size() -> None:
+    size = 128 * MiB
+    unknown = simulate(ChunkPlanner(None, 6), replicas_testbed(), size=size)
+    known = simulate(ChunkPlanner(size, 6), replicas_testbed())
+    assert unknown.overlap(size) == 0
+    assert unknown.seconds <= known.seconds * 1.02
+
+
+def test_unknown_size_small_file_past_the_first_ranges() -> None:
+    for size in (0, 1, 3 * MiB + 5):
+        planner = ChunkPlanner(None, 6)
+        result = simulate(planner, replicas_testbed(), size=size)
+        assert result.overlap(size) == 0
+        assert planner.done
+
+
+def test_brute_with_unknown_size_splits_what_the_first_ranges_left() -> None:
+    planner = ChunkPlanner(None, 3, PlanConfig(strategy="brute", initial_chunk=MiB, tail="none"))
+    result = simulate(planner, [SimReplica(2 * MB, 0.01) for _ in range(3)], size=30 * MiB)
+    assert [f.end - f.start for f in result.fetches] == [MiB] * 3 + [9 * MiB] * 3
+    assert result.overlap(30 * MiB) == 0
+
+
+# -- under change: a replica slowing down, going silent, coming back --------------------------------------------
+
+
+def test_a_replica_slowing_to_a_quarter_halfway_gets_chunks_for_its_new_rate_within_seconds() -> None:
+    size = 256 * MiB
+    half = ideal(size, RATES) / 2
+    replicas = replicas_testbed()
+    replicas[0].rate_after = (half, RATES[0] / 4)
+    planner = ChunkPlanner(size, 6)
+    result = simulate(planner, replicas)
+    assert result.overlap(size) == 0
+    after = [RATES[0] / 4, *RATES[1:]]
+    best = half + (size - half * sum(RATES)) / sum(after)
+    assert result.seconds <= best * 1.05
+    sizes = [(t, f.end - f.start) for f, t in zip(result.fetches, result.fetched_at, strict=True)
+             if f.replica == 0 and not f.hedge]
+    before = statistics.median(s for t, s in sizes if 2.0 < t < half)
+    settled = [s for t, s in sizes if t > half + 5.0]
+    assert settled
+    assert statistics.median(settled) <= 0.4 * before  # about a quarter: sized by the rate it has now
+
+
+def test_a_replica_that_stops_answering_halfway_is_given_up_within_the_timeout_and_its_ranges_go_elsewhere() -> None:
+    size = 256 * MiB
+    half = ideal(size, RATES) / 2
+    replicas = replicas_testbed()
+    replicas[1].dies_at = half
+    stall_s = 5.0
+    planner = ChunkPlanner(size, 6, PlanConfig(stall_s=stall_s))
+    result = simulate(planner, replicas)
+    assert result.overlap(size) == 0  # every byte it held was fetched again elsewhere, none twice
+    drops = [t for d, t in zip(result.drops, result.dropped_at, strict=True) if d.replica == 1]
+    assert drops
+    assert half + stall_s - 0.01 <= drops[0] <= half + stall_s + 0.05  # bounded by the configured timeout
+    after = [r for i, r in enumerate(RATES) if i != 1]
+    best = half + (size - half * sum(RATES)) / sum(after)
+    assert result.seconds <= best * 1.05 + 1.0
+
+
+def test_a_replica_that_comes_back_is_used_again() -> None:
+    size = 256 * MiB
+    replicas = replicas_testbed()
+    replicas[0].dies_at, replicas[0].back_at = 3.0, 8.0
+    planner = ChunkPlanner(size, 6, PlanConfig(stall_s=2.0, backoff_s=1.0))
+    result = simulate(planner, replicas)
+    assert result.overlap(size) == 0
+    stats = planner.stats()[0]
+    assert stats.failures >= 1
+    assert stats.state == "ok"
+    assert stats.bytes > RATES[0] * 3.0 * 1.5  # much more than it sent before it went silent
+    back = [t for f, t in zip(result.fetches, result.fetched_at, strict=True) if f.replica == 0 and t >= 8.0]
+    assert back  # asked again once it answered
+    silent = 5.0  # 3 s to 8 s without it
+    assert result.seconds <= ideal(size, RATES) + silent * RATES[0] / sum(RATES) + 3.0

@@ -55,7 +55,7 @@ async def test_identical_bytes_from_every_replica_over_one_connection_each(tmp_p
     assert result.replicas[0].bytes > result.replicas[2].bytes  # the faster, the larger its share
     assert sum(r.bytes for r in result.replicas) == len(DATA)
     for server, report in zip(servers, result.replicas, strict=True):
-        assert server.requests == report.requests + 1  # the probe (byte 0) and each chunk
+        assert server.requests == report.requests  # no probe: the first request is already a chunk
         assert server.connections < server.requests  # connections are kept and reused
 
 
@@ -64,8 +64,8 @@ async def test_one_persistent_connection_per_replica_with_requests_pipelined(tmp
     async with replicas(*throttled(4e6, 2e6, 1e6)) as servers:
         result = await fetch_mirrors([s.url for s in servers], tmp_path / "f", config=config)
     for server, report in zip(servers, result.replicas, strict=True):
-        assert server.connections == 1  # the probe's connection, then every range on it
-        assert server.requests == report.requests + 1
+        assert server.connections == 1  # every range on one connection, the first sent as it opened
+        assert server.requests == report.requests
         assert report.requests >= 3
 
 
@@ -108,7 +108,9 @@ async def test_a_stalled_replica_is_given_up_on_and_its_ranges_reassigned(
     async with emulated(*servers) as (_, connect):
         result = await fetch_over(connect)([s.url for s in servers], out, config=CONFIG, timeout_s=1.0)
     assert out.read_bytes() == DATA
-    assert result.replicas[1].state in ("backoff", "dead")
+    # given up on after the timeout (it may be on a retry, "ok" again, when the others finish)
+    assert "no byte for 1 s" in result.replicas[1].reason
+    assert result.replicas[1].bytes <= 512 * 1024
 
 
 async def test_a_replica_serving_another_file_is_refused_and_none_of_its_bytes_are_used(
@@ -124,7 +126,9 @@ async def test_a_replica_serving_another_file_is_refused_and_none_of_its_bytes_a
     assert refused.state == "refused"
     assert "ETag" in refused.reason
     assert refused.bytes == 0
-    assert servers[2].ranges == [(0, 1)]  # the probe, and nothing else was asked of it
+    # its first range and nothing else was asked of it (twice if its answer came first and the two others then
+    # outvoted it: the download starts over with theirs)
+    assert len(servers[2].ranges) in (1, 2)
 
 
 async def test_a_replica_with_another_length_or_no_ranges_is_refused(
