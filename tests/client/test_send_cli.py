@@ -73,7 +73,8 @@ async def test_send_through_a_pinned_chain_then_get(
 async def test_warm_start_with_the_scheduler(
     tmp_path: Path, payload: Path, capsys: pytest.CaptureFixture[str], autojump_clock: trio.abc.Clock
 ) -> None:
-    network = Network()
+    network = Network()  # 10 MiB/s on every link but the direct one: me -> a -> c is the wider path
+    network.set_rate("here", "c", MiB)
     io = emulated(network)
     config = emulated_depots_file(tmp_path, network, ["a", "c"])
     async with depots(network, ["a", "c"], tmp_path):
@@ -85,7 +86,7 @@ async def test_warm_start_with_the_scheduler(
         assert await send.run(argv, io=io) == ExitCode.OK
         warm = json.loads(capsys.readouterr().out)
     assert cold["path"][0] == warm["path"][0] == "me"
-    assert warm["path"][-1] == "c"
+    assert warm["path"] == ["me", "a", "c"]  # what the cold run learnt: the wider path, not the direct one
     assert warm["path_attempts"][0]["path"] == warm["path"]  # no exploring: the remembered path at once
 
 
