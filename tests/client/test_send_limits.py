@@ -255,8 +255,9 @@ async def test_send_takes_the_depots_limits_when_duration_is_not_given(
     before, started = time.time(), trio.current_time()  # the depots' expiry follows trio's clock from wall time
     async with depots(network, ["a", "c"], tmp_path, **LIMITS):
         code = await send.run([str(subject), "--to", "c", "--path", "a", "--depots", str(config),
-                               "--block-size", "1MiB", "--manifest", str(manifest), "--memory", str(tmp_path / "m.json"),
-                               "--json", *(["--bdp", "64KiB"] if kind == "tree" else [])], io=emulated(network))
+                               "--block-size", "1MiB", "--manifest", str(manifest),
+                               "--memory", str(tmp_path / "m.json"), "--json",
+                               *(["--bdp", "64KiB"] if kind == "tree" else [])], io=emulated(network))
         assert code == ExitCode.OK, capsys.readouterr().err
         assert json.loads(capsys.readouterr().out)["path"] == ["me", "a", "c"]
         assert (await allocations_asked(network, "a")).keys() == {"201"}  # not one refused request on the way
