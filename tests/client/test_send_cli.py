@@ -1,4 +1,10 @@
-"""``lnet-send`` and ``lnet-get`` as a person runs them, against real depot processes on loopback."""
+"""``lnet-send`` and ``lnet-get`` as a person runs them: the whole command (parsing, output, exit codes).
+
+Each command runs in the test's loop (``send.run``, ``get.run``) on the emulated depot network
+(tests/client/network.py) through its ``ClientIO`` seam, on trio's autojump clock. The same commands over real
+sockets, against real ``lnet-depot`` processes, are run by tests/client/test_tree.py
+(``test_a_tree_round_trip_restores_everything``: ``send.main`` and ``get.main`` with their default transport).
+"""
 
 from __future__ import annotations
 
@@ -7,13 +13,13 @@ import os
 from pathlib import Path
 
 import pytest
+import trio
 
 from lnet.client.commands import get, send
+from lnet.client.commands.clientio import ClientIO
 from lnet.client.exits import ExitCode
 
-from .loopback import depots_file, loopback_depots
-
-MiB = 1024 * 1024
+from .network import MiB, Network, depots, inline
 
 
 @pytest.fixture
@@ -23,43 +29,66 @@ def payload(tmp_path: Path) -> Path:
     return path
 
 
-def test_send_through_a_pinned_chain_then_get(
-    tmp_path: Path, payload: Path, capsys: pytest.CaptureFixture[str]
+def emulated_depots_file(tmp_path: Path, network: Network, names: list[str], here: str = "me") -> Path:
+    path = tmp_path / "depots.toml"
+    path.write_text(f'here = "{here}"\n' + "".join(f'[depots.{n}]\nurl = "{network.url(n)}"\n' for n in names))
+    return path
+
+
+def emulated(network: Network) -> ClientIO:
+    return ClientIO(transport=network.transport("here"), offload=inline)
+
+
+async def test_send_through_a_pinned_chain_then_get(
+    tmp_path: Path, payload: Path, capsys: pytest.CaptureFixture[str], autojump_clock: trio.abc.Clock
 ) -> None:
-    with loopback_depots(["a", "b", "c"], tmp_path) as depots:
-        config = depots_file(tmp_path, depots)
+    network = Network()
+    io = emulated(network)
+    config = emulated_depots_file(tmp_path, network, ["a", "b", "c"])
+    async with depots(network, ["a", "b", "c"], tmp_path):
         manifest = tmp_path / "payload.manifest.json"
         memory = tmp_path / "edges.json"
-        code = send.main([str(payload), "--to", "c", "--depots", str(config), "--path", "a,b", "--block-size", "1MiB",
-                          "--manifest", str(manifest), "--memory", str(memory), "--json"])
+        code = await send.run([str(payload), "--to", "c", "--depots", str(config), "--path", "a,b",
+                               "--block-size", "1MiB", "--manifest", str(manifest), "--memory", str(memory),
+                               "--json"], io=io)
         assert code == ExitCode.OK
+        data = await trio.Path(payload).read_bytes()
         summary = json.loads(capsys.readouterr().out)
         assert summary["path"] == ["me", "a", "b", "c"]
         assert summary["blocks"] == 10
         assert {(e["from"], e["to"]) for e in summary["edges"]} == {("me", "a"), ("a", "b"), ("b", "c")}
         assert manifest.stat().st_mode & 0o777 == 0o600
         document = json.loads(manifest.read_text())
-        assert document["size"] == payload.stat().st_size
-        assert {s["depot"] for b in document["blocks"] for s in b["sources"]} == {depots["c"].url}
+        assert document["size"] == len(data)
+        assert {s["depot"] for b in document["blocks"] for s in b["sources"]} == {network.url("c")}
         assert json.loads(memory.read_text())  # the edges were remembered for a warm start
+        # the bytes went down the pinned chain, not straight to c
+        assert network.bytes_sent[("a", "b")] >= len(data)
+        assert network.bytes_sent[("b", "c")] >= len(data)
+        assert network.bytes_sent.get(("here", "c"), 0) < MiB
         out = tmp_path / "fetched.bin"
-        assert get.main([str(manifest), "-o", str(out), "--no-progress"]) == ExitCode.OK
-        assert out.read_bytes() == payload.read_bytes()
+        assert await get.run([str(manifest), "-o", str(out), "--no-progress"], io=io) == ExitCode.OK
+        assert out.read_bytes() == data
 
 
-def test_warm_start_with_the_scheduler(tmp_path: Path, payload: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    with loopback_depots(["a", "c"], tmp_path) as depots:
-        config = depots_file(tmp_path, depots)
+async def test_warm_start_with_the_scheduler(
+    tmp_path: Path, payload: Path, capsys: pytest.CaptureFixture[str], autojump_clock: trio.abc.Clock
+) -> None:
+    network = Network()  # 10 MiB/s on every link but the direct one: me -> a -> c is the wider path
+    network.set_rate("here", "c", MiB)
+    io = emulated(network)
+    config = emulated_depots_file(tmp_path, network, ["a", "c"])
+    async with depots(network, ["a", "c"], tmp_path):
         memory = tmp_path / "edges.json"
         argv = [str(payload), "--to", "c", "--depots", str(config), "--memory", str(memory), "--json",
                 "--manifest", str(tmp_path / "m.json"), "--block-size", "1MiB"]
-        assert send.main([*argv, "--cold"]) == ExitCode.OK
+        assert await send.run([*argv, "--cold"], io=io) == ExitCode.OK
         cold = json.loads(capsys.readouterr().out)
-        assert send.main(argv) == ExitCode.OK
+        assert await send.run(argv, io=io) == ExitCode.OK
         warm = json.loads(capsys.readouterr().out)
-        assert cold["path"][0] == warm["path"][0] == "me"
-        assert warm["path"][-1] == "c"
-        assert warm["path_attempts"][0]["path"] == warm["path"]  # no exploring: the remembered path at once
+    assert cold["path"][0] == warm["path"][0] == "me"
+    assert warm["path"] == ["me", "a", "c"]  # what the cold run learnt: the wider path, not the direct one
+    assert warm["path_attempts"][0]["path"] == warm["path"]  # no exploring: the remembered path at once
 
 
 @pytest.mark.parametrize(
@@ -87,13 +116,16 @@ def test_missing_file_and_bad_depots_file(tmp_path: Path, capsys: pytest.Capture
     assert "url must be http(s)" in capsys.readouterr().err
 
 
-def test_an_unreachable_destination_exits_3(
-    tmp_path: Path, payload: Path, capsys: pytest.CaptureFixture[str]
+async def test_an_unreachable_destination_exits_3(
+    tmp_path: Path, payload: Path, capsys: pytest.CaptureFixture[str], autojump_clock: trio.abc.Clock
 ) -> None:
-    with loopback_depots(["c"], tmp_path) as depots:
-        config = depots_file(tmp_path, depots)
-        depots["c"].kill()
-        code = send.main([str(payload), "--to", "c", "--depots", str(config), "--timeout", "2s",
-                          "--memory", str(tmp_path / "m.json")])
+    network = Network()
+    config = emulated_depots_file(tmp_path, network, ["c"])
+    async with depots(network, ["c"], tmp_path):
+        network.dead.add("c")  # refuses every connection, as a depot killed with -9
+        started = trio.current_time()
+        code = await send.run([str(payload), "--to", "c", "--depots", str(config), "--timeout", "2s",
+                               "--memory", str(tmp_path / "m.json")], io=emulated(network))
     assert code == ExitCode.UNREACHABLE
     assert "does not answer" in capsys.readouterr().err
+    assert trio.current_time() - started < 60  # it gives up, it does not wait for a depot that is gone

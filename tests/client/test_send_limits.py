@@ -2,8 +2,8 @@
 
 The rules are checked three ways: ``fit_to_limits`` as a pure function; the relay on the emulated network
 (tests/client/network.py, MockClock) counting the requests that reach a depot; and ``lnet-send`` as a person runs
-it, in process, against real depot processes started with limits (tests/client/loopback.py), for a file and for
-a directory tree.
+it (``send.run`` through its ``ClientIO`` seam), on the same emulated network against depots given limits, for a
+file and for a directory tree, counting the allocation requests each depot saw from its own /metrics.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ import pytest
 import trio
 
 from lnet.client.commands import send
+from lnet.client.commands.clientio import ClientIO
 from lnet.client.exits import ExitCode
 from lnet.client.formats import manifest as file_manifest
 from lnet.client.formats import tree
@@ -27,7 +28,6 @@ from lnet.client.sending.send import DepotLimits, SendError, fit_to_limits
 from lnet.client.wire.depot_client import DepotClient
 from lnet.depot.protocol import innermost
 
-from .loopback import LoopbackDepot, depots_file, loopback_depots
 from .network import MiB, Network, depots, inline
 
 HOUR = 3600.0
@@ -185,18 +185,32 @@ async def test_a_block_that_expired_at_an_intermediate_depot_is_resent_from_upst
 
 # -- lnet-send as a person runs it, against depots started with limits --------------------------------------------
 
-LIMITS = ("--max-duration", "10m", "--max-allocation", "1MiB", "--capacity", "64MiB")
+LIMITS = {"max_duration": 600.0, "max_allocation": MiB, "capacity": 64 * MiB}  # lnet-depot --max-duration 10m ...
 
 
-def status(depot: LoopbackDepot) -> dict[str, object]:
-    answer: dict[str, object] = httpx.get(f"{depot.url}/v1/status", timeout=10).json()
+def emulated_depots_file(tmp_path: Path, network: Network, names: list[str], token: str | None = None) -> Path:
+    path = tmp_path / "depots.toml"
+    extra = f'token = "{token}"\n' if token else ""
+    path.write_text('here = "me"\n' + "".join(f'[depots.{n}]\nurl = "{network.url(n)}"\n{extra}' for n in names))
+    return path
+
+
+def emulated(network: Network) -> ClientIO:
+    return ClientIO(transport=network.transport("here"), offload=inline)
+
+
+async def status(network: Network, name: str) -> dict[str, object]:
+    async with httpx.AsyncClient(transport=network.transport("observer")) as client:
+        answer: dict[str, object] = (await client.get(f"{network.url(name)}/v1/status")).json()
     return answer
 
 
-def allocations_asked(depot: LoopbackDepot) -> dict[str, float]:
+async def allocations_asked(network: Network, name: str) -> dict[str, float]:
     """The depot's count of allocation requests, by HTTP status, from its /metrics."""
     counts: dict[str, float] = {}
-    for line in httpx.get(f"{depot.url}/metrics", timeout=10).text.splitlines():
+    async with httpx.AsyncClient(transport=network.transport("observer")) as client:
+        text = (await client.get(f"{network.url(name)}/metrics")).text
+    for line in text.splitlines():
         if line.startswith("lnet_depot_requests_total{") and 'operation="allocate"' in line:
             code = line.split('status="')[1].split('"')[0]
             counts[code] = float(line.rsplit(" ", 1)[1])
@@ -228,26 +242,30 @@ def expiries(manifest: Path) -> list[float]:
 
 
 @pytest.mark.parametrize("kind", ["file", "tree"])
-def test_send_takes_the_depots_limits_when_duration_is_not_given(
-    tmp_path: Path, payload: Path, source_tree: Path, kind: str, capsys: pytest.CaptureFixture[str]
+async def test_send_takes_the_depots_limits_when_duration_is_not_given(
+    tmp_path: Path, payload: Path, source_tree: Path, kind: str, capsys: pytest.CaptureFixture[str],
+    autojump_clock: trio.abc.Clock,
 ) -> None:
     # every depot allows 10 minutes and 1 MiB: the destination keeps the blocks 10 minutes (not a day), the
     # intermediate depot holds them at most 10 minutes (not an hour)
     subject = payload if kind == "file" else source_tree
-    with loopback_depots(["a", "c"], tmp_path, *LIMITS) as running:
-        config = depots_file(tmp_path, running)
-        manifest = tmp_path / "out.manifest.json"
-        before = time.time()
-        code = send.main([str(subject), "--to", "c", "--path", "a", "--depots", str(config), "--block-size", "1MiB",
-                          "--manifest", str(manifest), "--memory", str(tmp_path / "m.json"), "--json",
-                          *(["--bdp", "64KiB"] if kind == "tree" else [])])
+    network = Network()
+    config = emulated_depots_file(tmp_path, network, ["a", "c"])
+    manifest = tmp_path / "out.manifest.json"
+    before, started = time.time(), trio.current_time()  # the depots' expiry follows trio's clock from wall time
+    async with depots(network, ["a", "c"], tmp_path, **LIMITS):
+        code = await send.run([str(subject), "--to", "c", "--path", "a", "--depots", str(config),
+                               "--block-size", "1MiB", "--manifest", str(manifest),
+                               "--memory", str(tmp_path / "m.json"), "--json",
+                               *(["--bdp", "64KiB"] if kind == "tree" else [])], io=emulated(network))
         assert code == ExitCode.OK, capsys.readouterr().err
         assert json.loads(capsys.readouterr().out)["path"] == ["me", "a", "c"]
-        assert allocations_asked(running["a"]).keys() == {"201"}  # not one refused request on the way
-        assert allocations_asked(running["c"]).keys() == {"201"}
+        assert (await allocations_asked(network, "a")).keys() == {"201"}  # not one refused request on the way
+        assert (await allocations_asked(network, "c")).keys() == {"201"}
+        after = time.time() + (trio.current_time() - started)
     expires = expiries(manifest)
     assert expires
-    assert all(before + 600 - 60 < at <= time.time() + 600 for at in expires)
+    assert all(before + 600 - 60 < at <= after + 600 for at in expires)
 
 
 @pytest.mark.parametrize("kind", ["file", "tree"])
@@ -260,56 +278,60 @@ def test_send_takes_the_depots_limits_when_duration_is_not_given(
     ],
     ids=["duration", "block-size"],
 )
-def test_send_over_a_depots_limit_fails_before_any_block_moves(
+async def test_send_over_a_depots_limit_fails_before_any_block_moves(
     tmp_path: Path, payload: Path, source_tree: Path, kind: str, argv: list[str], needles: list[str],
-    capsys: pytest.CaptureFixture[str],
+    capsys: pytest.CaptureFixture[str], autojump_clock: trio.abc.Clock,
 ) -> None:
     subject = payload if kind == "file" else source_tree
-    with loopback_depots(["a", "c"], tmp_path, *LIMITS) as running:
-        config = depots_file(tmp_path, running)
-        code = send.main([str(subject), "--to", "c", "--path", "a", "--depots", str(config),
-                          "--memory", str(tmp_path / "m.json"), "--bdp", "64KiB", *argv])
+    network = Network()
+    config = emulated_depots_file(tmp_path, network, ["a", "c"])
+    async with depots(network, ["a", "c"], tmp_path, **LIMITS):
+        code = await send.run([str(subject), "--to", "c", "--path", "a", "--depots", str(config),
+                               "--memory", str(tmp_path / "m.json"), "--bdp", "64KiB", *argv], io=emulated(network))
         err = capsys.readouterr().err
         assert code == ExitCode.USAGE, err
         for needle in needles:
             assert needle in " ".join(err.split()), err
-        for depot in running.values():  # nothing was asked for, let alone moved
-            assert allocations_asked(depot) == {}
-            assert status(depot)["used"] == 0
+        for name in ("a", "c"):  # nothing was asked for, let alone moved
+            assert await allocations_asked(network, name) == {}
+            assert (await status(network, name))["used"] == 0
+    assert network.bytes_sent.get(("here", "a"), 0) < 64 * 1024  # not one block's bytes on the wire
 
 
-def test_an_adaptive_send_leaves_out_a_depot_whose_blocks_are_too_small(
-    tmp_path: Path, payload: Path, capsys: pytest.CaptureFixture[str]
+async def test_an_adaptive_send_leaves_out_a_depot_whose_blocks_are_too_small(
+    tmp_path: Path, payload: Path, capsys: pytest.CaptureFixture[str], autojump_clock: trio.abc.Clock
 ) -> None:
-    with loopback_depots(["a"], tmp_path, *LIMITS) as small, loopback_depots(["c"], tmp_path) as roomy:
-        config = depots_file(tmp_path, {**small, **roomy})
+    network = Network()
+    config = emulated_depots_file(tmp_path, network, ["a", "c"])
+    io = emulated(network)
+    async with depots(network, ["a"], tmp_path, **LIMITS), depots(network, ["c"], tmp_path):
         argv = [str(payload), "--to", "c", "--depots", str(config), "--memory", str(tmp_path / "m.json"), "--cold",
                 "--manifest", str(tmp_path / "p.manifest.json"), "--no-progress"]
-        assert send.main(argv) == ExitCode.OK  # 4 MiB blocks: a (1 MiB at most) cannot be on the path
+        assert await send.run(argv, io=io) == ExitCode.OK  # 4 MiB blocks: a (1 MiB at most) cannot be on the path
         err = " ".join(capsys.readouterr().err.split())
         assert "depot a left out: its max_allocation of 1.0 MiB is under --block-size 4.0 MiB" in err
         assert "over me -> c;" in err
-        assert allocations_asked(small["a"]) == {}  # not even probed
-        assert send.main([*argv, "--to", "a"]) == ExitCode.USAGE  # the destination itself cannot take them
+        assert await allocations_asked(network, "a") == {}  # not even probed
+        assert await send.run([*argv, "--to", "a"], io=io) == ExitCode.USAGE  # the destination cannot take them
         assert "over depot a's max_allocation" in " ".join(capsys.readouterr().err.split())
 
 
-def test_a_wrong_token_fails_at_once_instead_of_retrying(
-    tmp_path: Path, payload: Path, capsys: pytest.CaptureFixture[str]
+async def test_a_wrong_token_fails_at_once_instead_of_retrying(
+    tmp_path: Path, payload: Path, capsys: pytest.CaptureFixture[str], autojump_clock: trio.abc.Clock
 ) -> None:
-    with loopback_depots(["c"], tmp_path, "--operator-token", "the-right-token-0123456789") as running:
-        config = tmp_path / "depots.toml"
-        config.write_text(f'here = "me"\n[depots.c]\nurl = "{running["c"].url}"\ntoken = "a-wrong-token-0123456789"\n')
-        started = time.monotonic()
-        code = send.main([str(payload), "--to", "c", "--depots", str(config), "--memory", str(tmp_path / "m.json"),
-                          "--block-size", "1MiB", "--no-progress"])
-        elapsed = time.monotonic() - started
+    network = Network()
+    config = emulated_depots_file(tmp_path, network, ["c"], token="a-wrong-token-0123456789")
+    async with depots(network, ["c"], tmp_path, operator_token="the-right-token-0123456789"):
+        started = trio.current_time()
+        code = await send.run([str(payload), "--to", "c", "--depots", str(config), "--memory", str(tmp_path / "m.json"),
+                               "--block-size", "1MiB", "--no-progress"], io=emulated(network))
+        elapsed = trio.current_time() - started  # on the mock clock: a retry's back-off would show in full
         err = " ".join(capsys.readouterr().err.split())
         assert code == ExitCode.USAGE, err
         assert "c refused:" in err
         assert "retries" not in err
         # one request per block under way at most, never a retry: 4 blocks, 8 tries each before
-        assert 1 <= allocations_asked(running["c"]).get("401", 0) <= 4
+        assert 1 <= (await allocations_asked(network, "c")).get("401", 0) <= 4
     assert elapsed < 10
 
 
