@@ -698,8 +698,9 @@ class PathScheduler:
 
     def _judge_trial(self, now: float) -> Switch | None:
         """The newest path joined ``min_attempt_s`` ago: if the set's measured total has not grown by half the
-        margin since, it shares a bottleneck with the set. It leaves and is not proposed again until its edges'
-        measurements change."""
+        margin since, or the others lost more than half of what the newcomer carries (it took its rate from them:
+        a total that grew only because the set was held back when it joined, by a probe or the trial before, is
+        no gain), it shares a bottleneck with the set. It leaves and is banned until predicted wider."""
         trial = self._trial
         if trial is None or now - trial.since < self.config.min_attempt_s:
             return None
@@ -709,10 +710,13 @@ class PathScheduler:
             return None
         graph = self._measured_graph()
         total = set_total(graph, self.current_paths)
+        rate = path_throughput(graph, newcomer.path)
         if any(edge not in newcomer.flows for edge in edges_of(newcomer.path)):
             # A hop that never reported since the join: what the graph says of it is still the probe's figure.
-            total -= path_throughput(graph, newcomer.path)
-        if total >= trial.baseline * (1 + self.config.path_margin / 2):
+            total -= rate
+            rate = 0.0
+        others = total - rate
+        if total >= trial.baseline * (1 + self.config.path_margin / 2) and trial.baseline - others <= rate / 2:
             return None
         self._leave(now, newcomer, ban=True)
         return self._set_switch(now, "drop")

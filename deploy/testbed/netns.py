@@ -241,14 +241,15 @@ def kill_namespace_processes(namespace: str, grace_s: float = 2.0) -> None:
             os.kill(pid, signal.SIGTERM)
     deadline = time.monotonic() + grace_s
     while pids and time.monotonic() < deadline:
-        pids = [p for p in pids if _alive(p)]
+        pids = [p for p in pids if process_alive(p)]
         time.sleep(0.02)
     for pid in pids:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
 
 
-def _alive(pid: int) -> bool:
+def process_alive(pid: int) -> bool:
+    """Whether process `pid` exists and is not a zombie (whatever it runs)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -269,7 +270,7 @@ def emulator_alive(pid: int, testbed: str) -> bool:
         argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
     except OSError:
         return False
-    return b"lnet.testbed.emulator" in argv and testbed.encode() in argv and _alive(pid)
+    return b"lnet.testbed.emulator" in argv and testbed.encode() in argv and process_alive(pid)
 
 
 def remove_testbed(testbed: str, state_root: Path = STATE_ROOT) -> list[str]:

@@ -33,6 +33,7 @@ from .netns import (
     emulator_alive,
     namespace_name,
     namespaces_of,
+    process_alive,
     remove_testbed,
 )
 from .topology import Topology, TopologyError
@@ -150,15 +151,20 @@ def stop(name: str, state_root: Path = STATE_ROOT, timeout_s: float = STOP_TIMEO
     """Take testbed `name` down, whether its emulator runs or crashed. Returns False if there was nothing."""
     pid = emulator_pid(name, state_root)
     found = pid is not None or (state_root / name).exists() or bool(namespaces_of(name))
-    if pid is not None:
+    if pid is not None and emulator_alive(pid, name):
+        # Known to be the emulator now; from here on its pid is waited on as a process: an exiting process's
+        # command line reads empty before the process is gone, and `down` returns only once it is.
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGTERM)
         deadline = time.monotonic() + timeout_s
-        while emulator_alive(pid, name) and time.monotonic() < deadline:
+        while process_alive(pid) and time.monotonic() < deadline:
             time.sleep(0.05)
-        if emulator_alive(pid, name):
+        if process_alive(pid):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
+            deadline = time.monotonic() + 5.0
+            while process_alive(pid) and time.monotonic() < deadline:
+                time.sleep(0.05)
     remove_testbed(name, state_root)
     return found
 

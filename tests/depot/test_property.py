@@ -163,7 +163,8 @@ async def one_request(http: httpx.AsyncClient, model: Model, data: st.DataObject
             assert target is not None
             offset = body.get("offset", 0)
             length = body.get("length", len(source.data) - offset)
-            dest = body.get("dest_offset", len(target.data))
+            dest = body.get("dest_offset")  # null is taken as absent: appended
+            dest = len(target.data) if dest is None else dest
             target.data[dest : dest + length] = source.data[offset : offset + length]
         return answer
     if op in ("probe", "extend", "free"):
