@@ -156,8 +156,10 @@ Where lnet departs from the seed, and why
      the same backbone as a chain), and then the second adds nothing: the two split the link. The weights
      cannot show it (each was measured alone or as a probe, and the probe correction of 9 estimates what the
      edge gives *instead of* the path, not *beside* it). So sharing is learnt: a path joins on trial, with the
-     set's measured total just before; after ``min_attempt_s`` the total must have grown by half the margin,
-     else the newcomer shared a bottleneck: it leaves (``"drop"``) and its edges are banned from further paths
+     set's measured total just before; after ``min_attempt_s`` the total must have grown by half the margin, and
+     the others must not have lost more than half of what the newcomer carries (a total that grew only because
+     the set was held back when the path joined, by a probe or by the trial before, is no gain: the newcomer
+     took its rate from the set), else the newcomer shared a bottleneck: it leaves (``"drop"``) and its edges are banned from further paths
      until the path is predicted more than the margin wider than when it left, or an edge of it is forgotten.
      Aging raises it (so a bottleneck that clears is found again, at the cost of one trial per aging period);
      a lower figure never lifts a ban, and for ``min_attempt_s`` after the drop the figures of the path's own
