@@ -159,8 +159,9 @@ Where lnet departs from the seed, and why
      set's measured total just before; after ``min_attempt_s`` the total must have grown by half the margin, and
      the others must not have lost more than half of what the newcomer carries (a total that grew only because
      the set was held back when the path joined, by a probe or by the trial before, is no gain: the newcomer
-     took its rate from the set), else the newcomer shared a bottleneck: it leaves (``"drop"``) and its edges are banned from further paths
-     until the path is predicted more than the margin wider than when it left, or an edge of it is forgotten.
+     took its rate from the set), else the newcomer shared a bottleneck: it leaves (``"drop"``) and its edges
+     are banned from further paths until the path is predicted more than the margin wider than when it left,
+     or an edge of it is forgotten.
      Aging raises it (so a bottleneck that clears is found again, at the cost of one trial per aging period);
      a lower figure never lifts a ban, and for ``min_attempt_s`` after the drop the figures of the path's own
      last blocks, still in flight when it left, only raise the width it is held to. A path whose measured rate falls
