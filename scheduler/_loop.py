@@ -7,7 +7,6 @@ operation in ``lnet.scheduler``'s docstring.
 
 from __future__ import annotations
 
-import heapq
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -49,14 +48,6 @@ SHARED_DROP = 0.1
 FAIR_SHARE_GAP = 0.2
 """Streams that meet on a full link get about the same rate each. A probe whose stream got this much less than the
 slowed hop's streams was limited by something else (its own window, loss, another link): its figure stands."""
-RISKY_GUESS = 2.5
-"""An edge not measured (or aged) whose guess is under this many times a candidate path's width may well turn out
-narrower than the path: among optimistic paths as wide as each other, probes go to the one with the fewest such
-edges (theory of operation, 10). The round-trip guess rests on a lower bound of the hop's round trip, exact for a
-depot on the way and about half the truth for one off to the side (New York -> Denver on Abilene: 18 ms by the
-bound, 40 really), so a guess counts as sure only when it clears the width by more than that. A guess at exactly
-this many times the width counts as sure, whatever the rounding (round trips in whole milliseconds make such
-ratios common)."""
 SwitchReason = Literal["start", "explore", "better", "settle", "failure", "join", "drop"]
 """Why the set changed. ``"join"``: a path was added beside the primary; ``"drop"``: a path other than the primary
 was removed because it stopped adding rate or shared a bottleneck with the set (a failed one is ``"failure"``)."""
@@ -784,11 +775,10 @@ class PathScheduler:
     def _probes(self, now: float) -> tuple[Edge, ...]:
         """Edges worth measuring now: unknown or aged ones on the optimistic paths that could beat the best known.
 
-        Repeatedly take the widest path, unknown edges counting as infinitely fast (or at their round-trip guess)
-        and aged ones at their raised weight, and of the paths that wide the surest (``_surest_widest``); if it
-        could beat the best measured path by the hysteresis margin, its unknown and aged edges are chosen and
-        then count as 0 so that the next round looks past them. Edges already being probed count as 0 from the
-        start, and so do unknown edges the transfer itself is measuring.
+        Repeatedly take the widest path, unknown edges counting as infinitely fast and aged ones at their raised
+        weight; if it could beat the best measured path by the hysteresis margin, its unknown and aged edges are
+        chosen and then count as 0 so that the next round looks past them. Edges already being probed count as 0
+        from the start, and so do unknown edges the transfer itself is measuring.
         """
         if not self._probing or self._attempt is None:
             return ()
@@ -819,11 +809,9 @@ class PathScheduler:
             graph.edges[edge].setdefault(THROUGHPUT, 0.0)
         chosen: list[Edge] = []
         while len(chosen) < free:
-            path = self._surest_widest(graph)
+            path = widest_path(graph, self.src, self.dst)
             wanted = [edge for edge in edges_of(path) if edge not in self._probe_since and self._unverified(edge)]
             wanted = [edge for edge in wanted if edge not in chosen]
-            # The narrowest guess first: it decides the path's width and is the likeliest to rule the path out.
-            wanted.sort(key=lambda edge: graph.edges[edge].get(THROUGHPUT, math.inf))
             if not wanted or not path_throughput(graph, path) > bar * (1 + self.config.hysteresis):
                 break
             for edge in wanted[: free - len(chosen)]:
@@ -842,54 +830,6 @@ class PathScheduler:
                 and (entry := self.memory.entry(*hop)) is not None and not entry.failed and entry.samples > 0
             }
         return tuple(chosen)
-
-    def _surest_widest(self, graph: nx.DiGraph) -> list[str]:
-        """The widest path of ``graph``, and among the paths that wide, the one with the fewest risky guesses
-        (unverified edges under ``RISKY_GUESS`` times the width), then the fewest hops, then the graph's order.
-
-        Many optimistic paths often tie at one bottleneck, the guess for the last hop into the destination that
-        they all share. Fewest hops alone then picks a shortcut whose other guesses barely clear it (ORNL ->
-        Kansas City beside Denver -> Sunnyvale on Abilene) or a depot off to the side whose round-trip bound is
-        loose, and the chain down the way, whose short hops have guesses far above the bottleneck, waits for a
-        later round (theory of operation, 10). Measured edges are certain and never risky. Without round trips
-        every unknown edge is infinite and never risky, and unless an aged weight is, this is ``widest_path``
-        exactly (a breadth-first order over the edges at least that wide).
-        """
-        path = widest_path(graph, self.src, self.dst)
-        width = path_throughput(graph, path)
-        if not 0 < width < math.inf:
-            return path
-        # Dijkstra on (risky edges, hops) over the edges at least ``width`` wide; the push counter keeps ties in
-        # discovery order, as the breadth-first pass of ``widest_path`` does.
-        best: dict[str, tuple[int, int]] = {self.src: (0, 0)}
-        previous: dict[str, str] = {}
-        heap: list[tuple[int, int, int, str]] = [(0, 0, 0, self.src)]
-        pushed = 1
-        done: set[str] = set()
-        while heap:
-            risky, hops, _, u = heapq.heappop(heap)
-            if u in done:
-                continue
-            if u == self.dst:
-                break
-            done.add(u)
-            for v, attrs in graph.adj[u].items():
-                weight = attrs.get(THROUGHPUT)
-                w = math.inf if weight is None else float(weight)
-                if v in done or w < width:
-                    continue
-                risk = int(w < RISKY_GUESS * width * (1 - 1e-9) and self._unverified((u, v)))
-                cost = (risky + risk, hops + 1)
-                if v not in best or cost < best[v]:
-                    best[v] = cost
-                    previous[v] = u
-                    heapq.heappush(heap, (cost[0], cost[1], pushed, v))
-                    pushed += 1
-        surest = [self.dst]
-        while surest[-1] != self.src:
-            surest.append(previous[surest[-1]])
-        surest.reverse()
-        return surest
 
     def _extra_probes(self, graph: nx.DiGraph, measured: nx.DiGraph, free: int, chosen: list[Edge]) -> list[Edge]:
         """Unknown or aged edges of the optimistic paths, edge-disjoint from the set and avoiding banned edges,
