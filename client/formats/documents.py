@@ -10,10 +10,13 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
-__all__ = ["check_object", "kind", "read_json", "show", "write_private_file"]
+T = TypeVar("T")
+
+__all__ = ["check_object", "kind", "load_document", "read_json", "show", "write_private_file"]
 
 
 def read_json(path: Path, limit: int, error: type[Exception], what: str) -> Any:
@@ -29,6 +32,15 @@ def read_json(path: Path, limit: int, error: type[Exception], what: str) -> Any:
         return json.loads(data, parse_constant=_refuse_constant)
     except (ValueError, RecursionError) as exc:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
         raise error(f"{path}: not JSON: {exc}") from None
+
+
+def load_document(path: Path, limit: int, error: type[Exception], what: str, parse: Callable[[Any], T]) -> T:
+    """``parse`` of the JSON document at ``path`` (see ``read_json``); an ``error`` from ``parse`` names the file."""
+    document = read_json(path, limit, error, what)
+    try:
+        return parse(document)
+    except error as exc:
+        raise error(f"{path}: {exc}") from None
 
 
 def check_object(value: Any, where: str, fields: tuple[str, ...], error: type[Exception]) -> dict[str, Any]:

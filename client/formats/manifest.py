@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Protocol
 from urllib.parse import urlsplit
 
-from lnet.client.formats.documents import check_object, kind, read_json, show, write_private_file
+from lnet.client.formats.documents import check_object, kind, load_document, show, write_private_file
 from lnet.depot.protocol import is_capability, redact
 
 __all__ = [
@@ -182,12 +182,7 @@ class Manifest:
 
 def load(path: str | os.PathLike[str]) -> Manifest:
     """Read and validate the manifest at ``path``; ``ManifestError`` names the file and the problem."""
-    path = Path(path)
-    document = read_json(path, MAX_MANIFEST_BYTES, ManifestError, "manifest")
-    try:
-        return parse(document)
-    except ManifestError as exc:
-        raise ManifestError(f"{path}: {exc}") from None
+    return load_document(Path(path), MAX_MANIFEST_BYTES, ManifestError, "manifest", parse)
 
 
 def parse(document: Any) -> Manifest:

@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from matplotlib.figure import Figure
     from rich.table import Table
 
-from lnet.client.formats.documents import check_object, kind, read_json, show, write_private_file
+from lnet.client.formats.documents import check_object, kind, load_document, show, write_private_file
 from lnet.units import format_size
 
 __all__ = [
@@ -170,12 +170,7 @@ def _point_dict(point: TimelinePoint) -> dict[str, Any]:
 
 def load(path: str | os.PathLike[str]) -> Report:
     """Read and validate the report at ``path``; ``ReportError`` names the file and the problem."""
-    path = Path(path)
-    document = read_json(path, MAX_REPORT_BYTES, ReportError, "report")
-    try:
-        return parse(document)
-    except ReportError as exc:
-        raise ReportError(f"{path}: {exc}") from None
+    return load_document(Path(path), MAX_REPORT_BYTES, ReportError, "report", parse)
 
 
 def parse(document: Any) -> Report:

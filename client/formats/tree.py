@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from lnet.client.formats import manifest as file_manifest
-from lnet.client.formats.documents import check_object, kind, read_json, show, write_private_file
+from lnet.client.formats.documents import check_object, kind, load_document, read_json, show, write_private_file
 from lnet.client.formats.manifest import MAX_FILE_SIZE, Manifest, ManifestError, whole_number
 
 __all__ = [
@@ -185,12 +185,7 @@ def is_tree_document(path: Path) -> bool:
 
 
 def load(path: str | os.PathLike[str]) -> TreeManifest:
-    path = Path(path)
-    document = read_json(path, file_manifest.MAX_MANIFEST_BYTES, ManifestError, "manifest")
-    try:
-        return parse(document)
-    except ManifestError as exc:
-        raise ManifestError(f"{path}: {exc}") from None
+    return load_document(Path(path), file_manifest.MAX_MANIFEST_BYTES, ManifestError, "manifest", parse)
 
 
 def check_path(value: Any, where: str) -> str:
