@@ -739,11 +739,8 @@ class PathScheduler:
         margin = self.config.path_margin
         for path, ban in list(self._bans.items()):
             width = self._ban_width(path)
-            if width is None:
-                del self._bans[path]
-            elif self._now - ban.since <= self.config.min_attempt_s:
-                ban.width = max(ban.width, width)
-            elif width > ban.width * (1 + margin):
+            settled = self._now - ban.since > self.config.min_attempt_s
+            if width is None or (settled and width > ban.width * (1 + margin)):
                 del self._bans[path]
         return {edge for path in self._bans for edge in edges_of(path)}
 
