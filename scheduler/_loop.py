@@ -48,6 +48,11 @@ SHARED_DROP = 0.1
 FAIR_SHARE_GAP = 0.2
 """Streams that meet on a full link get about the same rate each. A probe whose stream got this much less than the
 slowed hop's streams was limited by something else (its own window, loss, another link): its figure stands."""
+HOPE_HYSTERESIS = 2.0
+"""A path that is wider only by ceilings (a probe's floor raised to what it would be if it shared a link with the
+transfer) must be predicted this many times the hysteresis faster to be tried: a ceiling adds the hop's whole rate
+to the probe's, so when the two share a link that the hop already fills, the ceiling exceeds the hop by just the
+probe's small share, plus noise, and no move would gain anything."""
 SwitchReason = Literal["start", "explore", "better", "settle", "failure", "join", "drop"]
 """Why the set changed. ``"join"``: a path was added beside the primary; ``"drop"``: a path other than the primary
 was removed because it stopped adding rate or shared a bottleneck with the set (a failed one is ``"failure"``)."""
@@ -352,6 +357,11 @@ class PathScheduler:
         """Paths that joined and did not add (or stopped adding), with their predicted width when they left."""
         self._now = -math.inf
         """The time of the latest ``tick`` (bans settle by it)."""
+        self._hoping: Path | None = None
+        """The path tried on ceilings (``_hopeful_path``), while it runs."""
+        self._ceilings_failed = False
+        """A path tried on ceilings was left for a better one: this network's probes were not sharing links
+        with the transfer, and ceilings are not tried again in this transfer."""
 
     # -- what the engine reads ----------------------------------------------------------------------------
 
@@ -482,12 +492,14 @@ class PathScheduler:
                     self._memory_discredited = True
                     self.memory.forget(u, v)
             self._confirmed.add(edge)
+        ceiling = None
         if edge in self._probe_since and self._attempt is not None:
-            nbytes, seconds = self._freed_share(edge, nbytes, seconds)
-        self.memory.observe(u, v, nbytes, seconds, at)
+            nbytes, seconds, ceiling = self._freed_share(edge, nbytes, seconds)
+        self.memory.observe(u, v, nbytes, seconds, at, ceiling_bps=ceiling)
 
-    def _freed_share(self, edge: Edge, nbytes: int, seconds: float) -> tuple[int, float]:
-        """A probe's sample as the rate it stands for: what the edge would give if the transfer moved there.
+    def _freed_share(self, edge: Edge, nbytes: int, seconds: float) -> tuple[int, float, float | None]:
+        """A probe's sample as the rate it stands for: what the edge would give if the transfer moved there;
+        and, when that is uncertain, the most it could give (a per-stream ceiling, else None).
 
         A probe that shares a bottleneck with the transfer sees only what the transfer leaves (on a backbone
         such as Abilene's, every overlay edge crosses links the transfer uses). The sign of it is the
@@ -495,29 +507,36 @@ class PathScheduler:
         ``SHARED_DROP`` below what it did when the probe started. Then moving the transfer there would free
         the hop's share, and the probe's per-stream figure becomes ``(probe + hop) / streams``, provided the
         probe's stream got about what each of the hop's did (``FAIR_SHARE_GAP``): streams that meet on a full
-        link get about equal shares, and one that got much less was held back by something of its own. A probe
-        that slowed nothing is taken as it is: its stream ran at its own pace. Window-limited hops that stay under
-        their fair share are not slowed and so do not show the sharing; their leftover is then what the probe
-        got, which is close to right.
+        link get about equal shares, and one that got much less was held back by something of its own.
+
+        Window-limited hops under their fair share do not slow down, so they do not show the sharing: the
+        probe then got their leftover, which on a full link is at least the fair share and so at least each of
+        the hop's streams (within ``FAIR_SHARE_GAP``), and its figure is only a floor. Where the probed edge and
+        such a hop of the set share an end (both into the destination, both out of a depot: that host's access
+        link is the likeliest shared bottleneck), the sample carries the ceiling ``(probe + hop) / streams``,
+        what the edge gives if it is shared and the transfer moves there. A probe slower than the hop's streams
+        was held back by something of its own, and its figure stands with no ceiling. The loop may try a path
+        on ceilings, as an exploration (``_hopeful_path``); the transfer's own samples then replace them.
         """
-        baseline = self._probe_baseline.get(edge)
+        baseline = self._probe_baseline.get(edge, {})
         streams = self.config.streams
-        if not baseline or streams == 1:
-            return nbytes, seconds
         probe = nbytes / seconds
         freed = probe
-        assert self._attempt is not None
-        on_path = self._set_edges()
-        for hop, before in baseline.items():
+        ceiling = probe
+        for hop in self._set_edges() - {edge}:
             entry = self.memory.entry(*hop)
-            if hop not in on_path:
-                continue  # the path moved since the probe started: that hop says nothing any more
-            if entry is None or entry.failed or not entry.throughput_bps < before * (1 - SHARED_DROP):
+            if entry is None or entry.failed or entry.samples == 0:
                 continue
             if probe < entry.throughput_bps * (1 - FAIR_SHARE_GAP):
-                continue  # the probe's stream was held back by something of its own, not by the shared link
-            freed = max(freed, (probe + entry.throughput_bps * streams) / streams)
-        return round(freed * seconds), seconds
+                continue  # the probe's stream was held back by something of its own, not by a shared link
+            both = (probe + entry.throughput_bps * streams) / streams
+            if hop[0] == edge[0] or hop[1] == edge[1]:
+                ceiling = max(ceiling, both)
+            before = baseline.get(hop)  # none: the hop joined the path after the probe started
+            if streams > 1 and before is not None and entry.throughput_bps < before * (1 - SHARED_DROP):
+                freed = max(freed, both)
+        hoped = ceiling if ceiling > freed * (1 + self.config.hysteresis) else None
+        return round(freed * seconds), seconds, hoped
 
     def _failed(self, edge: Edge, at: float) -> None:
         self.memory.fail(*edge, at)
@@ -536,6 +555,12 @@ class PathScheduler:
         reason: SwitchReason = "better"
         if self._probing:
             best = self._best_known(graph)  # probes explore; the transfer stays on measured ground
+            measured_better = best != current and path_throughput(graph, best) > current_predicted * (
+                1 + self.config.hysteresis
+            )
+            hopeful = None if measured_better else self._hopeful_path(graph, best, current)
+            if hopeful is not None and hopeful[1] > current_predicted * (1 + HOPE_HYSTERESIS * self.config.hysteresis):
+                return hopeful[0], hopeful[1], "explore"
         else:
             best = tuple(widest_path(graph, self.src, self.dst))
             if _has_unknown(graph, best):
@@ -549,6 +574,43 @@ class PathScheduler:
         if not predicted > current_predicted * (1 + self.config.hysteresis):
             return None
         return best, predicted, reason
+
+    def _hopeful_path(self, graph: nx.DiGraph, best: Path, current: Path | None) -> tuple[Path, float] | None:
+        """The widest path when every edge measured only as a floor counts at its ceiling, and its predicted
+        rate, if it beats ``best`` by the hysteresis; None when there is none or no exploration is left.
+
+        A ceiling is a probe's figure that may be the transfer's leftover on a shared link (``_freed_share``).
+        Only moving the transfer there tells, so it counts as an exploration; the transfer's own samples then
+        replace the floor, and a path that did not hold is left at the next evaluation by the measured rules."""
+        if self.explorations >= self.max_explorations or current == self._hoping:
+            return None  # one path on ceilings at a time: leaving it for another is its failure
+        hoped = self._with_ceilings(graph)
+        if hoped is None:
+            return None
+        path = self._best_known(hoped)
+        predicted = path_throughput(hoped, path)
+        margin = 1 + HOPE_HYSTERESIS * self.config.hysteresis
+        if path == current or path != best and not predicted > path_throughput(graph, best) * margin:
+            return None
+        return path, predicted
+
+    def _with_ceilings(self, graph: nx.DiGraph) -> nx.DiGraph | None:
+        """``graph`` with every floor (an estimate with a ceiling) raised to its ceiling; None if there is none,
+        or once a path tried on ceilings has not held."""
+        if self._ceilings_failed:
+            return None
+        raised = None
+        streams = self.config.streams
+        for u, v, attrs in graph.edges(data=True):
+            entry = self.memory.entry(u, v)
+            if THROUGHPUT not in attrs or entry is None or entry.ceiling_bps is None or entry.failed:
+                continue
+            if self._memory_discredited and (u, v) not in self._confirmed:
+                continue
+            if raised is None:
+                raised = graph.copy()
+            raised.edges[u, v][THROUGHPUT] = max(attrs[THROUGHPUT], entry.ceiling_bps * streams)
+        return raised
 
     def _best_known(self, graph: nx.DiGraph) -> Path:
         known = nx.DiGraph()
@@ -597,6 +659,12 @@ class PathScheduler:
         if exploring:
             self.explorations += 1
         old = self._attempt
+        if old is not None and old.path == self._hoping and path != self._hoping:
+            # The path tried on ceilings did not hold: they were not shared links (a failure says nothing).
+            self._ceilings_failed = self._ceilings_failed or reason != "failure"
+            self._hoping = None
+        if exploring and self._probing:
+            self._hoping = path  # with probes, the transfer explores only on ceilings
         promoted = next((extra for extra in self._extras if extra.path == path), None)
         if promoted is not None:
             self._extras.remove(promoted)
@@ -798,6 +866,7 @@ class PathScheduler:
         bar = 0.0 if _has_unknown(measured, known) else path_throughput(measured, known)
         graph = self.graph()
         self._apply_priors(graph)
+        graph = self._with_ceilings(graph) or graph  # a floor may hide a wide path: probe the rest of it
         for edge in self._probe_since:
             if self._unverified(edge):
                 graph.edges[edge][THROUGHPUT] = 0.0
@@ -809,6 +878,8 @@ class PathScheduler:
             path = widest_path(graph, self.src, self.dst)
             wanted = [edge for edge in edges_of(path) if edge not in self._probe_since and self._unverified(edge)]
             wanted = [edge for edge in wanted if edge not in chosen]
+            if not wanted and self._lower_ceilings(graph, path, measured):
+                continue  # a path wide only on ceilings is for _choose to try; look past it for edges to probe
             if not wanted or not path_throughput(graph, path) > bar * (1 + self.config.hysteresis):
                 break
             for edge in wanted[: free - len(chosen)]:
@@ -827,6 +898,16 @@ class PathScheduler:
                 and (entry := self.memory.entry(*hop)) is not None and not entry.failed and entry.samples > 0
             }
         return tuple(chosen)
+
+    def _lower_ceilings(self, graph: nx.DiGraph, path: Sequence[str], measured: nx.DiGraph) -> bool:
+        """Put the edges of ``path`` raised to their ceilings back at their floors; whether there was one."""
+        lowered = False
+        for edge in edges_of(path):
+            floor = measured.edges[edge].get(THROUGHPUT)
+            if floor is not None and graph.edges[edge].get(THROUGHPUT, math.inf) > floor:
+                graph.edges[edge][THROUGHPUT] = floor
+                lowered = True
+        return lowered
 
     def _extra_probes(self, graph: nx.DiGraph, measured: nx.DiGraph, free: int, chosen: list[Edge]) -> list[Edge]:
         """Unknown or aged edges of the optimistic paths, edge-disjoint from the set and avoiding banned edges,

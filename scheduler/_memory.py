@@ -59,6 +59,11 @@ class EdgeEstimate:
     that aging can hand it back. ``samples`` counts the measurements behind the estimate (0 for an edge that
     failed before it was ever measured). ``measured_at`` is the Unix time of the last measurement, failure or
     aging.
+
+    ``ceiling_bps`` (per stream, like ``throughput_bps``) is set when the latest sample came from a probe that
+    ran beside the transfer on a hop sharing an end with it: such a probe may have seen only what the transfer
+    left on a shared link, so the estimate is a floor, and the edge may carry up to the ceiling once the
+    transfer moves there (theory of operation, 9). None: the estimate is the edge's own.
     """
 
     throughput_bps: float
@@ -66,6 +71,7 @@ class EdgeEstimate:
     samples: int
     failed: bool = False
     boost: float = 1.0
+    ceiling_bps: float | None = None
 
     @property
     def weight(self) -> float:
@@ -131,21 +137,30 @@ class EdgeMemory:
 
     # -- learning -----------------------------------------------------------------------------------------
 
-    def observe(self, u: str, v: str, nbytes: int, seconds: float, now: float) -> EdgeEstimate:
+    def observe(
+        self, u: str, v: str, nbytes: int, seconds: float, now: float, *, ceiling_bps: float | None = None
+    ) -> EdgeEstimate:
         """Fold in a measurement: ``nbytes`` crossed ``u -> v`` in ``seconds``.
 
         The estimate is an exponential average weighted by how long the sample ran, so that one long copy
         counts as much as many short ones covering the same time. A success clears a failure and any aging.
+        ``ceiling_bps`` marks the sample as a floor (see ``EdgeEstimate.ceiling_bps``): the latest sample's
+        ceiling is kept, never below the estimate, and a sample without one clears it.
         """
         if nbytes < 0 or not seconds > 0 or not math.isfinite(seconds):
             raise ValueError(f"a measurement needs nbytes >= 0 and seconds > 0, not {nbytes!r}, {seconds!r}")
         rate = nbytes / seconds
         old = self._edges.get((u, v))
+        if ceiling_bps is not None and not (math.isfinite(ceiling_bps) and ceiling_bps >= 0):
+            raise ValueError(f"a ceiling must be finite and not negative, not {ceiling_bps!r}")
+        old = self._edges.get((u, v))
         if old is None or old.failed or old.samples == 0:
-            new = EdgeEstimate(rate, now, 1)
+            estimate, samples = rate, 1
         else:
             share = -math.expm1(-seconds / self.smoothing_s)
-            new = EdgeEstimate(old.throughput_bps + share * (rate - old.throughput_bps), now, old.samples + 1)
+            estimate, samples = old.throughput_bps + share * (rate - old.throughput_bps), old.samples + 1
+        ceiling = None if ceiling_bps is None or ceiling_bps <= estimate else ceiling_bps
+        new = EdgeEstimate(estimate, now, samples, ceiling_bps=ceiling)
         self._edges[(u, v)] = new
         return new
 
@@ -155,7 +170,7 @@ class EdgeMemory:
         if old is None:
             self._edges[(u, v)] = EdgeEstimate(0.0, now, 0, failed=True)
         else:
-            self._edges[(u, v)] = replace(old, measured_at=now, failed=True)
+            self._edges[(u, v)] = replace(old, measured_at=now, failed=True, ceiling_bps=None)
 
     def forget(self, u: str, v: str) -> None:
         """Make the edge unknown again."""
@@ -193,7 +208,7 @@ class EdgeMemory:
             if entry.failed and entry.samples == 0:
                 del self._edges[edge]
             else:
-                self._edges[edge] = EdgeEstimate(entry.throughput_bps, now, entry.samples, boost=entry.boost * factor)
+                self._edges[edge] = replace(entry, measured_at=now, failed=False, boost=entry.boost * factor)
             aged.append(edge)
         return aged
 
@@ -255,6 +270,7 @@ class EdgeMemory:
                     "samples": entry.samples,
                     "failed": entry.failed,
                     "boost": entry.boost,
+                    **({} if entry.ceiling_bps is None else {"ceiling_bps": entry.ceiling_bps}),
                 }
                 for (u, v), entry in sorted(self._edges.items())
             ],
@@ -317,7 +333,10 @@ def _parse(document: object) -> dict[Edge, EdgeEstimate]:
         boost = _finite(item.get("boost", 1.0))
         if boost <= 0:
             raise ValueError(f"non-positive boost {boost!r}")
-        edges[(u, v)] = EdgeEstimate(throughput, _finite(item["measured_at"]), samples, failed, boost)
+        ceiling = item.get("ceiling_bps")
+        if ceiling is not None and (ceiling := _finite(ceiling)) < 0:
+            raise ValueError(f"negative ceiling {ceiling!r}")
+        edges[(u, v)] = EdgeEstimate(throughput, _finite(item["measured_at"]), samples, failed, boost, ceiling)
     return edges
 
 

@@ -204,3 +204,28 @@ def test_seed_from_links_takes_per_stream_weather_and_skips_small_pushes_and_fai
     ]
     assert memory.seed_from_links("atl", links, urls, now=1000.0) == [("atl", "den")]
     assert memory.estimate("atl", "den") == 6 * 2**20
+
+
+def test_a_ceiling_marks_a_floor_until_a_sample_without_one(tmp_path: Path) -> None:
+    memory = EdgeMemory()
+    memory.observe("a", "b", 100, 1.0, 0.0, ceiling_bps=250.0)
+    entry = memory.entry("a", "b")
+    assert entry is not None
+    assert entry.ceiling_bps == 250.0
+    # Saved and loaded with the floor it marks; a file without the field loads with none.
+    memory.save(tmp_path / "edges.json")
+    assert EdgeMemory.load(tmp_path / "edges.json").entry("a", "b") == entry
+    # A ceiling at or below the estimate says nothing; the transfer's own sample (none) clears it.
+    memory.observe("a", "b", 100, 1.0, 1.0, ceiling_bps=50.0)
+    assert memory.entry("a", "b").ceiling_bps is None  # type: ignore[union-attr]
+    memory.observe("a", "b", 100, 1.0, 2.0, ceiling_bps=300.0)
+    memory.observe("a", "b", 200, 1.0, 3.0)
+    assert memory.entry("a", "b").ceiling_bps is None  # type: ignore[union-attr]
+    with pytest.raises(ValueError, match="ceiling"):
+        memory.observe("a", "b", 100, 1.0, 4.0, ceiling_bps=math.nan)
+    # A failure clears it; aging keeps it.
+    memory.observe("c", "d", 100, 1.0, 0.0, ceiling_bps=250.0)
+    memory.age_stale_weights(1000.0, after_s=10.0, percent=20.0, max_edges=5)
+    assert memory.entry("c", "d").ceiling_bps == 250.0  # type: ignore[union-attr]
+    memory.fail("c", "d", 1001.0)
+    assert memory.entry("c", "d").ceiling_bps is None  # type: ignore[union-attr]

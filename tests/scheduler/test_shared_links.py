@@ -121,3 +121,53 @@ def test_round_trips_send_exploration_towards_the_destination_first(
     config = SchedulerConfig(streams=2, probes_per_round=1)
     scheduler = PathScheduler(["s", "z", "a", "d"], "s", "d", memory, config, rtt_s=rtt)
     assert scheduler.start(0.0).probes == (first,)
+
+
+def probing_into_the_destination(truth_per_stream_mbit: float) -> tuple[PathScheduler, EdgeMemory, list[object]]:
+    """s -> d runs at 2 window-limited streams of 6; s -> b is wide and measured; b -> d is probed beside
+    the transfer, gets 6.3 (the leftover of a shared link of 18.3, or its own rate) and slows nothing."""
+    memory = EdgeMemory()
+    memory.observe("s", "d", mbit(6), 1.0, 0.0)
+    memory.observe("s", "b", mbit(40), 1.0, 0.0)
+    config = SchedulerConfig(streams=2, probes_per_round=1)
+    scheduler = PathScheduler(["s", "b", "d"], "s", "d", memory, config)
+    decisions: list[object] = [scheduler.start(0.0)]
+    assert decisions[0].probes == (("b", "d"),)  # type: ignore[attr-defined]
+    for t in (2.5, 3.0, 3.5, 4.0, 4.5, 5.0):
+        scheduler.measure(Measurement(("s", "d"), round(mbit(6) * 0.5), 0.5, t))
+    scheduler.measure(Measurement(("b", "d"), round(mbit(6.3) * 3), 3.0, 5.0))
+    scheduler.measure(ProbeDone(("b", "d"), 5.0))
+    t = 5.0
+    while t < 40.0:
+        t += 0.5
+        decision = scheduler.tick(t)
+        decisions.append(decision)
+        rate = truth_per_stream_mbit if scheduler.current_path == ("s", "b", "d") else 6.0
+        for edge in zip(scheduler.current_path, scheduler.current_path[1:], strict=False):  # type: ignore[arg-type]
+            per = rate if edge == ("b", "d") or edge == ("s", "d") else 40.0
+            scheduler.measure(Measurement(edge, round(mbit(per) * 0.5), 0.5, t))
+    return scheduler, memory, decisions
+
+
+def test_a_probe_beside_a_window_limited_hop_into_the_same_host_is_a_floor_tried_once() -> None:
+    # Before ceilings the probe's 6.3 a stream (12.6) was taken as the edge's rate, under direct's 12 plus the
+    # hysteresis: the path through b was never tried, as on the emulated Abilene where Denver -> Sunnyvale was probed
+    # beside the transfer's streams into Sunnyvale.
+    scheduler, memory, _ = probing_into_the_destination(9.15)
+    attempts = scheduler.attempts
+    assert [a.path for a in attempts] == [("s", "d"), ("s", "b", "d")]
+    assert attempts[1].reason == "explore"
+    entry = memory.entry("b", "d")
+    assert entry is not None
+    assert entry.ceiling_bps is None  # the transfer's own samples replaced the floor
+    assert memory.estimate("b", "d") == pytest.approx(mbit(9.15), rel=0.02)
+
+
+def test_a_path_tried_on_a_ceiling_that_does_not_hold_is_left_and_ceilings_end() -> None:
+    # b -> d was the probe's own rate after all (nothing shared): the path is left for direct, and from then on
+    # this transfer takes floors as they are.
+    scheduler, memory, _ = probing_into_the_destination(3.0)
+    assert [a.path for a in scheduler.attempts] == [("s", "d"), ("s", "b", "d"), ("s", "d")]
+    memory.observe("b", "d", mbit(6.3), 1.0, 41.0, ceiling_bps=mbit(9.15))
+    graph = scheduler.graph()
+    assert scheduler._with_ceilings(graph) is None

@@ -83,7 +83,10 @@ def test_cold_start_with_probes_settles_on_the_best_path_in_fewer_attempts_than_
     assert settled is not None
     assert settled <= 60.0
     assert len(result.attempts) <= len(network.vertices)
-    assert all(a.reason != "explore" for a in result.attempts)
+    # The transfer moves on measured edges only, but for one try of a path whose probes may have seen only the
+    # transfer's leftover (a ceiling: theory of operation 9); on this unshared network it does not hold, and
+    # ceilings are not tried again.
+    assert sum(a.reason == "explore" for a in result.attempts) <= 1
     assert result.final_path == ABILENE_BEST_PATH
 
 
@@ -154,8 +157,10 @@ def test_aging_brings_a_once_mis_measured_edge_back_into_use(mode: SchedulerConf
     assert back[-1].throughput_bps > 0.9 * mbit(5.99)
     assert aged.final_path == ABILENE_BEST_PATH
     assert uses_edge(never) == []
-    if mode.probes_per_round:  # the aged edge was probed, not tried by moving the transfer: one switch
-        assert [a.path for a in aged.attempts][1:] == [ABILENE_BEST_PATH]
+    if mode.probes_per_round:  # the aged edge was probed, not tried by moving the transfer: one switch, after
+        # at most one try of a path on ceilings (which does not hold on this unshared network)
+        assert aged.attempts[-1].path == ABILENE_BEST_PATH
+        assert [a.reason for a in aged.attempts[1:-1]] in ([], ["explore"])
 
 
 @MODES
