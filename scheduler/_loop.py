@@ -359,6 +359,8 @@ class PathScheduler:
         """The time of the latest ``tick`` (bans settle by it)."""
         self._hoping: Path | None = None
         """The path tried on ceilings (``_hopeful_path``), while it runs."""
+        self._hope_left: Path | None = None
+        """The path the transfer left for ``_hoping``: the one it must beat."""
         self._ceilings_failed = False
         """A path tried on ceilings was left for a better one: this network's probes were not sharing links
         with the transfer, and ceilings are not tried again in this transfer."""
@@ -558,6 +560,13 @@ class PathScheduler:
             measured_better = best != current and path_throughput(graph, best) > current_predicted * (
                 1 + self.config.hysteresis
             )
+            if current is not None and current == self._hoping and not measured_better:
+                # The path tried on ceilings is measured ground now. It gained what the ceilings promised over
+                # the path it left, or the ceilings were not shared links and are not tried again.
+                left = path_throughput(graph, self._hope_left) if self._hope_left else 0.0
+                if not path_throughput(graph, current) > left * (1 + self.config.hysteresis):
+                    self._ceilings_failed = True
+                self._hoping = None
             hopeful = None if measured_better else self._hopeful_path(graph, best, current)
             if hopeful is not None and hopeful[1] > current_predicted * (1 + HOPE_HYSTERESIS * self.config.hysteresis):
                 return hopeful[0], hopeful[1], "explore"
@@ -582,8 +591,8 @@ class PathScheduler:
         A ceiling is a probe's figure that may be the transfer's leftover on a shared link (``_freed_share``).
         Only moving the transfer there tells, so it counts as an exploration; the transfer's own samples then
         replace the floor, and a path that did not hold is left at the next evaluation by the measured rules."""
-        if self.explorations >= self.max_explorations or current == self._hoping:
-            return None  # one path on ceilings at a time: leaving it for another is its failure
+        if self.explorations >= self.max_explorations:
+            return None
         hoped = self._with_ceilings(graph)
         if hoped is None:
             return None
@@ -665,6 +674,7 @@ class PathScheduler:
             self._hoping = None
         if exploring and self._probing:
             self._hoping = path  # with probes, the transfer explores only on ceilings
+            self._hope_left = old.path if old is not None else None
         promoted = next((extra for extra in self._extras if extra.path == path), None)
         if promoted is not None:
             self._extras.remove(promoted)
@@ -882,9 +892,10 @@ class PathScheduler:
                 continue  # a path wide only on ceilings is for _choose to try; look past it for edges to probe
             if not wanted or not path_throughput(graph, path) > bar * (1 + self.config.hysteresis):
                 break
-            for edge in wanted[: free - len(chosen)]:
-                chosen.append(edge)
-                graph.edges[edge][THROUGHPUT] = 0.0
+            for edge in wanted:
+                if len(chosen) < free and not _shares_an_end(edge, [*self._probe_since, *chosen]):
+                    chosen.append(edge)
+                graph.edges[edge][THROUGHPUT] = 0.0  # chosen, or waiting for a probe at the same end to finish
         if len(chosen) < free and len(self._extras) + 1 < self.config.max_paths:
             chosen += self._extra_probes(graph, measured, free - len(chosen), chosen)
         self._probe_since.update((edge, now) for edge in chosen)
@@ -966,6 +977,12 @@ class PathScheduler:
     def _unverified(self, edge: Edge) -> bool:
         entry = self.memory.entry(*edge)
         return entry is None or entry.aged or (self._memory_discredited and edge not in self._confirmed)
+
+
+def _shares_an_end(edge: Edge, others: Sequence[Edge]) -> bool:
+    """Whether ``edge`` leaves the host another of ``others`` leaves, or enters the host another enters: two probes
+    there would share that host's access link, the likeliest shared bottleneck, and each see what the other left."""
+    return any(edge[0] == other[0] or edge[1] == other[1] for other in others)
 
 
 def _has_unknown(graph: nx.DiGraph, path: Sequence[str]) -> bool:

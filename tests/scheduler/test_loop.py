@@ -182,11 +182,15 @@ def test_probes_ask_for_the_unknown_edges_that_could_beat_the_best_known_path() 
     assert scheduler.tick(5.0).probes == ()
     scheduler.measure(ProbeDone(("s", "b"), 5.5))
     scheduler.measure(ProbeDone(("b", "d"), 5.5))
-    # s-b-d is worth 5; what could still beat the direct path's 10 goes through a: a-d, then a-b (to b-d).
-    assert scheduler.tick(6.0).probes == (("a", "d"), ("a", "b"))
-    assert scheduler.tick(10.0).probes == ()  # those two are still running, and nothing else could win
-    # The engine never reported on them: after 3 x probe_s their places are free, and they are asked again.
-    assert scheduler.tick(30.0).probes == (("a", "d"), ("a", "b"))
+    # s-b-d is worth 5; what could still beat the direct path's 10 goes through a: a-d, then a-b (to b-d). Both
+    # leave a, and two probes out of one host would share its access link: a-b waits for a-d to finish.
+    assert scheduler.tick(6.0).probes == (("a", "d"),)
+    assert scheduler.tick(10.0).probes == ()  # a-d is still running, and a-b still waits for it
+    # The engine never reported on a-d: after 3 x probe_s its place is free, and it is asked again.
+    assert scheduler.tick(30.0).probes == (("a", "d"),)
+    scheduler.measure(Measurement(("a", "d"), 5, 1.0, 31.0))
+    scheduler.measure(ProbeDone(("a", "d"), 31.0))
+    assert scheduler.tick(31.5).probes == (("a", "b"),)  # its turn: s-a-b-d could still beat direct
 
 
 def test_probes_run_a_few_at_a_time_and_a_finished_one_makes_room_at_the_next_tick() -> None:
