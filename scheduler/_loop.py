@@ -567,7 +567,8 @@ class PathScheduler:
                 if not path_throughput(graph, current) > left * (1 + self.config.hysteresis):
                     self._ceilings_failed = True
                 self._hoping = None
-            hopeful = None if measured_better else self._hopeful_path(graph, best, current)
+            # A first decision may start on ceilings too (a warm start from a memory of floors).
+            hopeful = None if measured_better and current is not None else self._hopeful_path(graph, best, current)
             if hopeful is not None and hopeful[1] > current_predicted * (1 + HOPE_HYSTERESIS * self.config.hysteresis):
                 return hopeful[0], hopeful[1], "explore"
         else:

@@ -171,3 +171,21 @@ def test_a_path_tried_on_a_ceiling_that_does_not_hold_is_left_and_ceilings_end()
     memory.observe("b", "d", mbit(6.3), 1.0, 41.0, ceiling_bps=mbit(9.15))
     graph = scheduler.graph()
     assert scheduler._with_ceilings(graph) is None
+
+
+def test_a_warm_start_from_a_floor_with_a_ceiling_starts_on_it() -> None:
+    # What a cold start leaves when it never moved onto b: b -> d's probe figure and its ceiling.
+    memory = EdgeMemory()
+    memory.observe("s", "d", mbit(6), 1.0, 0.0)
+    memory.observe("s", "b", mbit(40), 1.0, 0.0)
+    memory.observe("b", "d", mbit(6.3), 1.0, 0.0, ceiling_bps=mbit(9.15))
+    scheduler = PathScheduler(["s", "b", "d"], "s", "d", memory, SchedulerConfig(streams=2, probes_per_round=1))
+    first = scheduler.start(0.0)
+    assert first.path == ("s", "b", "d")
+    assert scheduler.explorations == 1
+    # Without the ceiling it starts on the measured best, direct.
+    plain = EdgeMemory()
+    plain.observe("s", "d", mbit(6.5), 1.0, 0.0)
+    plain.observe("s", "b", mbit(40), 1.0, 0.0)
+    plain.observe("b", "d", mbit(6.3), 1.0, 0.0)
+    assert PathScheduler(["s", "b", "d"], "s", "d", plain, SchedulerConfig(streams=2)).start(0.0).path == ("s", "d")
