@@ -58,7 +58,7 @@ Where lnet departs from the seed, and why
 8. Probes (``probes_per_round``, on by default): the seed explores by moving the whole transfer onto a path with
    unknown edges, so a cold start on V vertices costs at least V attempts at a fraction of the best throughput
    (13 on the seed's 8). lnet keeps the transfer on the best *measured* path and keeps a few probes running
-   beside it (``probes_per_round`` at once, one by default), each on one unknown or aged edge of the optimistic
+   beside it (``probes_per_round`` at once, four by default), each on one unknown or aged edge of the optimistic
    paths (unknown = the round-trip guess of 10, aged = raised) that could beat that path by the hysteresis
    margin, a new one at the first tick after one ends (``ProbeDone``). The engine owns a probe's warm-up. An
    engine that never answers a probe is noticed after ``probe_s`` and the loop falls back to the seed's way.
@@ -83,10 +83,22 @@ Where lnet departs from the seed, and why
      back to back on one connection, and the engine drops the first (cold) copy.
    - A probe that shares a bottleneck with the transfer sees only what the transfer leaves, and probes beside
      each other see only what the others leave: Abilene's overlay paths all share its backbone. Hence few
-     probes at once (one by default), and a correction: when a hop of the current path slows by more than
+     probes at once (``probes_per_round``), never two out of one host or into one host at once (they would
+     share that host's access link), and a correction: when a hop of the current path slows by more than
      ``SHARED_DROP`` while a probe runs, the two share a link, and moving the transfer there would free the
-     hop's share, so the probe stands for ``(probe + hop) / streams`` a stream. Window-limited hops below their
-     fair share do not slow down, and then the probe's own figure (what they leave) is close to right.
+     hop's share, so the probe stands for ``(probe + hop) / streams`` a stream.
+   - Window-limited hops below their fair share do not slow down, so they do not show the sharing: on the
+     emulated Abilene, Denver -> Sunnyvale probed beside the transfer's own streams into Sunnyvale read half
+     of what it carries. On a full link such a probe gets at least each of the hop's streams' rate (within
+     ``FAIR_SHARE_GAP``); a probe that got that much, on an edge that shares an end with a hop of the set (the
+     host's access link, the likeliest shared bottleneck), is a *floor*: its figure is kept, with the
+     *ceiling* ``(probe + hop) / streams``, what the edge gives if the two do share and the transfer moves
+     there (``EdgeEstimate.ceiling_bps``, kept in the memory file). The loop may try a path that is the widest
+     only with ceilings counted (it must beat the measured best by ``HOPE_HYSTERESIS`` times the hysteresis,
+     as a first decision too, so a warm start can begin there) as an exploration; the transfer's own samples
+     then replace the floors. It must gain over the path it left by the hysteresis; if it does not, or is
+     left, ceilings were not shared links on this network and are not tried again in this transfer. So a
+     network without shared links costs at most one attempt of ``min_attempt_s``.
    - The regime changes the answer, not the rule. At a fixed 2 blocks a hop (``--max-inflight 2``, the seed's
      setting) the long direct route is window-limited, and short hops win: on the emulated Abilene the
      four-depot chain fills the Denver-Sunnyvale link at 20 Mbit/s where direct gets 10. With the default
