@@ -154,10 +154,10 @@ Where lnet departs from the seed, and why
      exactly. Those kept must still pass together (half the margin each, the others counted as regaining what the
      leaving ones carry, up to what they lost), else the one adding least leaves too: that catches newcomers
      predicted low, from a figure measured beside the set, which fall short of nothing. A warm start's baseline is
-     only the memory's figure, and a memory optimistic for every path looks the same as paths that all share one
-     bottleneck (each runs at a fraction of its prediction): when every newcomer of such a trial fails, they leave
-     without a ban and join again, if still predicted to add, on a total this transfer measured (one more trial
-     where they do share; a wasted start where the memory was merely high).
+     only the memory's figure for the primary: a memory optimistic for every path by nearly the mismatch bound
+     (6) looks the same as paths that all share one bottleneck, and its newcomers leave, banned until aging.
+     Leaving them unbanned, to be tried again on a measured total, cost every warm start through a shared
+     bottleneck a second trial.
    - Stability: any change of the set (primary switch, join, drop) starts a new period in which nothing but a
      failure is judged for ``min_attempt_s``, so each change is measured before the next, one trial (of one
      or several newcomers) at a time, and the primary's estimates, depressed by a newcomer that shared its

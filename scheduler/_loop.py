@@ -292,12 +292,7 @@ class _Trial:
     """Each newcomer and its predicted rate when it joined; one leaves the trial when it leaves the set."""
     since: float
     baseline: float
-    """The set's measured total just before they joined."""
-    remembered: bool = False
-    """Whether ``baseline`` is the memory's figure, not yet measured by this transfer (a warm start's group). A
-    memory optimistic for every path looks the same to the trial as paths that all share one bottleneck (each runs
-    at a fraction of its prediction), so when every newcomer fails, they leave without a ban, and join again, if
-    still predicted to add, on a total this transfer measured."""
+    """The set's measured total just before they joined (at a warm start, the memory's figure for the primary)."""
 
 
 def edges_of(path: Sequence[str]) -> list[Edge]:
@@ -571,7 +566,7 @@ class PathScheduler:
 
     def _reevaluate(self, now: float, *, failure: bool) -> Keep | Switch:
         """One judgement, in order: a trial join that did not add is undone; the primary is chosen by the
-        single-path rules; extras that stopped adding leave; one new path may join. The first that changes
+        single-path rules; extras that stopped adding leave; new paths may join, together. The first that changes
         the set is the answer (the next waits ``min_attempt_s``). On a failure only the first two, and broken
         extras leave."""
         assert self._attempt is not None
@@ -695,8 +690,7 @@ class PathScheduler:
     def _judge_trial(self, now: float) -> Switch | None:
         """The newcomers joined together ``min_attempt_s`` ago: those that did not add rate (``_paths.trial_keeps``:
         half the margin of the set's measured total before they joined, net of what they took from the others)
-        shared a bottleneck with the set, or were no news. They leave, banned until predicted wider; the rest stay.
-        When all leave and the baseline was only remembered, no ban: see ``_Trial.remembered``."""
+        shared a bottleneck with the set, or were no news. They leave, banned until predicted wider; the rest stay."""
         trial = self._trial
         if trial is None or now - trial.since < self.config.min_attempt_s:
             return None
@@ -717,11 +711,8 @@ class PathScheduler:
         predicted = [trial.predicted[newcomer.path] for newcomer in newcomers]
         keep = trial_keeps(trial.baseline, total - sum(rates), rates, predicted, self.config.path_margin)
         leaving = [newcomer for newcomer, kept in zip(newcomers, keep, strict=True) if not kept]
-        # Every newcomer failing a baseline the memory gave: a memory optimistic for every path looks the same as
-        # paths that all share one bottleneck. They leave unbanned; the next join is judged on a measured total.
-        ban = not (trial.remembered and len(leaving) == len(newcomers))
         for newcomer in leaving:
-            self._leave(now, newcomer, ban=ban)
+            self._leave(now, newcomer, ban=True)
         return self._set_switch(now, "drop") if leaving else None
 
     def _drop_idle(self, now: float) -> bool:
@@ -779,9 +770,8 @@ class PathScheduler:
         for path in joined:
             self._extras.append(_Attempt(path, now, "join"))
             self._edge_since.update((edge, now) for edge in edges_of(path))
-        remembered = any(edge not in self._confirmed for path in paths for edge in edges_of(path))
         predicted = {path: path_throughput(graph, path) for path in joined}
-        self._trial = _Trial(predicted, now, set_total(graph, paths), remembered)
+        self._trial = _Trial(predicted, now, set_total(graph, paths))
         return True
 
     def _probes(self, now: float) -> tuple[Edge, ...]:

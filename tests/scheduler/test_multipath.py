@@ -474,21 +474,3 @@ def test_a_warm_start_drops_the_route_that_shares_the_primary_s_links_and_keeps_
     dropped = [(t, d) for t, d in result.decisions if isinstance(d, Switch) and d.reason == "drop"]
     assert [(t, set(d.all_paths)) for t, d in dropped[:1]] == [(10.0, {("src", "dst"), ("src", "b", "dst")})]
     assert set(result.final_paths) == {("src", "dst"), ("src", "b", "dst"), ("src", "c", "dst")}
-
-
-def test_a_warm_start_whose_memory_is_optimistic_for_every_path_keeps_them_after_a_measured_trial() -> None:
-    # Every figure remembered at twice what the paths now carry (within the mismatch bound): at 10 s every path
-    # ran at half its prediction, as if all shared one bottleneck. They leave without a ban and join again on a
-    # total this transfer measured, and stay.
-    memory = known3(s_a=100, a_d=100, s_b=90, b_d=90)
-    scheduler = PathScheduler(["s", "a", "b", "c", "d"], "s", "d", memory, HAND)
-    assert scheduler.start(0.0).all_paths == (VIA_A, VIA_B)
-    feed(scheduler, {VIA_A: 55, VIA_B: 50}, 0.0, 10.0)
-    assert scheduler.tick(10.0).all_paths == (VIA_A,)
-    feed(scheduler, {VIA_A: 55}, 10.0, 20.0)
-    joined = scheduler.tick(20.0)
-    assert isinstance(joined, Switch)
-    assert (joined.reason, joined.all_paths) == ("join", (VIA_A, VIA_B))
-    feed(scheduler, {VIA_A: 55, VIA_B: 50}, 20.0, 40.0)
-    assert scheduler.tick(30.0).all_paths == (VIA_A, VIA_B)
-    assert scheduler.tick(40.0).all_paths == (VIA_A, VIA_B)
