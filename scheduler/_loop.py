@@ -21,7 +21,7 @@ from ._memory import (
     Edge,
     EdgeMemory,
 )
-from ._paths import adds_enough, extra_path, keeps_adding, set_total
+from ._paths import adds_enough, extend_set, keeps_adding, set_total, trial_keeps
 from ._widest import THROUGHPUT, NoPathError, path_throughput, widest_path
 
 __all__ = [
@@ -289,14 +289,15 @@ class _Ban:
     width: float
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class _Trial:
-    """A path that joined the set and has not yet shown that it adds rate."""
+    """Paths that joined the set together and have not yet shown that they add rate."""
 
-    path: Path
+    predicted: dict[Path, float]
+    """Each newcomer and its predicted rate when it joined; one leaves the trial when it leaves the set."""
     since: float
     baseline: float
-    """The set's measured total just before it joined."""
+    """The set's measured total just before they joined (at a warm start, the memory's figure for the primary)."""
 
 
 def edges_of(path: Sequence[str]) -> list[Edge]:
@@ -411,7 +412,8 @@ class PathScheduler:
     # -- events in ----------------------------------------------------------------------------------------
 
     def start(self, now: float) -> Switch:
-        """The first path: the widest by what is remembered, unknown edges counting as infinitely fast."""
+        """The first path: the widest by what is remembered, unknown edges counting as infinitely fast; with
+        ``max_paths`` > 1, every further path the remembered weights predict to add joins it at once, on trial."""
         if self._attempt is not None:
             raise RuntimeError("the scheduler has already started")
         self._last_evaluation = now
@@ -419,6 +421,8 @@ class PathScheduler:
         assert choice is not None  # with no current path, something is always chosen
         path, predicted, reason = choice
         self._switch(now, path, predicted, "start", exploring=reason == "explore")
+        if self.config.max_paths > 1:
+            self._join(now)  # a warm start runs every path the memory predicts to add from its first second
         return self._with_set(Switch(path, predicted, "start", self._probes(now)))
 
     def measure(self, event: Event) -> None:
@@ -634,7 +638,7 @@ class PathScheduler:
 
     def _reevaluate(self, now: float, *, failure: bool) -> Keep | Switch:
         """One judgement, in order: a trial join that did not add is undone; the primary is chosen by the
-        single-path rules; extras that stopped adding leave; one new path may join. The first that changes
+        single-path rules; extras that stopped adding leave; new paths may join, together. The first that changes
         the set is the answer (the next waits ``min_attempt_s``). On a failure only the first two, and broken
         extras leave."""
         assert self._attempt is not None
@@ -721,15 +725,9 @@ class PathScheduler:
         if not self._extras or primary in self.current_paths:
             return True
         graph = self._measured_graph()
-        candidate = [primary]
-        banned = self._banned_edges()
-        while len(candidate) < self.config.max_paths:
-            extra = extra_path(graph, self.src, self.dst, candidate, banned)
-            if extra is None or not adds_enough(
-                path_throughput(graph, extra), set_total(graph, candidate), self.config.path_margin
-            ):
-                break
-            candidate.append(extra)
+        config, banned = self.config, self._banned_edges()
+        extras = extend_set(graph, self.src, self.dst, [primary], config.max_paths, config.path_margin, banned)
+        candidate = [primary, *extras]
         current = set_total(graph, self.current_paths)
         return set_total(graph, candidate) > current * (1 + self.config.hysteresis)
 
@@ -747,8 +745,10 @@ class PathScheduler:
         self._history.append(extra.freeze(now, self.config.streams))
         for edge in edges_of(extra.path):
             self._edge_since.pop(edge, None)
-        if self._trial is not None and self._trial.path == extra.path:
-            self._trial = None
+        if self._trial is not None:
+            self._trial.predicted.pop(extra.path, None)
+            if not self._trial.predicted:
+                self._trial = None
         if ban:
             self._bans[extra.path] = _Ban(now, self._ban_width(extra.path) or 0.0)
 
@@ -767,29 +767,32 @@ class PathScheduler:
         return self.graph(with_aging=not self._probing)
 
     def _judge_trial(self, now: float) -> Switch | None:
-        """The newest path joined ``min_attempt_s`` ago: if the set's measured total has not grown by half the
-        margin since, or the others lost more than half of what the newcomer carries (it took its rate from them:
-        a total that grew only because the set was held back when it joined, by a probe or the trial before, is
-        no gain), it shares a bottleneck with the set. It leaves and is banned until predicted wider."""
+        """The newcomers joined together ``min_attempt_s`` ago: those that did not add rate (``_paths.trial_keeps``:
+        half the margin of the set's measured total before they joined, net of what they took from the others)
+        shared a bottleneck with the set, or were no news. They leave, banned until predicted wider; the rest stay."""
         trial = self._trial
         if trial is None or now - trial.since < self.config.min_attempt_s:
             return None
         self._trial = None
-        newcomer = next((extra for extra in self._extras if extra.path == trial.path), None)
-        if newcomer is None:
+        newcomers = [extra for extra in self._extras if extra.path in trial.predicted]
+        if not newcomers:
             return None
         graph = self._measured_graph()
         total = set_total(graph, self.current_paths)
-        rate = path_throughput(graph, newcomer.path)
-        if any(edge not in newcomer.flows for edge in edges_of(newcomer.path)):
-            # A hop that never reported since the join: what the graph says of it is still the probe's figure.
-            total -= rate
-            rate = 0.0
-        others = total - rate
-        if total >= trial.baseline * (1 + self.config.path_margin / 2) and trial.baseline - others <= rate / 2:
-            return None
-        self._leave(now, newcomer, ban=True)
-        return self._set_switch(now, "drop")
+        rates = []
+        for newcomer in newcomers:
+            rate = path_throughput(graph, newcomer.path)
+            if any(edge not in newcomer.flows for edge in edges_of(newcomer.path)):
+                # A hop that never reported since the join: what the graph says of it is still the probe's figure.
+                total -= rate
+                rate = 0.0
+            rates.append(rate)
+        predicted = [trial.predicted[newcomer.path] for newcomer in newcomers]
+        keep = trial_keeps(trial.baseline, total - sum(rates), rates, predicted, self.config.path_margin)
+        leaving = [newcomer for newcomer, kept in zip(newcomers, keep, strict=True) if not kept]
+        for newcomer in leaving:
+            self._leave(now, newcomer, ban=True)
+        return self._set_switch(now, "drop") if leaving else None
 
     def _drop_idle(self, now: float) -> bool:
         """Extras whose measured rate fell below half the margin of the others' leave, banned like a failed
@@ -831,21 +834,23 @@ class PathScheduler:
                 ban.width = max(ban.width, width)
 
     def _join(self, now: float) -> bool:
-        """Add the widest measured path edge-disjoint from the set, if it is predicted to add at least the
-        margin of the set's total; one at a time, each on trial (``_judge_trial``)."""
+        """Add every path the measured graph predicts to add, greedily (``_paths.extend_set``: the widest path
+        edge-disjoint from the set and from banned paths, while it adds the margin of the growing set's total), up
+        to ``max_paths``, all at once on one trial (``_judge_trial``)."""
         if len(self._extras) + 1 >= self.config.max_paths or self._trial is not None:
             return False
         graph = self._measured_graph()
         paths = self.current_paths
-        candidate = extra_path(graph, self.src, self.dst, paths, self._banned_edges())
-        if candidate is None:
+        joined = extend_set(
+            graph, self.src, self.dst, paths, self.config.max_paths, self.config.path_margin, self._banned_edges()
+        )
+        if not joined:
             return False
-        total = set_total(graph, paths)
-        if not adds_enough(path_throughput(graph, candidate), total, self.config.path_margin):
-            return False
-        self._extras.append(_Attempt(candidate, now, "join"))
-        self._edge_since.update((edge, now) for edge in edges_of(candidate))
-        self._trial = _Trial(candidate, now, total)
+        for path in joined:
+            self._extras.append(_Attempt(path, now, "join"))
+            self._edge_since.update((edge, now) for edge in edges_of(path))
+        predicted = {path: path_throughput(graph, path) for path in joined}
+        self._trial = _Trial(predicted, now, set_total(graph, paths))
         return True
 
     def _probes(self, now: float) -> tuple[Edge, ...]:

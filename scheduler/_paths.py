@@ -13,7 +13,16 @@ import networkx as nx
 from ._memory import Edge
 from ._widest import THROUGHPUT, NoPathError, path_throughput, widest_path
 
-__all__ = ["adds_enough", "extra_path", "keeps_adding", "path_set", "set_total"]
+__all__ = [
+    "adds_enough",
+    "extend_set",
+    "extra_path",
+    "keeps_adding",
+    "path_set",
+    "set_total",
+    "taken_shares",
+    "trial_keeps",
+]
 
 Path = tuple[str, ...]
 
@@ -62,6 +71,84 @@ def keeps_adding(rate: float, others: float, margin: float) -> bool:
     return rate > 0 and rate >= margin / 2 * others
 
 
+def taken_shares(lost: float, rates: Sequence[float], predicted: Sequence[float]) -> list[float]:
+    """How much of what the set's other paths ``lost`` each of the newcomers that joined together took from them.
+
+    The newcomers are measured at ``rates`` and were predicted at ``predicted`` when they joined. One that crosses a
+    bottleneck of the set gets only its share there, less than predicted, while one on a route of its own runs
+    at its prediction: so the loss is shared in proportion to how far each fell short of its own prediction, and
+    in proportion to the rates when none did (a newcomer held back by its own window takes from a shared link
+    without falling short). A newcomer that never reported (rate 0) took nothing. With one newcomer it took it
+    all. ``lost`` may be negative (the others gained: the set was held back when they joined); it is shared the same
+    way, and counts in the newcomers' favour.
+    """
+    shortfalls = [max(0.0, p - r) if r > 0 else 0.0 for r, p in zip(rates, predicted, strict=True)]
+    weights = shortfalls if sum(shortfalls) > 0 else [max(0.0, r) for r in rates]
+    whole = sum(weights)
+    if whole <= 0:
+        return [lost / len(rates)] * len(rates) if rates else []
+    return [lost * w / whole for w in weights]
+
+
+def trial_keeps(
+    baseline: float, others: float, rates: Sequence[float], predicted: Sequence[float], margin: float
+) -> list[bool]:
+    """Which of the newcomers that joined a set together stay after their trial.
+
+    ``baseline``: the set's measured total just before they joined; ``others``: what the paths that were there
+    before measure now; ``rates``: each newcomer's measured rate (0 if it never reported), ``predicted``: its
+    predicted rate when it joined. The rule for one newcomer: the total grew by half the margin of the baseline,
+    and the others lost at most half of what the newcomer carries (else it took its rate from them). For several:
+
+    1. Each newcomer is judged by that rule on its own part: what the others lost is shared among the newcomers
+       (``taken_shares``), and it must add half the margin of the baseline net of its share, which may be at most
+       half its rate. One that shared a bottleneck with the set fell short of its prediction and takes the loss.
+    2. Those kept must still pass the rule together (growth of half the margin each), counting the others as
+       regaining what the leaving ones carry, up to what they lost (the most the leaving ones can have taken);
+       while they do not, the one that adds least leaves too. This catches newcomers whose predictions were
+       already low (measured beside the set before), which fall short of nothing.
+    """
+    lost = baseline - others
+    taken = taken_shares(lost, rates, predicted)
+    adds = [rate - took for rate, took in zip(rates, taken, strict=True)]
+    keep = [
+        rate > 0 and added >= margin / 2 * baseline and took <= rate / 2
+        for rate, took, added in zip(rates, taken, adds, strict=True)
+    ]
+    while any(keep):
+        kept = sum(rate for rate, k in zip(rates, keep, strict=True) if k)
+        back = min(max(lost, 0.0), sum(rate for rate, k in zip(rates, keep, strict=True) if not k))
+        total = others + back + kept
+        if total >= baseline * (1 + margin / 2 * sum(keep)) and lost - back <= kept / 2:
+            break
+        weakest = min((i for i, k in enumerate(keep) if k), key=lambda i: (adds[i], rates[i]))
+        keep[weakest] = False
+    return keep
+
+
+def extend_set(
+    graph: nx.DiGraph,
+    src: str,
+    dst: str,
+    taken: Sequence[Sequence[str]],
+    max_paths: int,
+    margin: float,
+    excluded: Collection[Edge] = (),
+) -> list[Path]:
+    """The further paths the model adds to the set ``taken`` (not empty), greedily: while the set has fewer than
+    ``max_paths``, the widest path of measured edges edge-disjoint from the set and avoiding ``excluded``, as long
+    as it adds at least ``margin`` of the growing set's predicted total."""
+    chosen: list[Sequence[str]] = list(taken)
+    added: list[Path] = []
+    while len(chosen) < max_paths:
+        path = extra_path(graph, src, dst, chosen, excluded)
+        if path is None or not adds_enough(path_throughput(graph, path), set_total(graph, chosen), margin):
+            break
+        chosen.append(path)
+        added.append(path)
+    return added
+
+
 def path_set(
     graph: nx.DiGraph,
     src: str,
@@ -73,13 +160,9 @@ def path_set(
 ) -> list[Path]:
     """The set the model proposes from scratch, greedily: the widest path of measured edges, then, while fewer
     than ``max_paths``, the widest path edge-disjoint from those chosen (avoiding ``excluded``), as long as it adds
-    at least ``margin`` of the set's predicted total. The loop builds the same set one join at a time."""
-    chosen: list[Path] = []
-    while len(chosen) < max_paths:
-        path = extra_path(graph, src, dst, chosen, excluded if chosen else ())
-        if path is None:
-            break
-        if chosen and not adds_enough(path_throughput(graph, path), set_total(graph, chosen), margin):
-            break
-        chosen.append(path)
-    return chosen
+    at least ``margin`` of the set's predicted total (``extend_set``). The loop builds the same set, joining at
+    once every further path it predicts."""
+    first = extra_path(graph, src, dst, ())
+    if first is None or max_paths < 1:
+        return []
+    return [first, *extend_set(graph, src, dst, [first], max_paths, margin, excluded)]

@@ -130,6 +130,14 @@ def feed(scheduler: PathScheduler, rates: dict[tuple[str, ...], float], start: f
         t += 1.0
 
 
+def learn_b(memory: EdgeMemory, rate: float = 90.0, at: float = 5.0) -> None:
+    """The memory learns the route through b after the start (from a probe, or a depot's weather), so that it
+    joins at the next evaluation, judged against a total this transfer measured (a warm start's memory that
+    already predicts it joins at the start: see the warm-start tests below)."""
+    for u, v in edges_of(VIA_B):
+        memory.observe(u, v, round(rate * 1000), 1000.0, now=at)
+
+
 def test_max_paths_1_decisions_carry_no_set() -> None:
     scheduler = PathScheduler(VERTICES, "s", "d", known(s_a=100, a_d=100, s_b=90, b_d=90), replace(HAND, max_paths=1))
     first = scheduler.start(0.0)
@@ -140,10 +148,12 @@ def test_max_paths_1_decisions_carry_no_set() -> None:
 
 
 def test_a_disjoint_path_joins_and_stays_when_the_total_grows() -> None:
-    scheduler = PathScheduler(VERTICES, "s", "d", known(s_a=100, a_d=100, s_b=90, b_d=90), HAND)
+    memory = known(s_a=100, a_d=100)
+    scheduler = PathScheduler(VERTICES, "s", "d", memory, HAND)
     first = scheduler.start(0.0)
     assert (first.path, first.all_paths, first.rates) == (VIA_A, (VIA_A,), (100.0,))
     feed(scheduler, {VIA_A: 100}, 0.0, 10.0)
+    learn_b(memory)
     joined = scheduler.tick(10.0)
     assert isinstance(joined, Switch)
     assert (joined.path, joined.reason, joined.paths, joined.rates) == (VIA_A, "join", (VIA_A, VIA_B), (100.0, 90.0))
@@ -163,10 +173,11 @@ def test_a_disjoint_path_joins_and_stays_when_the_total_grows() -> None:
 
 def dropped_shared_path() -> tuple[EdgeMemory, PathScheduler]:
     """A set of two that split one link of 100: the path through b joins at 10 s and is dropped at 20 s."""
-    memory = known(s_a=100, a_d=100, s_b=90, b_d=90)
+    memory = known(s_a=100, a_d=100)
     scheduler = PathScheduler(VERTICES, "s", "d", memory, HAND)
     scheduler.start(0.0)
     feed(scheduler, {VIA_A: 100}, 0.0, 10.0)
+    learn_b(memory)
     assert scheduler.tick(10.0).all_paths == (VIA_A, VIA_B)
     feed(scheduler, {VIA_A: 52, VIA_B: 50}, 10.0, 20.0)  # the total did not grow
     dropped = scheduler.tick(20.0)
@@ -219,9 +230,11 @@ def test_aging_gives_a_banned_path_its_second_chance() -> None:
 
 
 def test_a_newcomer_whose_hops_never_report_is_not_judged_on_its_probe_figures() -> None:
-    scheduler = PathScheduler(VERTICES, "s", "d", known(s_a=100, a_d=100, s_b=90, b_d=90), HAND)
+    memory = known(s_a=100, a_d=100)
+    scheduler = PathScheduler(VERTICES, "s", "d", memory, HAND)
     scheduler.start(0.0)
     feed(scheduler, {VIA_A: 100}, 0.0, 10.0)
+    learn_b(memory)
     assert scheduler.tick(10.0).all_paths == (VIA_A, VIA_B)
     feed(scheduler, {VIA_A: 100}, 10.0, 20.0)  # the engine never ran a block down s-b-d
     dropped = scheduler.tick(20.0)
@@ -231,10 +244,11 @@ def test_a_newcomer_whose_hops_never_report_is_not_judged_on_its_probe_figures()
 
 @pytest.mark.parametrize(("direct", "moves"), [(112.0, False), (200.0, True)])
 def test_a_new_primary_must_beat_the_whole_set_since_it_ends_the_others(direct: float, moves: bool) -> None:
-    memory = known(s_a=100, a_d=100, s_b=95, b_d=95)
+    memory = known(s_a=100, a_d=100)
     scheduler = PathScheduler(VERTICES, "s", "d", memory, HAND)
     scheduler.start(0.0)
     feed(scheduler, {VIA_A: 100}, 0.0, 10.0)
+    learn_b(memory, 95.0)
     scheduler.tick(10.0)
     feed(scheduler, {VIA_A: 100, VIA_B: 95}, 10.0, 20.0)
     assert scheduler.tick(20.0).all_paths == (VIA_A, VIA_B)
@@ -251,9 +265,11 @@ def test_a_new_primary_must_beat_the_whole_set_since_it_ends_the_others(direct: 
 
 
 def test_a_path_that_stops_adding_leaves() -> None:
-    scheduler = PathScheduler(VERTICES, "s", "d", known(s_a=100, a_d=100, s_b=90, b_d=90), HAND)
+    memory = known(s_a=100, a_d=100)
+    scheduler = PathScheduler(VERTICES, "s", "d", memory, HAND)
     scheduler.start(0.0)
     feed(scheduler, {VIA_A: 100}, 0.0, 10.0)
+    learn_b(memory)
     scheduler.tick(10.0)
     feed(scheduler, {VIA_A: 100, VIA_B: 90}, 10.0, 20.0)
     assert scheduler.tick(20.0).all_paths == (VIA_A, VIA_B)
@@ -267,9 +283,11 @@ def test_a_path_that_stops_adding_leaves() -> None:
 
 
 def test_a_failed_depot_drops_only_the_paths_through_it() -> None:
-    scheduler = PathScheduler(VERTICES, "s", "d", known(s_a=100, a_d=100, s_b=90, b_d=90), HAND)
+    memory = known(s_a=100, a_d=100)
+    scheduler = PathScheduler(VERTICES, "s", "d", memory, HAND)
     scheduler.start(0.0)
     feed(scheduler, {VIA_A: 100}, 0.0, 10.0)
+    learn_b(memory)
     scheduler.tick(10.0)
     feed(scheduler, {VIA_A: 100, VIA_B: 90}, 10.0, 20.0)
     scheduler.tick(20.0)
@@ -368,3 +386,91 @@ def test_joins_and_drops_do_not_flap_under_noise(topology: Callable[..., SimNetw
     # hysteresis band a path near the margin leaves and comes back with the noise.
     late = [t for t in joins + drops if t > 300.0]
     assert len(late) <= 2 * 3 * 600.0 / SchedulerConfig().age_after_s + 2
+
+
+# -- warm starts: every predicted path at once, judged together ------------------------------------------
+
+
+def remembered(network: SimNetwork, edges: list[tuple[str, str]] | None = None, streams: int = 2) -> EdgeMemory:
+    """What a transfer at ``streams`` a hop measured on ``edges`` (all of them by default), each alone: a
+    per-stream rate, as the engine reports it. An accurate memory for a warm start."""
+    memory = EdgeMemory()
+    for edge in network.capacities if edges is None else edges:
+        memory.observe(*edge, round(network.share({edge: streams}, 0.0)[edge] / streams), 1.0, now=0.0)
+    return memory
+
+
+def warm(network: SimNetwork, memory: EdgeMemory, config: SchedulerConfig, duration_s: float) -> SimResult:
+    scheduler = PathScheduler(
+        network.vertices, MULTIPATH_SRC, MULTIPATH_DST, memory, config, rtt_s=network.rtts_from(MULTIPATH_SRC)
+    )
+    return simulate_transfer(network, scheduler, duration_s=duration_s, seed=1)
+
+
+def test_a_warm_start_runs_every_predicted_route_from_its_first_second() -> None:
+    network = three_routes()
+    # The memory a transfer over the three routes left. (Not the direct edge: it rides route a's links, so its
+    # figure alone would make it the primary, and the trial would have to find out; see the next tests.)
+    memory = remembered(network, [edge for path in THREE_ROUTES for edge in edges_of(path)])
+    result = warm(network, memory, MULTI, 60.0)
+    routes = sum(pinned(network, p) for p in THREE_ROUTES)
+    print(f"\nwarm three routes: {result.mean_rate(0.0, 20.0) * 8e-6:.2f} Mbit/s over the first 20 s, "
+          f"pinned sum {routes * 8e-6:.2f}")
+    assert set(result.samples[0].paths) == set(THREE_ROUTES)  # from the first decision, not one a trial
+    assert result.mean_rate(0.0, 20.0) >= 0.9 * routes
+    assert not changes(result, "drop")
+    assert set(result.final_paths) == set(THREE_ROUTES)
+
+
+@pytest.mark.parametrize("max_paths", [2, 3])
+def test_a_warm_start_through_one_bottleneck_ends_with_one_path_and_loses_little(max_paths: int) -> None:
+    network = one_bottleneck()
+    multi = warm(network, remembered(network), replace(MULTI, max_paths=max_paths), 300.0)
+    single = warm(network, remembered(network), replace(MULTI, max_paths=1), 300.0)
+    print(f"\nwarm one bottleneck: {multi.mean_rate(0.0) * 8e-6:.2f} Mbit/s with up to {max_paths} paths, "
+          f"{single.mean_rate(0.0) * 8e-6:.2f} with one; changes {[(t, d.reason) for t, d in multi.decisions]}")
+    assert len(multi.samples[0].paths) == max_paths  # the memory predicted them all to add
+    assert len(multi.final_paths) == 1
+    assert multi.mean_rate(0.0) >= 0.95 * single.mean_rate(0.0)
+
+
+HAND3 = replace(HAND, max_paths=3)
+VIA_C = ("s", "c", "d")
+
+
+def known3(**rates: float) -> EdgeMemory:
+    memory = EdgeMemory()
+    vertices = ["s", "a", "b", "c", "d"]
+    for u in vertices:
+        for v in vertices:
+            if u != v:
+                memory.observe(u, v, round(rates.get(f"{u}_{v}", 1.0) * 1000), 1000.0, now=0.0)
+    return memory
+
+
+def test_of_a_group_the_newcomer_that_shares_the_primary_s_bottleneck_leaves_and_the_other_stays() -> None:
+    memory = known3(s_a=100, a_d=100, s_b=90, b_d=90, s_c=60, c_d=60)
+    scheduler = PathScheduler(["s", "a", "b", "c", "d"], "s", "d", memory, HAND3)
+    first = scheduler.start(0.0)
+    assert first.all_paths == (VIA_A, VIA_B, VIA_C)
+    # b splits a's link: both run at 50. c has a route of its own. Together the total grew by 60% and the primary
+    # lost less than half of what the two carry, so a rule on the total alone would keep both.
+    feed(scheduler, {VIA_A: 50, VIA_B: 50, VIA_C: 60}, 0.0, 10.0)
+    judged = scheduler.tick(10.0)
+    assert isinstance(judged, Switch)
+    assert (judged.reason, judged.all_paths) == ("drop", (VIA_A, VIA_C))
+    # b is banned: it does not come back while its figure stands, though it is predicted to add.
+    feed(scheduler, {VIA_A: 100, VIA_C: 60}, 10.0, 60.0)
+    for t in (20.0, 30.0, 40.0, 50.0, 60.0):
+        assert scheduler.tick(t).all_paths == (VIA_A, VIA_C)
+
+
+def test_a_warm_start_drops_the_route_that_shares_the_primary_s_links_and_keeps_the_other() -> None:
+    # three_routes' direct edge rides route a's links; alone it is as wide as route a and needs no depot, so a
+    # memory of every edge makes it the primary and puts route a beside it: the two split one link.
+    network = three_routes()
+    result = warm(network, remembered(network), replace(MULTI, max_paths=3), 60.0)
+    assert set(result.samples[0].paths) == {("src", "dst"), ("src", "a", "dst"), ("src", "b", "dst")}
+    dropped = [(t, d) for t, d in result.decisions if isinstance(d, Switch) and d.reason == "drop"]
+    assert [(t, set(d.all_paths)) for t, d in dropped[:1]] == [(10.0, {("src", "dst"), ("src", "b", "dst")})]
+    assert set(result.final_paths) == {("src", "dst"), ("src", "b", "dst"), ("src", "c", "dst")}
