@@ -334,16 +334,24 @@ def test_two_disjoint_routes_join_and_the_aggregate_approaches_their_sum() -> No
 
 
 def test_three_disjoint_routes_of_different_rates_all_join() -> None:
+    # A cold start with three paths depends on the order the probes' noise gives: over seven seeds of noise,
+    # most reach the routes' sum, and none falls to one route. One seed used to stand for all, and each change
+    # of probe order moved it from one outcome to another (docs/scheduler.md, "Path sets").
     network = three_routes()
-    result = run(network, MULTI)
     routes = sum(pinned(network, p) for p in THREE_ROUTES)
-    print(f"\nthree routes: {result.mean_rate(200.0) * 8e-6:.2f} Mbit/s, pinned sum {routes * 8e-6:.2f}")
-    assert result.mean_rate(200.0) >= 0.85 * routes
-    # Direct rides route a's links: it and the path through a never stay in the set together.
-    final = set(result.final_paths)
-    assert len(final) == 3
-    assert {("src", "b", "dst"), ("src", "c", "dst")} <= final
-    assert not {("src", "dst"), ("src", "a", "dst")} <= final
+    full = 0
+    for seed in range(1, 8):
+        result = run(network, MULTI, seed=seed)
+        share = result.mean_rate(200.0) / routes
+        final = set(result.final_paths)
+        print(f"\nthree routes, seed {seed}: {share:.2f} of the pinned sum {routes * 8e-6:.2f} Mbit/s, {sorted(final)}")
+        assert share >= 0.6  # more than the widest route alone (0.5)
+        if share >= 0.85:
+            full += 1
+            # Direct rides route a's links: it and the path through a never stay in the set together.
+            assert {("src", "b", "dst"), ("src", "c", "dst")} <= final
+            assert not {("src", "dst"), ("src", "a", "dst")} <= final
+    assert full >= 4
 
 
 @pytest.mark.parametrize("max_paths", [2, 3])
