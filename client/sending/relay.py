@@ -359,13 +359,31 @@ class _Block:
 
 
 class _Pool:
-    """Allocations at one depot, asked for in batches: one control round trip buys several blocks' buffers."""
+    """Allocations at one depot, asked for in batches: one control round trip buys several blocks' buffers.
 
-    def __init__(self, client: DepotClient, size: int, duration_s: float, batch: int, patience_s: float) -> None:
+    At an intermediate depot, a block's allocation comes back once the block has moved on (``give_back``) and
+    carries a later block: the next write or copy into it starts at offset 0 and overwrites it (the protocol's
+    overwrite), and every copy out of it names the block's length, so bytes a longer earlier block left past it
+    never travel. That saves the free and the allocation per block and per depot, and the depot a fresh buffer."""
+
+    def __init__(
+        self, client: DepotClient, size: int, duration_s: float, batch: int, patience_s: float, keep: int = 0
+    ) -> None:
         self.client, self.size, self.duration_s, self.batch = client, size, duration_s, batch
         self.patience_s = patience_s
+        self.keep = keep
+        """Allocations given back that are kept at most (0: none, every one is freed)."""
         self._ready: list[Allocation] = []
         self._lock = trio.Lock()
+
+    def give_back(self, alloc: Allocation, now: float) -> bool:
+        """Keep ``alloc``, which a block has left, for a later block: True when kept, False when the caller is to
+        free it (the pool is full, or it has less than half its lifetime left: a block must never find its
+        allocation expired on the way)."""
+        if len(self._ready) >= self.keep or alloc.size != self.size or alloc.expires - now < self.duration_s / 2:
+            return False
+        self._ready.append(alloc)
+        return True
 
     async def take(self) -> Allocation:
         """An allocation; a full depot is asked again as it says (``Retry-After``), for ``patience_s`` at most."""
@@ -586,7 +604,7 @@ class Relay:
                 continue  # the path changed while the block waited for the hop: plan again from here
             block.holders.append((v, target))
             if len(block.holders) >= 3:
-                await self._release(block.holders[-3])
+                await self._pass_on(block.holders[-3])
                 block.holders[-3] = (block.holders[-3][0], None)
         await self._verify_at_destination(block)
 
@@ -627,12 +645,13 @@ class Relay:
                         raise TransferFailed(f"{self.source} changed while being sent (block {block.index})")
                     block.hash = digest
                     started = trio.current_time()  # the write is timed from its first byte, not the read
-                    await self.clients[v].write(target.write, data)
+                    # at offset 0: the allocation may be one an earlier block left (``_Pool``)
+                    await self.clients[v].write(target.write, data, offset=0)
                 else:
                     holder = block.holders[-1][1]
                     assert holder is not None
                     copied = await self.clients[u].copy(
-                        holder.read, target.write_url, length=block.length,
+                        holder.read, target.write_url, length=block.length, dest_offset=0,
                         lane=f"{self._lane}:{v}", lane_width=self._depth(edge),
                     )
                     pushed = copied.seconds
@@ -669,7 +688,7 @@ class Relay:
                 raise BlockDamaged(f"block {block.index} keeps arriving damaged at {self.dest}")
             raise _HopFailed(f"block {block.index} arrived damaged at {self.dest} (hash mismatch)")
         for holder in block.holders[:-1]:
-            await self._release(holder)
+            await self._pass_on(holder)
         record = self._records[block.index] = BlockRecord(block.index, block.offset, block.length, block.hash, alloc)
         self._delivered += block.length
         counted = block.path if block.path in self.paths else self.path
@@ -1033,6 +1052,8 @@ class Relay:
             pool = self._pools[node] = _Pool(
                 self.clients[node], self.config.block_size, self._lifetime(node), batch,
                 patience_s=4 * self.config.timeout_s,
+                # blocks stay at the destination; elsewhere a block's allocation carries later blocks
+                keep=0 if node == self.dest else self.config.max_inflight + batch,
             )
         try:
             return await pool.take()
@@ -1041,6 +1062,17 @@ class Relay:
                 raise DepotRefused(node, exc) from None
             await self._blame((node, node), exc)
             raise _HopFailed(f"allocating at {node}: {exc}") from None
+
+    async def _pass_on(self, holder: tuple[str, Allocation | None]) -> None:
+        """A block has moved on from ``holder`` safely: its allocation goes back to the depot's pool for a later
+        block, else is freed. (After a failure an allocation is freed, never kept: a write or push cut off on
+        the client's side may still run at the depot.)"""
+        node, alloc = holder
+        if alloc is None or node in self.dead:
+            return
+        pool = self._pools.get(node)
+        if pool is None or not pool.give_back(alloc, self.clock()):
+            await self._release(holder)
 
     async def _release(self, holder: tuple[str, Allocation | None]) -> None:
         node, alloc = holder
