@@ -147,7 +147,8 @@ async def main() -> int:
                 rows.append(row)
                 print(f"run {run + 1}: {row['MB/s']:.0f} MB/s; CPU-s/GiB send {row['send']:.2f} a {row['a']:.2f} "
                       f"b {row['b']:.2f} c {row['c']:.2f}; minor faults per block a {row['a faults/block']:.0f} "
-                      f"b {row['b faults/block']:.0f} c {row['c faults/block']:.0f}; requests per block {row['requests/block']:.2f} ("
+                      f"b {row['b faults/block']:.0f} c {row['c faults/block']:.0f}; "
+                      f"requests per block {row['requests/block']:.2f} ("
                       + ", ".join(f"{op} {n:.2f}" for op, n in sorted(per_block.items()) if n)
                       + f"); edges (MB/s) {edges}", flush=True)
     med = {k: statistics.median(r[k] for r in rows) for k in rows[0]}

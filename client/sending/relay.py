@@ -43,7 +43,7 @@ import hashlib
 import math
 import os
 import secrets
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Container, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, TypeGuard
@@ -413,6 +413,66 @@ class _Pool:
                 pass  # it expires on its own
 
 
+_HASH_AHEAD_BYTES = 128 * MiB
+"""Bytes of blocks read ahead of the whole-file hash's position that it keeps for later (``_WholeHash``)."""
+
+
+class _WholeHash:
+    """The whole-file hash, fed the bytes each block was read with for sending: one read of every byte and two
+    hash updates (the block's, this one), instead of a second pass over the file.
+
+    It hashes in file order; blocks are read nearly in order but not exactly (several at once, in worker
+    threads), so a block read ahead of the hash's position is kept here until the hash gets to it, up to
+    ``ahead_bytes`` (the block the hash waits for is always kept). A block beyond that, or one this run does
+    not send (``skipped``: delivered by an earlier run), the hash reads again itself when it gets to it. A block
+    read again after a failure is not offered twice: its bytes were checked against the first read's hash."""
+
+    def __init__(self, algorithm: str, spans: Sequence[tuple[int, int]], ahead_bytes: int) -> None:
+        self._hasher = hashlib.new(algorithm)
+        self._spans = spans
+        self._ahead = ahead_bytes
+        self._kept: dict[int, bytes] = {}
+        self._kept_bytes = 0
+        self._offered: set[int] = set()
+        self._next = 0
+        self._wake = trio.Event()
+        self.reread = 0
+        """Blocks the hash read itself (not kept, or not sent)."""
+
+    def offer(self, index: int, data: bytes) -> None:
+        """Block ``index`` was read for sending: these are its bytes."""
+        if index < self._next or index in self._offered:
+            return
+        self._offered.add(index)
+        if index == self._next or self._kept_bytes + len(data) <= self._ahead:
+            self._kept[index] = data
+            self._kept_bytes += len(data)
+        if index == self._next:
+            self._wake.set()
+
+    async def run(
+        self, skipped: Container[int], read: Callable[[int, int], bytes], offload: Offload,
+        available: Callable[[int, int], Awaitable[None]] | None,
+    ) -> str:
+        """The hex digest, once every block was offered or read here (``read`` runs through ``offload``)."""
+        for index, (offset, length) in enumerate(self._spans):
+            self._next = index
+            while index not in self._offered and index not in skipped:
+                self._wake = trio.Event()
+                await self._wake.wait()
+            data = self._kept.pop(index, None)
+            if data is None:
+                self.reread += 1
+                if available is not None:
+                    await available(offset, offset + length)
+                data = await offload(read, offset, length)
+            else:
+                self._kept_bytes -= len(data)
+            await offload(self._hasher.update, data)
+            self._offered.discard(index)
+        return str(self._hasher.hexdigest())
+
+
 class Relay:
     """One transfer of one file to ``dest`` over the depots in ``clients`` (keyed by vertex name)."""
 
@@ -473,6 +533,7 @@ class Relay:
         self._timeline: list[TimelinePoint] = []
         self._paths: list[PathRun] = []
         self._file_hash = ""
+        self._whole: _WholeHash | None = None
         self._done = trio.Event()
         self._file_hashed = trio.Event()
         self._probes_idle = trio.Event()
@@ -511,11 +572,12 @@ class Relay:
             if not 0 <= index < len(spans) or spans[index] != (record.offset, record.length):
                 raise ValueError(f"block {index} given as delivered is not a block of {self.source}")
         self._records.update(self._already)
+        self._whole = _WholeHash(self.config.hash_algorithm, spans, _HASH_AHEAD_BYTES)
         fd = self._fd = -1 if isinstance(self.source, Stream) else os.open(self.source, os.O_RDONLY)
         try:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(self._steer, nursery)
-                nursery.start_soon(self._hash_whole_file)
+                nursery.start_soon(self._hash_whole_file, self._whole)
                 async with trio.open_nursery() as carriers:
                     for block in blocks:
                         if block.index in self._already:
@@ -644,6 +706,8 @@ class Relay:
                     if block.hash and digest != block.hash:
                         raise TransferFailed(f"{self.source} changed while being sent (block {block.index})")
                     block.hash = digest
+                    if self._whole is not None:
+                        self._whole.offer(block.index, data)
                     started = trio.current_time()  # the write is timed from its first byte, not the read
                     # at offset 0: the allocation may be one an earlier block left (``_Pool``)
                     await self.clients[v].write(target.write, data, offset=0)
@@ -696,14 +760,17 @@ class Relay:
         self._tag(block, None, delivered=True)
         self.on_event(BlockDelivered(block.index, block.length, self.clock(), record))
 
-    async def _hash_whole_file(self) -> None:
-        """The whole-file hash, in one pass of its own beside the transfer (blocks are read out of order)."""
-        if self._available is not None:
-            await self._available(0, self.size)
+    async def _hash_whole_file(self, whole: _WholeHash) -> None:
+        """The whole-file hash, from the bytes the blocks were read with (``_WholeHash``)."""
         if isinstance(self.source, Stream):
-            self._file_hash = await self._offload(_hash_stream, self.source, self.config.hash_algorithm)
+            read = self.source.read
         else:
-            self._file_hash = await self._offload(_hash_file, self._fd, self.size, self.config.hash_algorithm)
+            fd = self._fd
+
+            def read(offset: int, length: int) -> bytes:
+                return _read_exactly(fd, offset, length)
+
+        self._file_hash = await whole.run(self._already, read, self._offload, self._available)
         self._file_hashed.set()
 
     # -- failures -----------------------------------------------------------------------------------------------
@@ -1088,10 +1155,15 @@ class Relay:
 
 
 
-def _read_and_hash(fd: int, offset: int, length: int, algorithm: str) -> tuple[bytes, str]:
+def _read_exactly(fd: int, offset: int, length: int) -> bytes:
     data = os.pread(fd, length, offset)
     if len(data) != length:
         raise TransferFailed(f"short read at {offset}: the file shrank while being sent")
+    return data
+
+
+def _read_and_hash(fd: int, offset: int, length: int, algorithm: str) -> tuple[bytes, str]:
+    data = _read_exactly(fd, offset, length)
     return data, hashlib.new(algorithm, data).hexdigest()
 
 
@@ -1100,23 +1172,6 @@ def _read_span_and_hash(
 ) -> tuple[bytes, str]:
     data = read(offset, length)
     return data, hashlib.new(algorithm, data).hexdigest()
-
-
-def _hash_stream(stream: Stream, algorithm: str) -> str:
-    hasher = hashlib.new(algorithm)
-    for offset, length in stream.spans:
-        hasher.update(stream.read(offset, length))
-    return hasher.hexdigest()
-
-
-def _hash_file(fd: int, size: int, algorithm: str) -> str:
-    hasher = hashlib.new(algorithm)
-    for offset in range(0, size, 8 * MiB):
-        chunk = os.pread(fd, min(8 * MiB, size - offset), offset)
-        if not chunk:
-            raise TransferFailed(f"short read at {offset}: the file shrank while being sent")
-        hasher.update(chunk)
-    return hasher.hexdigest()
 
 
 def _path_set(decision: Keep | Switch | DropDepot) -> tuple[tuple[Route, ...], tuple[float, ...]]:
