@@ -1,7 +1,7 @@
 """The three-depot loopback chain alone, with CPU per GiB of every process and, optionally, py-spy profiles.
 
     flock /tmp/lnet-testbed.lock .venv/bin/python bench/chain_profile.py [--total 256MiB] [--block 8MiB]
-        [--runs 3] [--py-spy DIR] [--send-arg=--max-inflight=4 ...]
+        [--runs 3] [--duration 10m] [--py-spy DIR] [--perf DIR] [--strace DIR] [--send-arg=--max-inflight=4 ...]
 
 Starts depots a, b and c on loopback (data in /dev/shm), runs ``lnet-send FILE --to c --path a,b,c`` ``--runs``
 times and prints, per run, the rate over lnet-send's own transfer time and the CPU seconds (user + system) per
@@ -69,6 +69,10 @@ async def main() -> int:
     parser.add_argument("--duration", default="10m", help="the blocks' lifetime at c (default 10m; shorter lets "
                         "c forget earlier runs' blocks on long series)")
     parser.add_argument("--py-spy", type=Path, metavar="DIR")
+    parser.add_argument("--perf", type=Path, metavar="DIR", help="record the last run with `perf record` (kernel "
+                        "and user, what py-spy does not see) on lnet-send and every depot, into DIR/NAME.data")
+    parser.add_argument("--strace", type=Path, metavar="DIR", help="count the last run's system calls with "
+                        "`strace -c -f` on lnet-send and every depot, into DIR/NAME.txt (slows the run down)")
     parser.add_argument("--send-arg", action="append", default=[], help="an extra lnet-send argument")
     args = parser.parse_args()
     total, block = parse_size(args.total), parse_size(args.block)
@@ -111,6 +115,19 @@ async def main() -> int:
                              "200", "--pid", str(pid), "--output", str(args.py_spy / f"{name}.txt"), "--nonblocking"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                         ))
+                last = run == args.runs - 1
+                for tool, out_dir in (("perf", args.perf), ("strace", args.strace)):
+                    if out_dir is None or not last:
+                        continue
+                    out_dir.mkdir(parents=True, exist_ok=True)
+                    for name, pid in [("send", proc.pid)] + [(n, d.process.pid) for n, d in depots.items()]:
+                        command = (
+                            ["perf", "record", "-F", "999", "-p", str(pid), "-o", str(out_dir / f"{name}.data")]
+                            if tool == "perf" else
+                            ["strace", "-c", "-f", "-p", str(pid), "-o", str(out_dir / f"{name}.txt")]
+                        )
+                        spies.append(subprocess.Popen(  # noqa: ASYNC220
+                            command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
                 send_cpu = 0.0
                 ps = psutil.Process(proc.pid)
                 while proc.poll() is None:

@@ -45,6 +45,7 @@ import os
 import secrets
 from collections.abc import Awaitable, Callable, Container, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from functools import partial
 from pathlib import Path
 from typing import Any, TypeGuard
 
@@ -413,6 +414,39 @@ class _Pool:
                 pass  # it expires on its own
 
 
+class _Lease:
+    """A block's read buffer while someone uses it: the write that sends it, the whole-file hash that keeps it.
+    Back to its pool when the last user is done; a view of it must not be used after that."""
+
+    def __init__(self, pool: _ReadBuffers, buffer: bytearray) -> None:
+        self._pool, self.buffer, self._users = pool, buffer, 1
+
+    def hold(self) -> None:
+        self._users += 1
+
+    def done(self) -> None:
+        self._users -= 1
+        if self._users == 0:
+            self._pool.put(self.buffer)
+
+
+class _ReadBuffers:
+    """Block buffers that the file's blocks are read into, used again and again: a fresh ``bytes`` of a block's
+    size per block cost lnet-send the kernel's page faults and zeroing of every page (``os.pread`` was a sixth
+    of its samples in the chain; docs/depot.md). At most ``keep`` idle buffers are kept."""
+
+    def __init__(self, size: int, keep: int) -> None:
+        self.size, self.keep = size, keep
+        self._idle: list[bytearray] = []
+
+    def take(self) -> _Lease:
+        return _Lease(self, self._idle.pop() if self._idle else bytearray(self.size))
+
+    def put(self, buffer: bytearray) -> None:
+        if len(self._idle) < self.keep:
+            self._idle.append(buffer)
+
+
 _HASH_AHEAD_BYTES = 128 * MiB
 """Bytes of blocks read ahead of the whole-file hash's position that it keeps for later (``_WholeHash``)."""
 
@@ -431,7 +465,7 @@ class _WholeHash:
         self._hasher = hashlib.new(algorithm)
         self._spans = spans
         self._ahead = ahead_bytes
-        self._kept: dict[int, bytes] = {}
+        self._kept: dict[int, tuple[bytes | memoryview, _Lease | None]] = {}
         self._kept_bytes = 0
         self._offered: set[int] = set()
         self._next = 0
@@ -439,13 +473,16 @@ class _WholeHash:
         self.reread = 0
         """Blocks the hash read itself (not kept, or not sent)."""
 
-    def offer(self, index: int, data: bytes) -> None:
-        """Block ``index`` was read for sending: these are its bytes."""
+    def offer(self, index: int, data: bytes | memoryview, lease: _Lease | None = None) -> None:
+        """Block ``index`` was read for sending: these are its bytes (in ``lease``'s buffer, which is held while
+        they are kept)."""
         if index < self._next or index in self._offered:
             return
         self._offered.add(index)
         if index == self._next or self._kept_bytes + len(data) <= self._ahead:
-            self._kept[index] = data
+            if lease is not None:
+                lease.hold()
+            self._kept[index] = (data, lease)
             self._kept_bytes += len(data)
         if index == self._next:
             self._wake.set()
@@ -460,15 +497,20 @@ class _WholeHash:
             while index not in self._offered and index not in skipped:
                 self._wake = trio.Event()
                 await self._wake.wait()
-            data = self._kept.pop(index, None)
-            if data is None:
+            kept = self._kept.pop(index, None)
+            if kept is None:
                 self.reread += 1
                 if available is not None:
                     await available(offset, offset + length)
-                data = await offload(read, offset, length)
+                await offload(self._hasher.update, await offload(read, offset, length))
             else:
+                data, lease = kept
                 self._kept_bytes -= len(data)
-            await offload(self._hasher.update, data)
+                try:
+                    await offload(self._hasher.update, data)
+                finally:
+                    if lease is not None:
+                        lease.done()
             self._offered.discard(index)
         return str(self._hasher.hexdigest())
 
@@ -534,6 +576,7 @@ class Relay:
         self._paths: list[PathRun] = []
         self._file_hash = ""
         self._whole: _WholeHash | None = None
+        self._buffers = _ReadBuffers(self.config.block_size, self.config.max_inflight)
         self._done = trio.Event()
         self._file_hashed = trio.Event()
         self._probes_idle = trio.Event()
@@ -694,23 +737,32 @@ class Relay:
             pushed: float | None = None
             try:
                 if u == self.here:
-                    if isinstance(self.source, Stream):
+                    data: bytes | memoryview
+                    lease: _Lease | None = None
+                    if isinstance(self.source, Stream) or block.length > self._buffers.size:
+                        read = self.source.read if isinstance(self.source, Stream) else partial(_read_exactly, fd)
                         data, digest = await self._offload(
-                            _read_span_and_hash, self.source.read, block.offset, block.length,
-                            self.config.hash_algorithm,
+                            _read_span_and_hash, read, block.offset, block.length, self.config.hash_algorithm,
                         )
                     else:
-                        data, digest = await self._offload(
-                            _read_and_hash, fd, block.offset, block.length, self.config.hash_algorithm
-                        )
-                    if block.hash and digest != block.hash:
-                        raise TransferFailed(f"{self.source} changed while being sent (block {block.index})")
-                    block.hash = digest
-                    if self._whole is not None:
-                        self._whole.offer(block.index, data)
-                    started = trio.current_time()  # the write is timed from its first byte, not the read
-                    # at offset 0: the allocation may be one an earlier block left (``_Pool``)
-                    await self.clients[v].write(target.write, data, offset=0)
+                        lease = self._buffers.take()
+                        data = memoryview(lease.buffer)[: block.length]
+                    try:
+                        if lease is not None:
+                            digest = await self._offload(
+                                _read_into_and_hash, fd, data, block.offset, self.config.hash_algorithm
+                            )
+                        if block.hash and digest != block.hash:
+                            raise TransferFailed(f"{self.source} changed while being sent (block {block.index})")
+                        block.hash = digest
+                        if self._whole is not None:
+                            self._whole.offer(block.index, data, lease)
+                        started = trio.current_time()  # the write is timed from its first byte, not the read
+                        # at offset 0: the allocation may be one an earlier block left (``_Pool``)
+                        await self.clients[v].write(target.write, data, offset=0)
+                    finally:
+                        if lease is not None:
+                            lease.done()
                 else:
                     holder = block.holders[-1][1]
                     assert holder is not None
@@ -1162,9 +1214,15 @@ def _read_exactly(fd: int, offset: int, length: int) -> bytes:
     return data
 
 
-def _read_and_hash(fd: int, offset: int, length: int, algorithm: str) -> tuple[bytes, str]:
-    data = _read_exactly(fd, offset, length)
-    return data, hashlib.new(algorithm, data).hexdigest()
+def _read_into_and_hash(fd: int, view: memoryview, offset: int, algorithm: str) -> str:
+    """Fill ``view`` from the file at ``offset``; returns its hash."""
+    filled = 0
+    while filled < len(view):
+        got = os.preadv(fd, [view[filled:]], offset + filled)
+        if got == 0:
+            raise TransferFailed(f"short read at {offset + filled}: the file shrank while being sent")
+        filled += got
+    return hashlib.new(algorithm, view).hexdigest()
 
 
 def _read_span_and_hash(
