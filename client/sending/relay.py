@@ -392,7 +392,8 @@ class _Pool:
             waited = 0.0
             while not self._ready:
                 try:
-                    self._ready = await self.client.allocate(self.size, self.duration_s, count=self.batch)
+                    # extended, not replaced: an allocation may come back (``give_back``) while this one waits
+                    self._ready.extend(await self.client.allocate(self.size, self.duration_s, count=self.batch))
                 except DepotFull as full:
                     pause = full.retry_after or 1.0
                     if waited + pause > self.patience_s:
@@ -1171,8 +1172,9 @@ class Relay:
             pool = self._pools[node] = _Pool(
                 self.clients[node], self.config.block_size, self._lifetime(node), batch,
                 patience_s=4 * self.config.timeout_s,
-                # blocks stay at the destination; elsewhere a block's allocation carries later blocks
-                keep=0 if node == self.dest else self.config.max_inflight + batch,
+                # Blocks stay at the destination; elsewhere a block's allocation carries later blocks. A depot
+                # holds a block until it is two depots further on, so about as many as the relay admits at once.
+                keep=0 if node == self.dest else 4 * self.config.max_inflight,
             )
         try:
             return await pool.take()
