@@ -1,6 +1,7 @@
 """Depot throughput on loopback, each figure beside a plain TCP socket measured in the same run.
 
     flock /tmp/lnet-testbed.lock ./run bench depot_throughput [--total 256MiB] [--block 8MiB] [--runs 5]
+        [--chain-only | --no-chain] [--duration 10m]
 
 Every run measures, one after another (so that a noisy neighbour hits them all alike):
   raw TCP       a trio sender and a blocking ``recv_into`` receiver in its own process: the reference;
@@ -12,7 +13,8 @@ Every run measures, one after another (so that a noisy neighbour hits them all a
                 writes small chunks), GET of every block;
   chain         ``lnet-send`` of a ``--total`` file through three depot processes (``--path a,b,c``): the
                 client writes into a, a copies to b, b to c, c hashes each block; the rate is bytes over
-                lnet-send's own transfer time.
+                lnet-send's own transfer time, and the CPU seconds per GiB of lnet-send and of each depot
+                are printed below the table (``--chain-only``: this path alone).
 Each path gets its median over the runs with the spread (min-max), and the median of its ratio to the raw
 figure of the same run. The machine's cores and load average are printed before and after: a loaded machine
 gives low, scattered figures, so compare A/B runs made back to back. Prints a table with the targets of issue
@@ -246,7 +248,14 @@ async def one_run(
     return rates
 
 
-async def chain_run(depots: list[DepotProcess], source: Path, block_size: int, work: Path) -> float:
+CHAIN_CPU: list[dict[str, float]] = []  # per chain run: CPU seconds per GiB of lnet-send and of each depot
+
+
+async def chain_run(
+    depots: list[DepotProcess], source: Path, block_size: int, work: Path, duration: str = "10m"
+) -> float:
+    """One ``lnet-send`` through a, b and c; returns its rate and records the CPU per GiB of every process in
+    ``CHAIN_CPU`` (lnet-send's whole process, start-up included, from this process's reaped children)."""
     names = ["a", "b", "c"]
     depots_file = work / "depots.toml"
     depots_file.write_text('here = "bench"\n' + "".join(
@@ -255,13 +264,22 @@ async def chain_run(depots: list[DepotProcess], source: Path, block_size: int, w
     argv = [
         sys.executable, "-m", "lnet.client.send", str(source), "--to", "c", "--path", "a,b,c",
         "--depots", str(depots_file), "--memory", str(work / "edges.json"), "--block-size", str(block_size),
-        "--manifest", str(work / "chain.manifest.json"), "--duration", "10m", "--json", "--no-progress",
+        "--manifest", str(work / "chain.manifest.json"), "--duration", duration, "--json", "--no-progress",
     ]
+    processes = {name: psutil.Process(depot.process.pid) for name, depot in zip(names, depots, strict=True)}
+    before = {name: sum(p.cpu_times()[:2]) for name, p in processes.items()}
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
     result = await trio.run_process(argv, capture_stdout=True, capture_stderr=True, check=False)
     if result.returncode != 0:
         raise RuntimeError(f"lnet-send failed ({result.returncode}): {result.stderr.decode()[-2000:]}")
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
     report = json.loads(result.stdout.decode().strip().splitlines()[-1])
     CHAIN_REPORTS.append(report)
+    gib = float(report["bytes"]) / 2**30
+    cpu = {"send": (after.ru_utime + after.ru_stime - children.ru_utime - children.ru_stime) / gib}
+    for name, process in processes.items():
+        cpu[name] = (sum(process.cpu_times()[:2]) - before[name]) / gib
+    CHAIN_CPU.append(cpu)
     return float(report["bytes"]) / float(report["seconds"])
 
 
@@ -276,11 +294,17 @@ async def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=5, help="runs; medians are reported (default 5, at least 5 "
                         "for figures to quote)")
     parser.add_argument("--no-chain", action="store_true", help="leave out the three-depot lnet-send chain")
+    parser.add_argument("--duration", default="10m", help="the chain's blocks' lifetime at c (default 10m; a "
+                        "shorter one lets c forget earlier runs' blocks in a long series)")
+    parser.add_argument("--chain-only", action="store_true", help="run only the three-depot lnet-send chain (no "
+                        "raw TCP, client, curl or httpx paths)")
     args = parser.parse_args(argv)
     total, block_size = parse_size(args.total), parse_size(args.block)
     total -= total % block_size
     if total < block_size:
         parser.error("--total must be at least one --block")
+    if args.chain_only and args.no_chain:
+        parser.error("--chain-only and --no-chain leave nothing to run")
     use_curl = shutil.which("curl") is not None
     load_before = os.getloadavg()
     print(f"machine: {os.cpu_count()} cores ({len(os.sched_getaffinity(0))} usable), load average "
@@ -308,15 +332,19 @@ async def main(argv: list[str] | None = None) -> int:
             rss: dict[str, int] = {}
             cpu: list[dict[str, tuple[float, float]]] = []
             for index in range(args.runs):
-                meter = Meter([a.process.pid, b.process.pid], total)
-                rates = await one_run(a, b, total, block, block_file, use_curl, rss, meter)
-                cpu.append(meter.cpu)
+                rates: dict[str, float] = {}
+                if not args.chain_only:
+                    meter = Meter([a.process.pid, b.process.pid], total)
+                    rates = await one_run(a, b, total, block, block_file, use_curl, rss, meter)
+                    cpu.append(meter.cpu)
                 if not args.no_chain:
-                    rates["chain"] = await chain_run([a, b, c], source, block_size, work)
+                    rates["chain"] = await chain_run([a, b, c], source, block_size, work, args.duration)
                 runs.append(rates)
                 print(f"run {index + 1}: " + ", ".join(f"{k} {v / 1e6:.0f}" for k, v in rates.items()) + " MB/s",
                       flush=True)
     load_after = os.getloadavg()
+    if args.chain_only:
+        return chain_table(runs, total, block_size, load_before, load_after)
     paths = [p for p in runs[0] if p != "raw TCP"]
     raw = spread([r["raw TCP"] for r in runs])
     print(f"\ndepot throughput on loopback: {total // MiB} MiB per path in {block_size // MiB} MiB blocks, "
@@ -360,12 +388,50 @@ async def main(argv: list[str] | None = None) -> int:
     print(f"depot RSS holding {total // MiB} MiB of blocks: {rss['full'] / MiB:.0f} MiB "
           f"(capacity {int(capacity) // MiB} MiB)")
     result["rss_full_bytes"] = rss["full"]
+    if CHAIN_CPU:
+        print(chain_cpu_line())
     if CHAIN_REPORTS:
         last = CHAIN_REPORTS[-1]
         edges = ", ".join(f"{e['from']}->{e['to']} {e['mbps'] / 8:.0f} MB/s" for e in last.get("edges", []))
         print(f"chain, last run: {last['blocks']} blocks, {last['resends']} re-sends, {last['seconds']:.2f} s; "
               f"per edge (lnet-send's meters): {edges}")
     result["missed"] = misses
+    print(json.dumps(result))
+    return 0
+
+
+def chain_cpu_line() -> str:
+    """The chain's CPU seconds per GiB, each process's median over the runs (min-max)."""
+    parts = []
+    for name in ("send", "a", "b", "c"):
+        median, low, high = spread([c[name] for c in CHAIN_CPU])
+        parts.append(f"{'lnet-send' if name == 'send' else name} {median:.2f} ({low:.2f}-{high:.2f})")
+    total = spread([sum(c.values()) for c in CHAIN_CPU])
+    return (f"chain CPU-s/GiB, median (min-max): {', '.join(parts)}; all four {total[0]:.2f} "
+            f"({total[1]:.2f}-{total[2]:.2f}); lnet-send's includes its start-up")
+
+
+def chain_table(
+    runs: list[dict[str, float]], total: int, block_size: int, load_before: tuple[float, float, float],
+    load_after: tuple[float, float, float],
+) -> int:
+    """``--chain-only``: the chain's rate and CPU, and one JSON line."""
+    median, low, high = spread([r["chain"] for r in runs])
+    verdict = "met" if median / 1e6 >= CHAIN_TARGET_MBPS else "MISSED"
+    print(f"\nthree-depot chain through lnet-send on loopback: {total // MiB} MiB in {block_size // MiB} MiB blocks, "
+          f"median of {len(runs)} runs; load average after {load_after[0]:.2f} {load_after[1]:.2f} "
+          f"{load_after[2]:.2f}")
+    print(f"chain {median / 1e6:.0f} MB/s ({low / 1e6:.0f}-{high / 1e6:.0f}); >= {CHAIN_TARGET_MBPS:.0f} MB/s: "
+          f"{verdict}")
+    print(chain_cpu_line())
+    result: dict[str, Any] = {
+        "bench": "depot_throughput", "chain_only": True, "total_bytes": total, "block_bytes": block_size,
+        "runs": len(runs), "cores": os.cpu_count(), "load_before": load_before[0], "load_after": load_after[0],
+        "chain_MBps": median / 1e6, "chain_MBps_min": low / 1e6, "chain_MBps_max": high / 1e6,
+        "missed": [] if verdict == "met" else ["chain"],
+    }
+    for name in ("send", "a", "b", "c"):
+        result[f"chain_{name}_cpu_s_per_GiB"] = statistics.median(c[name] for c in CHAIN_CPU)
     print(json.dumps(result))
     return 0
 

@@ -43,8 +43,9 @@ import hashlib
 import math
 import os
 import secrets
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Container, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from functools import partial
 from pathlib import Path
 from typing import Any, TypeGuard
 
@@ -359,13 +360,31 @@ class _Block:
 
 
 class _Pool:
-    """Allocations at one depot, asked for in batches: one control round trip buys several blocks' buffers."""
+    """Allocations at one depot, asked for in batches: one control round trip buys several blocks' buffers.
 
-    def __init__(self, client: DepotClient, size: int, duration_s: float, batch: int, patience_s: float) -> None:
+    At an intermediate depot, a block's allocation comes back once the block has moved on (``give_back``) and
+    carries a later block: the next write or copy into it starts at offset 0 and overwrites it (the protocol's
+    overwrite), and every copy out of it names the block's length, so bytes a longer earlier block left past it
+    never travel. That saves the free and the allocation per block and per depot, and the depot a fresh buffer."""
+
+    def __init__(
+        self, client: DepotClient, size: int, duration_s: float, batch: int, patience_s: float, keep: int = 0
+    ) -> None:
         self.client, self.size, self.duration_s, self.batch = client, size, duration_s, batch
         self.patience_s = patience_s
+        self.keep = keep
+        """Allocations given back that are kept at most (0: none, every one is freed)."""
         self._ready: list[Allocation] = []
         self._lock = trio.Lock()
+
+    def give_back(self, alloc: Allocation, now: float) -> bool:
+        """Keep ``alloc``, which a block has left, for a later block: True when kept, False when the caller is to
+        free it (the pool is full, or it has less than half its lifetime left: a block must never find its
+        allocation expired on the way)."""
+        if len(self._ready) >= self.keep or alloc.size != self.size or alloc.expires - now < self.duration_s / 2:
+            return False
+        self._ready.append(alloc)
+        return True
 
     async def take(self) -> Allocation:
         """An allocation; a full depot is asked again as it says (``Retry-After``), for ``patience_s`` at most."""
@@ -373,7 +392,8 @@ class _Pool:
             waited = 0.0
             while not self._ready:
                 try:
-                    self._ready = await self.client.allocate(self.size, self.duration_s, count=self.batch)
+                    # extended, not replaced: an allocation may come back (``give_back``) while this one waits
+                    self._ready.extend(await self.client.allocate(self.size, self.duration_s, count=self.batch))
                 except DepotFull as full:
                     pause = full.retry_after or 1.0
                     if waited + pause > self.patience_s:
@@ -393,6 +413,107 @@ class _Pool:
                 await self.client.free(alloc.manage)
             except (DepotError, DepotUnreachable):
                 pass  # it expires on its own
+
+
+class _Lease:
+    """A block's read buffer while someone uses it: the write that sends it, the whole-file hash that keeps it.
+    Back to its pool when the last user is done; a view of it must not be used after that."""
+
+    def __init__(self, pool: _ReadBuffers, buffer: bytearray) -> None:
+        self._pool, self.buffer, self._users = pool, buffer, 1
+
+    def hold(self) -> None:
+        self._users += 1
+
+    def done(self) -> None:
+        self._users -= 1
+        if self._users == 0:
+            self._pool.put(self.buffer)
+
+
+class _ReadBuffers:
+    """Block buffers that the file's blocks are read into, used again and again: a fresh ``bytes`` of a block's
+    size per block cost lnet-send the kernel's page faults and zeroing of every page (``os.pread`` was a sixth
+    of its samples in the chain; docs/depot.md). At most ``keep`` idle buffers are kept."""
+
+    def __init__(self, size: int, keep: int) -> None:
+        self.size, self.keep = size, keep
+        self._idle: list[bytearray] = []
+
+    def take(self) -> _Lease:
+        return _Lease(self, self._idle.pop() if self._idle else bytearray(self.size))
+
+    def put(self, buffer: bytearray) -> None:
+        if len(self._idle) < self.keep:
+            self._idle.append(buffer)
+
+
+_HASH_AHEAD_BYTES = 128 * MiB
+"""Bytes of blocks read ahead of the whole-file hash's position that it keeps for later (``_WholeHash``)."""
+
+
+class _WholeHash:
+    """The whole-file hash, fed the bytes each block was read with for sending: one read of every byte and two
+    hash updates (the block's, this one), instead of a second pass over the file.
+
+    It hashes in file order; blocks are read nearly in order but not exactly (several at once, in worker
+    threads), so a block read ahead of the hash's position is kept here until the hash gets to it, up to
+    ``ahead_bytes`` (the block the hash waits for is always kept). A block beyond that, or one this run does
+    not send (``skipped``: delivered by an earlier run), the hash reads again itself when it gets to it. A block
+    read again after a failure is not offered twice: its bytes were checked against the first read's hash."""
+
+    def __init__(self, algorithm: str, spans: Sequence[tuple[int, int]], ahead_bytes: int) -> None:
+        self._hasher = hashlib.new(algorithm)
+        self._spans = spans
+        self._ahead = ahead_bytes
+        self._kept: dict[int, tuple[bytes | memoryview, _Lease | None]] = {}
+        self._kept_bytes = 0
+        self._offered: set[int] = set()
+        self._next = 0
+        self._wake = trio.Event()
+        self.reread = 0
+        """Blocks the hash read itself (not kept, or not sent)."""
+
+    def offer(self, index: int, data: bytes | memoryview, lease: _Lease | None = None) -> None:
+        """Block ``index`` was read for sending: these are its bytes (in ``lease``'s buffer, which is held while
+        they are kept)."""
+        if index < self._next or index in self._offered:
+            return
+        self._offered.add(index)
+        if index == self._next or self._kept_bytes + len(data) <= self._ahead:
+            if lease is not None:
+                lease.hold()
+            self._kept[index] = (data, lease)
+            self._kept_bytes += len(data)
+        if index == self._next:
+            self._wake.set()
+
+    async def run(
+        self, skipped: Container[int], read: Callable[[int, int], bytes], offload: Offload,
+        available: Callable[[int, int], Awaitable[None]] | None,
+    ) -> str:
+        """The hex digest, once every block was offered or read here (``read`` runs through ``offload``)."""
+        for index, (offset, length) in enumerate(self._spans):
+            self._next = index
+            while index not in self._offered and index not in skipped:
+                self._wake = trio.Event()
+                await self._wake.wait()
+            kept = self._kept.pop(index, None)
+            if kept is None:
+                self.reread += 1
+                if available is not None:
+                    await available(offset, offset + length)
+                await offload(self._hasher.update, await offload(read, offset, length))
+            else:
+                data, lease = kept
+                self._kept_bytes -= len(data)
+                try:
+                    await offload(self._hasher.update, data)
+                finally:
+                    if lease is not None:
+                        lease.done()
+            self._offered.discard(index)
+        return str(self._hasher.hexdigest())
 
 
 class Relay:
@@ -455,6 +576,8 @@ class Relay:
         self._timeline: list[TimelinePoint] = []
         self._paths: list[PathRun] = []
         self._file_hash = ""
+        self._whole: _WholeHash | None = None
+        self._buffers = _ReadBuffers(self.config.block_size, self.config.max_inflight)
         self._done = trio.Event()
         self._file_hashed = trio.Event()
         self._probes_idle = trio.Event()
@@ -493,11 +616,12 @@ class Relay:
             if not 0 <= index < len(spans) or spans[index] != (record.offset, record.length):
                 raise ValueError(f"block {index} given as delivered is not a block of {self.source}")
         self._records.update(self._already)
+        self._whole = _WholeHash(self.config.hash_algorithm, spans, _HASH_AHEAD_BYTES)
         fd = self._fd = -1 if isinstance(self.source, Stream) else os.open(self.source, os.O_RDONLY)
         try:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(self._steer, nursery)
-                nursery.start_soon(self._hash_whole_file)
+                nursery.start_soon(self._hash_whole_file, self._whole)
                 async with trio.open_nursery() as carriers:
                     for block in blocks:
                         if block.index in self._already:
@@ -586,7 +710,7 @@ class Relay:
                 continue  # the path changed while the block waited for the hop: plan again from here
             block.holders.append((v, target))
             if len(block.holders) >= 3:
-                await self._release(block.holders[-3])
+                await self._pass_on(block.holders[-3])
                 block.holders[-3] = (block.holders[-3][0], None)
         await self._verify_at_destination(block)
 
@@ -614,25 +738,37 @@ class Relay:
             pushed: float | None = None
             try:
                 if u == self.here:
-                    if isinstance(self.source, Stream):
+                    data: bytes | memoryview
+                    lease: _Lease | None = None
+                    if isinstance(self.source, Stream) or block.length > self._buffers.size:
+                        read = self.source.read if isinstance(self.source, Stream) else partial(_read_exactly, fd)
                         data, digest = await self._offload(
-                            _read_span_and_hash, self.source.read, block.offset, block.length,
-                            self.config.hash_algorithm,
+                            _read_span_and_hash, read, block.offset, block.length, self.config.hash_algorithm,
                         )
                     else:
-                        data, digest = await self._offload(
-                            _read_and_hash, fd, block.offset, block.length, self.config.hash_algorithm
-                        )
-                    if block.hash and digest != block.hash:
-                        raise TransferFailed(f"{self.source} changed while being sent (block {block.index})")
-                    block.hash = digest
-                    started = trio.current_time()  # the write is timed from its first byte, not the read
-                    await self.clients[v].write(target.write, data)
+                        lease = self._buffers.take()
+                        data = memoryview(lease.buffer)[: block.length]
+                    try:
+                        if lease is not None:
+                            digest = await self._offload(
+                                _read_into_and_hash, fd, data, block.offset, self.config.hash_algorithm
+                            )
+                        if block.hash and digest != block.hash:
+                            raise TransferFailed(f"{self.source} changed while being sent (block {block.index})")
+                        block.hash = digest
+                        if self._whole is not None:
+                            self._whole.offer(block.index, data, lease)
+                        started = trio.current_time()  # the write is timed from its first byte, not the read
+                        # at offset 0: the allocation may be one an earlier block left (``_Pool``)
+                        await self.clients[v].write(target.write, data, offset=0)
+                    finally:
+                        if lease is not None:
+                            lease.done()
                 else:
                     holder = block.holders[-1][1]
                     assert holder is not None
                     copied = await self.clients[u].copy(
-                        holder.read, target.write_url, length=block.length,
+                        holder.read, target.write_url, length=block.length, dest_offset=0,
                         lane=f"{self._lane}:{v}", lane_width=self._depth(edge),
                     )
                     pushed = copied.seconds
@@ -669,7 +805,7 @@ class Relay:
                 raise BlockDamaged(f"block {block.index} keeps arriving damaged at {self.dest}")
             raise _HopFailed(f"block {block.index} arrived damaged at {self.dest} (hash mismatch)")
         for holder in block.holders[:-1]:
-            await self._release(holder)
+            await self._pass_on(holder)
         record = self._records[block.index] = BlockRecord(block.index, block.offset, block.length, block.hash, alloc)
         self._delivered += block.length
         counted = block.path if block.path in self.paths else self.path
@@ -677,14 +813,17 @@ class Relay:
         self._tag(block, None, delivered=True)
         self.on_event(BlockDelivered(block.index, block.length, self.clock(), record))
 
-    async def _hash_whole_file(self) -> None:
-        """The whole-file hash, in one pass of its own beside the transfer (blocks are read out of order)."""
-        if self._available is not None:
-            await self._available(0, self.size)
+    async def _hash_whole_file(self, whole: _WholeHash) -> None:
+        """The whole-file hash, from the bytes the blocks were read with (``_WholeHash``)."""
         if isinstance(self.source, Stream):
-            self._file_hash = await self._offload(_hash_stream, self.source, self.config.hash_algorithm)
+            read = self.source.read
         else:
-            self._file_hash = await self._offload(_hash_file, self._fd, self.size, self.config.hash_algorithm)
+            fd = self._fd
+
+            def read(offset: int, length: int) -> bytes:
+                return _read_exactly(fd, offset, length)
+
+        self._file_hash = await whole.run(self._already, read, self._offload, self._available)
         self._file_hashed.set()
 
     # -- failures -----------------------------------------------------------------------------------------------
@@ -1033,6 +1172,9 @@ class Relay:
             pool = self._pools[node] = _Pool(
                 self.clients[node], self.config.block_size, self._lifetime(node), batch,
                 patience_s=4 * self.config.timeout_s,
+                # Blocks stay at the destination; elsewhere a block's allocation carries later blocks. A depot
+                # holds a block until it is two depots further on, so about as many as the relay admits at once.
+                keep=0 if node == self.dest else 4 * self.config.max_inflight,
             )
         try:
             return await pool.take()
@@ -1041,6 +1183,17 @@ class Relay:
                 raise DepotRefused(node, exc) from None
             await self._blame((node, node), exc)
             raise _HopFailed(f"allocating at {node}: {exc}") from None
+
+    async def _pass_on(self, holder: tuple[str, Allocation | None]) -> None:
+        """A block has moved on from ``holder`` safely: its allocation goes back to the depot's pool for a later
+        block, else is freed. (After a failure an allocation is freed, never kept: a write or push cut off on
+        the client's side may still run at the depot.)"""
+        node, alloc = holder
+        if alloc is None or node in self.dead:
+            return
+        pool = self._pools.get(node)
+        if pool is None or not pool.give_back(alloc, self.clock()):
+            await self._release(holder)
 
     async def _release(self, holder: tuple[str, Allocation | None]) -> None:
         node, alloc = holder
@@ -1056,11 +1209,22 @@ class Relay:
 
 
 
-def _read_and_hash(fd: int, offset: int, length: int, algorithm: str) -> tuple[bytes, str]:
+def _read_exactly(fd: int, offset: int, length: int) -> bytes:
     data = os.pread(fd, length, offset)
     if len(data) != length:
         raise TransferFailed(f"short read at {offset}: the file shrank while being sent")
-    return data, hashlib.new(algorithm, data).hexdigest()
+    return data
+
+
+def _read_into_and_hash(fd: int, view: memoryview, offset: int, algorithm: str) -> str:
+    """Fill ``view`` from the file at ``offset``; returns its hash."""
+    filled = 0
+    while filled < len(view):
+        got = os.preadv(fd, [view[filled:]], offset + filled)
+        if got == 0:
+            raise TransferFailed(f"short read at {offset + filled}: the file shrank while being sent")
+        filled += got
+    return hashlib.new(algorithm, view).hexdigest()
 
 
 def _read_span_and_hash(
@@ -1068,23 +1232,6 @@ def _read_span_and_hash(
 ) -> tuple[bytes, str]:
     data = read(offset, length)
     return data, hashlib.new(algorithm, data).hexdigest()
-
-
-def _hash_stream(stream: Stream, algorithm: str) -> str:
-    hasher = hashlib.new(algorithm)
-    for offset, length in stream.spans:
-        hasher.update(stream.read(offset, length))
-    return hasher.hexdigest()
-
-
-def _hash_file(fd: int, size: int, algorithm: str) -> str:
-    hasher = hashlib.new(algorithm)
-    for offset in range(0, size, 8 * MiB):
-        chunk = os.pread(fd, min(8 * MiB, size - offset), offset)
-        if not chunk:
-            raise TransferFailed(f"short read at {offset}: the file shrank while being sent")
-        hasher.update(chunk)
-    return hasher.hexdigest()
 
 
 def _path_set(decision: Keep | Switch | DropDepot) -> tuple[tuple[Route, ...], tuple[float, ...]]:
