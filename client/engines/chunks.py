@@ -342,8 +342,9 @@ class ChunkPlanner:
 
     @property
     def stuck(self) -> bool:
-        """Nothing can finish the download: every replica is dead, refused or dropped."""
-        return not self.done and not any(rep.usable for rep in self._replicas)
+        """Nothing can finish the download: every replica is dead or refused (a dropped one comes back when no
+        other is left: ``poll``)."""
+        return not self.done and not any(rep.usable or rep.state == "dropped" for rep in self._replicas)
 
     @property
     def free_bytes(self) -> int:
@@ -379,6 +380,12 @@ class ChunkPlanner:
                 self._outbox.append(Drop(rep.index, rep.stats.reason))
             if rep.state == "backoff" and now >= rep.retry_at:
                 rep.set_state("ok")
+        if not any(rep.usable for rep in self._replicas):
+            # Replicas dropped for being slow beside a faster one that has since failed: slow beats nothing.
+            for rep in self._replicas:
+                if rep.state == "dropped":
+                    rep.set_state("ok", "taken back: every faster replica failed")
+            self._running_max = 0.0
         ready = [rep for rep in self._replicas if rep.state == "ok"]
         if self.size is None:  # a first range each, at offsets of their own, until the first answer sizes the file
             for rep in ready:
