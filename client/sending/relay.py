@@ -741,9 +741,8 @@ class Relay:
                     data: bytes | memoryview
                     lease: _Lease | None = None
                     if isinstance(self.source, Stream) or block.length > self._buffers.size:
-                        read = self.source.read if isinstance(self.source, Stream) else partial(_read_exactly, fd)
                         data, digest = await self._offload(
-                            _read_span_and_hash, read, block.offset, block.length, self.config.hash_algorithm,
+                            _read_span_and_hash, self._reader(), block.offset, block.length, self.config.hash_algorithm,
                         )
                     else:
                         lease = self._buffers.take()
@@ -815,16 +814,12 @@ class Relay:
 
     async def _hash_whole_file(self, whole: _WholeHash) -> None:
         """The whole-file hash, from the bytes the blocks were read with (``_WholeHash``)."""
-        if isinstance(self.source, Stream):
-            read = self.source.read
-        else:
-            fd = self._fd
-
-            def read(offset: int, length: int) -> bytes:
-                return _read_exactly(fd, offset, length)
-
-        self._file_hash = await whole.run(self._already, read, self._offload, self._available)
+        self._file_hash = await whole.run(self._already, self._reader(), self._offload, self._available)
         self._file_hashed.set()
+
+    def _reader(self) -> Callable[[int, int], bytes]:
+        """``read(offset, length)`` of the source: the stream's own, or exact reads of the file."""
+        return self.source.read if isinstance(self.source, Stream) else partial(_read_exactly, self._fd)
 
     # -- failures -----------------------------------------------------------------------------------------------
 
