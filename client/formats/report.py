@@ -263,13 +263,7 @@ def windowed_rates(
     samples = [point.t for point in timeline if point.t > 0]
     if not samples:
         return []
-    times, counts = [0.0], [0]
-    for point in timeline:
-        if point.nbytes > counts[-1] and point.t > times[-1]:
-            times.append(point.t)
-            counts.append(point.nbytes)
-        elif point.nbytes > counts[-1]:  # more bytes at the same moment
-            counts[-1] = point.nbytes
+    times, counts = _arrivals(timeline)
     end = samples[-1]
     if end > times[-1]:
         times.append(end)
@@ -299,13 +293,40 @@ def path_series(timeline: Sequence[TimelinePoint]) -> dict[tuple[str, ...], list
     return series
 
 
-def first_reaching(timeline: Sequence[TimelinePoint], mbps: float, window_s: float) -> float | None:
+def first_reaching(
+    timeline: Sequence[TimelinePoint], mbps: float, window_s: float, *, held: bool = False
+) -> float | None:
     """When the rate over the trailing ``window_s`` seconds first reached ``mbps``: the end of that window, in
-    seconds since the start; None if it never did."""
+    seconds since the start; None if it never did.
+
+    ``held``: only a window from whose start the transfer averaged ``mbps`` to its last arrival counts. A burst it
+    did not keep up (TCP's first round trips on a lossy link run well above its loss-limited rate until the first
+    loss) is then not taken for the rate reached."""
+    times, counts = _arrivals(timeline)
+    last, total = times[-1], counts[-1]
     for window in windowed_rates(timeline, window_s):
-        if window.mbps >= mbps:
-            return window.end
+        if window.mbps < mbps:
+            continue
+        if held:
+            rest = last - window.start
+            kept = (total - _interpolate(times, counts, window.start)) * 8 / 1e6 / rest if rest > 0 else 0.0
+            if kept < mbps:
+                continue
+        return window.end
     return None
+
+
+def _arrivals(timeline: Sequence[TimelinePoint]) -> tuple[list[float], list[int]]:
+    """The cumulative bytes as (times, counts) from ``(0, 0)``, one point per arrival (the last at the last
+    arrival); between them the count is a ramp (``windowed_rates``)."""
+    times, counts = [0.0], [0]
+    for point in timeline:
+        if point.nbytes > counts[-1] and point.t > times[-1]:
+            times.append(point.t)
+            counts.append(point.nbytes)
+        elif point.nbytes > counts[-1]:  # more bytes at the same moment
+            counts[-1] = point.nbytes
+    return times, counts
 
 
 # -- rendering ------------------------------------------------------------------------------------------------

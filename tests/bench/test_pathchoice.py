@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import importlib.util
+import json
 import math
 import sys
 from pathlib import Path
@@ -11,6 +12,7 @@ from types import ModuleType
 from typing import Any
 
 import pytest
+import trio
 
 from lnet.testbed.topology import Topology
 
@@ -135,6 +137,30 @@ def test_figures_and_targets() -> None:
     f = pc.figures_of(direct, result)
     assert math.isinf(f["cold_seconds_to_90pct"])
     assert f["targets"]["cold_seconds_to_90pct"] is False
+    # 20 Mbit/s in the first second (TCP before its first loss on a lossy link), 10 from then on: not a reach
+    burst = [(1.0, 2_500_000)] + [(float(t), 2_500_000 + (t - 1) * 1_250_000) for t in range(2, 41)]
+    result["runs"] = [r for r in result["runs"] if r["kind"] != "cold"] + [run("cold", 12.0, burst)]
+    assert math.isinf(pc.figures_of(direct, result)["cold_seconds_to_90pct"])
+
+
+def test_figures_are_recomputed_from_a_saved_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # A run saved with the old rule's figure (a burst read as reaching 90% at 1 s): --figures recomputes it.
+    burst = [(1.0, 2_500_000)] + [(float(t), 2_500_000 + (t - 1) * 1_250_000) for t in range(2, 41)]
+    result = {
+        "topology": "detour", "size": 50 * 2**20,
+        "oracle": {"path": ["src", "d1", "d2", "dst"], "mbps": 18.0, "going_mbps": 20.0, "weakest_hop_mbps": 21.0},
+        "runs": [run("direct", 7.0), run("cold", 12.0, burst), run("warm", 17.0)], "widest": [],
+        "figures": {"cold_seconds_to_90pct": 1.0},
+    }
+    args = {"topologies": "detour", "runs": "1", "max_inflight": "2", "block_size": "1MiB", "seed": "11",
+            "quick": "False"}
+    (tmp_path / "pathchoice.json").write_text(json.dumps({"args": args, "topologies": [result]}))
+    assert trio.run(pc.main, ["--figures", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    line = json.loads(out.strip().splitlines()[-1])
+    assert math.isinf(line["topologies"]["detour"]["cold_seconds_to_90pct"])
+    assert "2 in flight per hop" in out
+    assert trio.run(pc.main, ["--figures", str(tmp_path / "nothing")]) == 2
 
 
 def test_the_oracle_also_runs_a_direct_path_that_nearly_ties() -> None:

@@ -280,3 +280,17 @@ def test_the_figure_labels_runs_switches_and_units() -> None:
     xs, ys = axes.lines[0].get_data()
     assert list(xs) == [0.0, 1.0, 2.0, 3.0, 4.0]
     assert list(ys) == pytest.approx([0.0, 3.5 * 8 / 3, 5.0 * 8 / 4, 4.0 * 8 / 3, 3.0 * 8 / 2])
+
+
+def test_a_reach_that_is_held_ignores_a_burst_the_transfer_did_not_keep_up() -> None:
+    # 2 MB in the first second (16 Mbit/s, TCP before its first loss), then 1 MB every 2 s (4 Mbit/s) until 9 s,
+    # then 2 MB a second (16 Mbit/s: a wider path) until 13 s.
+    points = [(1.0, 2_000_000), (3.0, 3_000_000), (5.0, 4_000_000), (7.0, 5_000_000), (9.0, 6_000_000)]
+    points += [(10.0, 8_000_000), (11.0, 10_000_000), (12.0, 12_000_000), (13.0, 14_000_000)]
+    timeline = staircase(points)
+    assert first_reaching(timeline, 12.0, 2.0) == 1.0  # the burst
+    # Held: from 9 s the transfer averaged 16 Mbit/s to its end; the window [9, 11] is the first to reach 12.
+    assert first_reaching(timeline, 12.0, 2.0, held=True) == 11.0
+    # The whole transfer averaged 14 MB over 13 s = 8.6 Mbit/s: a rate of 8 is held from the first window.
+    assert first_reaching(timeline, 8.0, 2.0, held=True) == 1.0
+    assert first_reaching(timeline, 17.0, 2.0, held=True) is None
