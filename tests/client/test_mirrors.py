@@ -139,6 +139,7 @@ async def test_a_replica_with_another_length_or_no_ranges_is_refused(
     async with emulated(*servers) as (_, connect):
         result = await fetch_over(connect)([s.url for s in servers], out, config=CONFIG)
     assert out.read_bytes() == DATA
+    assert result.replicas[2].state == "refused"
     assert "bytes" in result.replicas[2].reason
     assert result.replicas[3].state == "refused"
     assert "Range" in result.replicas[3].reason
