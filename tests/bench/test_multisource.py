@@ -77,7 +77,14 @@ def test_the_quick_plan_and_its_estimate() -> None:
                               runs=1, capacity_seconds=0.0)
     plan = ms.Plan(args)
     assert len(plan.runs) == 6
-    assert 60 < plan.estimate_s < 600  # six runs of about 4 s at the limit, the testbed, the payload
+
+    # six runs: three at the normal limit (140 Mbit/s), three where a replica dies (110), each with slack and its
+    # overhead; then the testbed and the payload
+    def one_run(mbit: float) -> float:
+        return 64 * MiB * 8 / (mbit * 1e6) * ms.ESTIMATE_SLACK + ms.ESTIMATE_OVERHEAD_S + ms.SETTLE_S
+
+    assert plan.estimate_s == pytest.approx(60.0 + 64 * MiB / 200e6 + 3 * one_run(140.0) + 3 * one_run(110.0))
+    assert 60 < plan.estimate_s < 600  # about a minute and a half: what the plan says it will take
 
 
 def row(competitor: str, wall: float, share: float, scenario: str = "normal", size: str = "256MiB") -> dict[str, Any]:

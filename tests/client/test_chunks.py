@@ -147,7 +147,7 @@ def test_split_cuts_the_largest_remainder_so_both_finish_together() -> None:
     planner = ChunkPlanner(size, 3, PlanConfig(strategy="brute", tail="split"))
     split = simulate(planner, replicas)
     assert split.stops
-    assert all(s.replica == 2 or s.at <= size for s in split.stops)
+    assert split.stops[0].replica == 2  # the first to be cut is the slow one's: the largest remainder
     assert split.overlap(size) == 0  # nothing received twice
     assert split.seconds < plain.seconds / 2
     assert split.seconds <= ideal(size, [4 * MB, 4 * MB, 0.5 * MB]) * 1.15
@@ -233,6 +233,7 @@ def test_chunk_ends_fall_on_the_alignment() -> None:
     size = 100 * MiB + 7
     planner = ChunkPlanner(size, 6, PlanConfig(align=block))
     result = simulate(planner, replicas_testbed())
+    assert result.stops  # the tail rule cut some ranges: their cuts are checked too
     for f in result.fetches:
         assert f.start % block == 0 or f.hedge
         assert f.end % block == 0 or f.end == size

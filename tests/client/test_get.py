@@ -13,7 +13,6 @@ from lnet.client.exits import ExitCode
 from lnet.client.fetching.blocks import (
     BlockUnavailable,
     DepotLoad,
-    GetError,
     IntegrityError,
     OutputError,
     PrefixHasher,
@@ -369,7 +368,7 @@ async def test_a_depot_that_wants_its_token_for_reads_gets_it_from_the_depots_fi
     gated = {"operator_token": token, "require_token_for": ("allocate", "read")}
     async with open_depot("sunnyvale", token=token, **gated) as (_, client):
         manifest = await upload_blocks(DATA, client, block_size=BLOCK)
-        with pytest.raises(GetError):
+        with pytest.raises(BlockUnavailable, match="read at this depot needs the operator token"):
             await get_file(manifest, out_dir / "anonymous.bin", parallel=4, transport=routes)
         assert not (out_dir / "anonymous.bin").exists()
         depots = tmp_path / "depots.toml"

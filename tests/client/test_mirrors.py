@@ -139,6 +139,7 @@ async def test_a_replica_with_another_length_or_no_ranges_is_refused(
     async with emulated(*servers) as (_, connect):
         result = await fetch_over(connect)([s.url for s in servers], out, config=CONFIG)
     assert out.read_bytes() == DATA
+    assert result.replicas[2].state == "refused"
     assert "bytes" in result.replicas[2].reason
     assert result.replicas[3].state == "refused"
     assert "Range" in result.replicas[3].reason
@@ -248,9 +249,10 @@ async def test_the_command_fails_with_the_replicas_exit_code_and_the_json_failur
         code = await get.run(args, io=ClientIO(connect=connect))
     assert code == ExitCode.INTEGRITY
     captured = capsys.readouterr()
-    assert "SHA-256" in captured.err
-    assert json.loads(captured.out) == {"ok": False, "exit": 4, "error": json.loads(captured.out)["error"],
-                                        "path": str(out)}
+    failure = json.loads(captured.out)
+    assert failure == {"ok": False, "exit": 4, "error": failure["error"], "path": str(out)}
+    assert "SHA-256" in failure["error"]
+    assert f"lnet-get: {failure['error']}" in captured.err  # the message on stderr, the same in the JSON
     assert not out.exists()
 
 
@@ -262,7 +264,8 @@ def test_the_command_refuses_bad_input(tmp_path: Path, capsys: pytest.CaptureFix
     assert "one manifest" in capsys.readouterr().err
     assert get.main(["http://127.0.0.1:1/x", "-o", str(tmp_path)]) == ExitCode.USAGE
     assert "directory" in capsys.readouterr().err
-    assert get.main(["http://127.0.0.1:1/x", "http://127.0.0.1:1/x", "-o", out]) != ExitCode.OK
+    assert get.main(["http://127.0.0.1:1/x", "http://127.0.0.1:1/x", "-o", out]) == ExitCode.USAGE
+    assert "a replica URL is given twice" in capsys.readouterr().err
     assert get.main(["http://127.0.0.1:1/x", "-o", out, "--strategy", "fastest"]) == ExitCode.USAGE
 
 

@@ -51,8 +51,9 @@ async def test_an_intermediate_allocation_carries_later_blocks(tmp_path: Path, a
         assert result.resends == 0
         for name in ("a", "b"):
             seen = await requests(network, name)
-            assert seen.get("allocate", 0) <= 8, seen  # the pipeline's depth in batches of 2, not one per block
-            assert seen.get("free", 0) <= 12, seen  # the allocations left over at the end, freed then
+            # (at least one of each: a count missing from /metrics would read as 0 and pass the bound)
+            assert 1 <= seen.get("allocate", 0) <= 8, seen  # the pipeline's depth in batches of 2, not one per block
+            assert 1 <= seen.get("free", 0) <= 12, seen  # the allocations left over at the end, freed then
             status = await clients[name].status()
             assert (status["used"], status["allocations"]) == (0, 0), (name, seen)  # nothing left behind
         assert (await clients["dst"].status())["allocations"] == len(result.blocks)  # the destination keeps them

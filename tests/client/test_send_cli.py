@@ -114,6 +114,9 @@ def test_missing_file_and_bad_depots_file(tmp_path: Path, capsys: pytest.Capture
     config.write_text('here = "me"\n[depots.c]\nurl = "ftp://example.org"\n')
     assert send.main([str(tmp_path / "absent"), "--to", "c", "--depots", str(config)]) == ExitCode.USAGE
     assert "url must be http(s)" in capsys.readouterr().err
+    config.write_text('here = "me"\n[depots.c]\nurl = "http://127.0.0.1:9"\n')  # a good file: now the missing one
+    assert send.main([str(tmp_path / "absent"), "--to", "c", "--depots", str(config)]) == ExitCode.USAGE
+    assert f"{tmp_path / 'absent'}: not a readable file or directory" in " ".join(capsys.readouterr().err.split())
 
 
 async def test_an_unreachable_destination_exits_3(

@@ -417,7 +417,7 @@ async def test_access_log_never_holds_a_whole_capability(
     assert redact(alloc.write) in text
     for secret in (alloc.read, alloc.write, alloc.manage):
         assert secret not in text
-    assert secret not in repr(alloc)
+        assert secret not in repr(alloc)
 
 
 async def _metrics(client: DepotClient) -> str:

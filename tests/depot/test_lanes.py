@@ -9,7 +9,7 @@ import msgpack
 import pytest
 import trio
 
-from lnet.client.wire.depot_client import Allocation, BadRequest, Busy, CopyResult, DepotClient
+from lnet.client.wire.depot_client import Allocation, BadRequest, Busy, CopyResult, DepotClient, NotFound
 from lnet.depot import Depot
 from lnet.depot.lanes import CopyLanes, LaneTicket, TooManyLanes
 
@@ -296,8 +296,10 @@ async def test_a_source_freed_while_its_copy_waited_is_not_found(
                 await one.free(second.manage)
 
             nursery.start_soon(freed_meanwhile)
-            with pytest.raises(Exception, match="no such allocation"):
+            with pytest.raises(NotFound, match="no such allocation"):
                 await one.copy(second.read, t2.write_url, lane="l", lane_width=1)
         assert d1.lanes.lanes == 0
+        assert await two.read(t1.read) == bytes([0]) * MiB
+        assert await two.read(t2.read) == b""  # nothing of the freed source was pushed
         with pytest.raises(BadRequest):
             await one.copy(first.read, t1.write_url, lane="l", lane_width=1, length=-1)

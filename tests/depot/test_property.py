@@ -221,9 +221,9 @@ def test_random_requests_never_fail_the_depot_or_its_data(data: st.DataObject) -
                             assert error.get("error") in {"bad_request", "unauthorized", "not_found", "too_large",
                                                           "range", "conflict", "depot_full", "busy", "upstream"}
                         await check_everything_held(http, model)
-                    for depot in (one, two):
+                    for base, depot in zip(BASES, (one, two), strict=True):
                         assert depot.store.used <= depot.config.capacity
-                        assert (await http.get(f"{BASES[0]}/healthz")).status_code == 200
+                        assert (await http.get(f"{base}/healthz")).status_code == 200
 
     trio.run(scenario)
 

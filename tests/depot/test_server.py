@@ -29,6 +29,7 @@ from .processes import depot_process
 
 MiB = 1024 * 1024
 TOKEN = "operator-token-0123456789"
+COPY_TIMEOUT_S = 6
 
 
 async def test_two_depot_processes_copy_between_them(tmp_path: Path) -> None:
@@ -112,12 +113,14 @@ async def test_sigterm_lets_an_in_flight_write_finish(tmp_path: Path) -> None:
                 await halfway.wait()
                 await trio.sleep(0.2)
                 depot.terminate()
+                with trio.fail_after(10):  # the depot has taken the signal (not merely not got to it yet)...
+                    while not any("finishing in-flight requests" in line for line in depot.log):
+                        await trio.sleep(0.02)
                 await trio.sleep(0.5)
-                assert depot.process.returncode is None  # still finishing the upload
+                assert depot.process.returncode is None  # ...and is still finishing the upload
                 go_on.set()
             assert results == [2000]
         assert await depot.wait() == 0
-        assert any("finishing in-flight requests" in line for line in depot.log)
 
 
 async def test_client_error_mapping_against_a_real_depot(tmp_path: Path) -> None:
@@ -207,12 +210,16 @@ async def test_a_copy_waiting_in_its_lane_leaves_when_its_client_goes(tmp_path: 
         values = dict(line.split(" ") for line in text.splitlines() if line.startswith("lnet_depot_cop"))
         return values["lnet_depot_copies_waiting"], values["lnet_depot_copy_lanes"]
 
+    async def until(client: DepotClient, wanted: tuple[str, str]) -> None:  # another process: poll its answers
+        while await waiting_and_lanes(client) != wanted:
+            await trio.sleep(0.05)
+
     async with trio.open_nursery() as servers:
         servers.start_soon(trio.serve_listeners, stall, listeners)
         async with (
-            depot_process("--data-dir", str(tmp_path / "a"), "--copy-timeout", "3s") as a,
+            depot_process("--data-dir", str(tmp_path / "a"), "--copy-timeout", f"{COPY_TIMEOUT_S}s") as a,
             DepotClient(a.url) as one,
-            DepotClient(a.url, timeout=0.8) as impatient,
+            DepotClient(a.url, timeout=1.0) as impatient,
         ):
             source = await one.allocate_one(100, 60)
             await one.write(source.write, b"x" * 100)
@@ -223,15 +230,19 @@ async def test_a_copy_waiting_in_its_lane_leaves_when_its_client_goes(tmp_path: 
                     with pytest.raises(Upstream, match="timed out"):
                         await one.copy(source.read, stalled, lane="l", lane_width=1)
 
+                async def wait_and_give_up() -> None:
+                    with pytest.raises(DepotTimeout):
+                        await impatient.copy(source.read, stalled, lane="l", lane_width=1)
+
+                started = trio.current_time()
                 copies.start_soon(hold_the_lane)
-                await trio.sleep(0.3)
-                with pytest.raises(DepotTimeout):
-                    await impatient.copy(source.read, stalled, lane="l", lane_width=1)
-                with trio.fail_after(1.5):  # well before the first copy's 3 s copy_timeout frees the place
-                    for _ in range(100):  # another process: nothing to wait on but its answers
-                        if await waiting_and_lanes(one) == ("0.0", "1.0"):
-                            break
-                        await trio.sleep(0.05)
+                # Everything below must be seen before the first copy's copy_timeout frees the lane's place: a
+                # waiter the depot failed to drop would take it then, and the lane would read as below anyway.
+                with trio.fail_at(started + COPY_TIMEOUT_S - 1):
+                    await until(one, ("0.0", "1.0"))  # the first copy holds the lane's one place
+                    copies.start_soon(wait_and_give_up)
+                    await until(one, ("1.0", "1.0"))  # the impatient one waits behind it...
+                    await until(one, ("0.0", "1.0"))  # ...and once its client is gone, waits no more
             assert await waiting_and_lanes(one) == ("0.0", "0.0")
         servers.cancel_scope.cancel()
 

@@ -79,10 +79,13 @@ def test_jitter_never_reorders_and_stays_in_bounds(arrivals: list[tuple[float, i
                       random.Random(7))
     now = 0.0
     last = -1.0
+    sent = 0.0  # when the packet's last byte is on the wire: its turn on the 100 Mbit/s link, then its bytes
     for gap, size in arrivals:
         now += gap
+        sent = max(sent, now) + size * 8 / 100e6
         at = d.admit(now, size)
         assert at is not None
         assert at >= last  # FIFO within a direction
         assert at >= now + 0.015 - 1e-9  # never earlier than delay - jitter after arrival
+        assert at <= max(last, sent + 0.025) + 1e-9  # never later than delay + jitter, unless held behind another
         last = at
