@@ -78,7 +78,10 @@ STREAM_CHUNK = 1024 * 1024
 PUSH_CHUNK = 8 * 1024 * 1024
 MAX_CONTROL_BODY = 64 * 1024
 _WRITE_URL = re.compile(r"/v1/data/([A-Za-z0-9_-]+)")
-_RANGE = re.compile(r"^bytes=(\d*)-(\d*)$")
+_RANGE = re.compile(r"^bytes=([0-9]*)-([0-9]*)$")
+# A number the depot reads from a header or a query: ASCII digits only (``str.isdigit`` also takes "²", which
+# ``int`` refuses), and at most 18 of them, so that it is an int64 and far below ``int``'s 4300-digit limit.
+_WHOLE = re.compile(r"[0-9]{1,18}")
 _TCP_INFO: int | None = getattr(socket, "TCP_INFO", None)  # Linux only
 
 
@@ -312,10 +315,10 @@ class Depot:
     async def write(self, request: Request) -> Response:
         alloc = self._lookup(request, Kind.WRITE)
         offset = _query_int(request, "offset", alloc.length)
-        declared = request.headers.get("content-length")
-        if declared is None or not declared.isdigit():
-            raise BadRequest("a write needs a Content-Length header", status=411)
-        end = offset + int(declared)
+        declared = _whole(request.headers.get("content-length"))
+        if declared is None:
+            raise BadRequest("a write needs a Content-Length header (a whole number, at most 18 digits)", status=411)
+        end = offset + declared
         if offset > alloc.length:
             raise RangeNotSatisfiable(f"offset {offset} would leave a hole: {alloc.length} bytes are written")
         if end > alloc.size:
@@ -673,8 +676,8 @@ async def _receive_body(request: Request, buffer: mmap.mmap, offset: int, end: i
 
 
 async def _control_body(request: Request) -> dict[str, Any]:
-    declared = request.headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > MAX_CONTROL_BODY:
+    declared = _whole(request.headers.get("content-length"))  # None for nonsense: the loop below still bounds it
+    if declared is not None and declared > MAX_CONTROL_BODY:
         raise TooLarge(f"control bodies are at most {MAX_CONTROL_BODY} bytes")
     data = bytearray()
     try:
@@ -759,13 +762,26 @@ def _number(body: dict[str, Any], key: str, *, required: bool = False) -> float:
     return value
 
 
+def _whole(text: str | None) -> int | None:
+    """``text`` as a number if it is 1 to 18 ASCII digits (``_WHOLE``), else None."""
+    return int(text) if text is not None and _WHOLE.fullmatch(text) else None
+
+
 def _query_int(request: Request, name: str, default: int) -> int:
     raw = request.query_params.get(name)
     if raw is None:
         return default
-    if not raw.isdigit() or len(raw) > 18:
-        raise BadRequest(f"{name} must be a whole number of bytes, not negative")
-    return int(raw)
+    value = _whole(raw)
+    if value is None:
+        raise BadRequest(f"{name} must be a whole number of bytes, not negative (at most 18 digits)")
+    return value
+
+
+def _range_number(digits: str) -> int:
+    """A number of a ``Range`` header; one past int64 reads as 10**18, beyond any allocation (and ``int`` is
+    never given more than 18 digits)."""
+    digits = digits.lstrip("0") or "0"
+    return int(digits) if len(digits) <= 18 else 10**18
 
 
 DIGESTS = frozenset({"sha256", "blake2b"})
@@ -782,12 +798,12 @@ def _parse_range(spec: str, length: int) -> tuple[int, int]:
         raise RangeNotSatisfiable(f"unsupported range {spec[:64]!r}: one 'bytes=a-b' range only")
     first, last = match.group(1), match.group(2)
     if first == "":  # a suffix: the last N bytes
-        count = int(last)
-        if count == 0:
-            raise RangeNotSatisfiable("an empty suffix range")
+        count = _range_number(last)
+        if count == 0 or length == 0:  # no bytes to name (and "bytes 0--1/0" is no Content-Range)
+            raise RangeNotSatisfiable("an empty suffix range, or nothing written yet")
         return max(length - count, 0), length
-    start = int(first)
-    end = length if last == "" else min(int(last) + 1, length)
+    start = _range_number(first)
+    end = length if last == "" else min(_range_number(last) + 1, length)
     if start >= length or end <= start:
         raise RangeNotSatisfiable(f"range {spec[:64]!r} is not within the {length} bytes written")
     return start, end

@@ -1,0 +1,48 @@
+"""Bad input at the edges of the depot's bounds: numbers in headers and queries, a peer's odd answers, copy targets
+the HTTP client cannot use, and what a client may make the depot keep. Each answers 4xx or 502, never 500, and
+keeps the depot's memory bounded."""
+
+from __future__ import annotations
+
+import httpx
+
+from .conftest import MakeDepot
+
+UNICODE_DIGIT = "\u00b2"  # "²": str.isdigit() says yes, int() says no
+
+
+async def test_numbers_that_are_not_ascii_digits_are_refused(open_depot: MakeDepot) -> None:
+    async with open_depot() as (depot, client):
+        alloc = await client.allocate_one(1000, 60)
+        await client.write(alloc.write, b"0123456789")
+        http = client._http
+        put = await http.put(f"/v1/data/{alloc.write}", params={"offset": UNICODE_DIGIT}, content=b"x")
+        assert put.status_code == 400
+        digest = await http.get(f"/v1/digest/{alloc.read}", params={"length": UNICODE_DIGIT})
+        assert digest.status_code == 400
+        no_length = await http.put(
+            f"/v1/data/{alloc.write}", content=b"x", headers={"Content-Length": UNICODE_DIGIT.encode("latin-1")}
+        )
+        assert no_length.status_code == 411
+        huge = await http.put(f"/v1/data/{alloc.write}", params={"offset": "9" * 5000}, content=b"x")
+        assert huge.status_code == 400
+        assert await client.read(alloc.read) == b"0123456789"  # nothing changed
+
+
+async def test_range_numbers_past_int_parsing_limits(open_depot: MakeDepot) -> None:
+    async with open_depot() as (_, client):
+        alloc = await client.allocate_one(1000, 60)
+        await client.write(alloc.write, b"0123456789")
+        empty = await client.allocate_one(1000, 60)
+        http = client._http
+        to_the_end = await http.get(f"/v1/data/{alloc.read}", headers={"Range": "bytes=2-" + "9" * 5000})
+        assert (to_the_end.status_code, to_the_end.content) == (206, b"23456789")
+        past = await http.get(f"/v1/data/{alloc.read}", headers={"Range": "bytes=" + "9" * 5000 + "-"})
+        assert past.status_code == 416
+        suffix = await http.get(f"/v1/data/{alloc.read}", headers={"Range": "bytes=-" + "9" * 5000})
+        assert (suffix.status_code, suffix.content) == (206, b"0123456789")
+        padded = await http.get(f"/v1/data/{alloc.read}", headers={"Range": "bytes=" + "0" * 40 + "3-4"})
+        assert (padded.status_code, padded.content) == (206, b"34")
+        nothing = await http.get(f"/v1/data/{empty.read}", headers={"Range": "bytes=-5"})
+        assert nothing.status_code == 416  # not 206 with "Content-Range: bytes 0--1/0"
+
