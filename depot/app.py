@@ -823,5 +823,12 @@ def _copy_target(url: str) -> str:
     match = _WRITE_URL.fullmatch(parts.path)
     if match is None or not is_capability(match.group(1)):
         raise BadRequest("'to' must end in /v1/data/{write capability}: a depot is not an open proxy")
+    if len(parts.hostname) > 253:  # no DNS name is longer; the peer is a key of the links log, kept a while
+        raise BadRequest("'to' names a host longer than 253 characters")
     host = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname
-    return f"{parts.scheme}://{host}" + (f":{port}" if port is not None else "")
+    peer = f"{parts.scheme}://{host}" + (f":{port}" if port is not None else "")
+    try:  # refused here what the push's HTTP client would refuse there (999.1.1.1, a bad IDNA name), as a 400
+        httpx.URL(peer)
+    except httpx.InvalidURL:
+        raise BadRequest("'to' names a host no HTTP client can connect to") from None
+    return peer

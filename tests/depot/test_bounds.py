@@ -46,3 +46,17 @@ async def test_range_numbers_past_int_parsing_limits(open_depot: MakeDepot) -> N
         nothing = await http.get(f"/v1/data/{empty.read}", headers={"Range": "bytes=-5"})
         assert nothing.status_code == 416  # not 206 with "Content-Range: bytes 0--1/0"
 
+
+async def test_a_copy_target_no_http_client_can_reach_is_refused(open_depot: MakeDepot) -> None:
+    async with open_depot() as (depot, client):
+        alloc = await client.allocate_one(1000, 60)
+        await client.write(alloc.write, b"0123456789")
+        cap = "A" * 32
+        for to in (
+            f"http://999.1.1.1/v1/data/{cap}",  # urllib takes it, httpx refuses it as an IPv4 address
+            f"http://{'a' * 300}.example/v1/data/{cap}",  # longer than any DNS name, kept as a links key
+        ):
+            answer = await client._http.post(f"/v1/copy/{alloc.read}", json={"to": to})
+            assert answer.status_code == 400, to
+        assert (await client.status())["links"] == []
+
