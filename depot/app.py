@@ -54,6 +54,7 @@ from .protocol import (
     encode_body,
     error_from_body,
     is_capability,
+    parse_retry_after,
     redact_capabilities,
 )
 from .store import Allocation, Kind, Reliability, Store
@@ -498,7 +499,6 @@ class Depot:
                 del self._pushing[peer]
         seconds = trio.current_time() - started
         if answer.status_code >= 300:
-            retry = answer.headers.get("retry-after")
             try:
                 remote = error_from_body(answer.status_code, decode_body(answer.headers.get("content-type"),
                                                                           answer.content))
@@ -506,7 +506,7 @@ class Depot:
                 remote = DepotError(f"HTTP {answer.status_code}", status=answer.status_code)
             raise Upstream(
                 f"target {peer} answered {answer.status_code} {remote.code}: {remote.message}",
-                retry_after=float(retry) if retry and retry.isdigit() else None,
+                retry_after=parse_retry_after(answer.headers.get("retry-after")),
                 target_status=answer.status_code,
             )
         self.metrics.bytes_out.labels(source).inc(length)

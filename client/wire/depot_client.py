@@ -36,6 +36,7 @@ from lnet.depot.protocol import (
     describe_error,
     encode_body,
     error_from_body,
+    parse_retry_after,
 )
 
 __all__ = [
@@ -362,8 +363,7 @@ class DepotClient:
             raise DepotUnreachable(self.base_url, describe_error(exc)) from None
 
     def _error(self, response: httpx.Response) -> DepotError:
-        retry = response.headers.get("retry-after")
-        retry_after = float(retry) if retry is not None and retry.isdigit() else None
+        retry_after = parse_retry_after(response.headers.get("retry-after"))
         try:
             body = decode_body(response.headers.get("content-type"), response.content)
         except DepotError:

@@ -4,7 +4,13 @@ keeps the depot's memory bounded."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import httpx
+
+from lnet.client.wire.depot_client import DepotClient
+from lnet.depot import Depot, DepotConfig
+from lnet.depot.protocol import MAX_RETRY_AFTER, parse_retry_after
 
 from .conftest import MakeDepot
 
@@ -60,3 +66,36 @@ async def test_a_copy_target_no_http_client_can_reach_is_refused(open_depot: Mak
             assert answer.status_code == 400, to
         assert (await client.status())["links"] == []
 
+
+
+def test_retry_after_is_read_without_raising_and_capped() -> None:
+    assert parse_retry_after("7") == 7.0
+    assert parse_retry_after(" 12 ") == 12.0
+    assert parse_retry_after(UNICODE_DIGIT) is None
+    assert parse_retry_after("Wed, 21 Oct 2015 07:28:00 GMT") is None
+    assert parse_retry_after("-3") is None
+    assert parse_retry_after("9" * 400) == MAX_RETRY_AFTER
+    assert parse_retry_after(None) is None
+
+
+async def test_a_copy_targets_odd_retry_after_gives_502(config_for: Callable[..., DepotConfig]) -> None:
+    retry_afters = iter([b"9" * 400, UNICODE_DIGIT.encode("latin-1")])
+
+    def target(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(
+            503, headers=[(b"retry-after", next(retry_afters)), (b"content-type", b"application/json")],
+            content=b'{"error": "busy", "message": "later"}',
+        )
+
+    async with (
+        Depot(config_for("d1"), copy_transport=httpx.MockTransport(target)) as depot,
+        DepotClient("http://d1.test:6714", transport=httpx.ASGITransport(app=depot.app)) as client,
+    ):
+        alloc = await client.allocate_one(1000, 60)
+        await client.write(alloc.write, b"0123456789")
+        to = "http://peer.test:6714/v1/data/" + "A" * 32
+        capped = await client._http.post(f"/v1/copy/{alloc.read}", json={"to": to})
+        assert (capped.status_code, capped.headers["retry-after"]) == (502, "3600")
+        unreadable = await client._http.post(f"/v1/copy/{alloc.read}", json={"to": to})
+        assert unreadable.status_code == 502
+        assert "retry-after" not in unreadable.headers
