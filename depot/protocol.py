@@ -165,8 +165,13 @@ def error_from_body(status: int, body: Any, retry_after: float | None = None) ->
     if not isinstance(message, str):
         message = f"HTTP {status}"
     cls = _BY_CODE.get(code, DepotError) if isinstance(code, str) else DepotError
-    details = {str(key): value for key, value in fields.items()}
+    # The status line and the Retry-After header say those two, not the body: a body naming them would otherwise
+    # give the constructor the same keyword twice (TypeError).
+    details = {str(key): value for key, value in fields.items() if str(key) not in _NOT_DETAILS}
     return cls(message, status=status, retry_after=retry_after, **details)
+
+
+_NOT_DETAILS = frozenset({"status", "retry_after"})
 
 
 # The longest ``Retry-After`` a reader believes (seconds): a peer must not park a caller for days.

@@ -6,7 +6,7 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from lnet.client.wire.depot_client import DepotClient, DepotFull
+from lnet.client.wire.depot_client import Busy, DepotClient, DepotFull
 from lnet.depot.protocol import MAX_RETRY_AFTER
 
 FULL = b'{"error": "depot_full", "message": "no room"}'
@@ -24,3 +24,13 @@ async def test_an_odd_retry_after_is_ignored_or_capped(header: bytes, expected: 
         with pytest.raises(DepotFull) as raised:
             await client.allocate_one(1000, 60)
     assert raised.value.retry_after == expected
+
+
+async def test_an_error_body_naming_a_status_still_raises_the_protocol_error() -> None:
+    def depot(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(503, json={"error": "busy", "message": "later", "status": 200, "retry_after": 9})
+
+    async with DepotClient("http://d.test", transport=httpx.MockTransport(depot)) as client:
+        with pytest.raises(Busy) as raised:
+            await client.status()
+    assert (raised.value.status, raised.value.retry_after, raised.value.message) == (503, None, "later")

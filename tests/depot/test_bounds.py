@@ -10,7 +10,7 @@ import httpx
 
 from lnet.client.wire.depot_client import DepotClient
 from lnet.depot import Depot, DepotConfig
-from lnet.depot.protocol import MAX_RETRY_AFTER, parse_retry_after
+from lnet.depot.protocol import MAX_RETRY_AFTER, Busy, error_from_body, parse_retry_after
 
 from .conftest import MakeDepot
 
@@ -99,3 +99,29 @@ async def test_a_copy_targets_odd_retry_after_gives_502(config_for: Callable[...
         unreadable = await client._http.post(f"/v1/copy/{alloc.read}", json={"to": to})
         assert unreadable.status_code == 502
         assert "retry-after" not in unreadable.headers
+
+
+def test_an_error_body_cannot_name_the_status_or_retry_after() -> None:
+    error = error_from_body(503, {"error": "busy", "message": "m", "status": 200, "retry_after": "x", "queued_s": 2})
+    assert isinstance(error, Busy)
+    assert (error.status, error.retry_after, error.details) == (503, None, {"queued_s": 2})
+
+
+async def test_a_copy_target_whose_error_body_names_a_status_gives_502(
+    config_for: Callable[..., DepotConfig],
+) -> None:
+    def target(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(409, json={"error": "conflict", "message": "no", "status": 200, "retry_after": 1})
+
+    async with (
+        Depot(config_for("d1"), copy_transport=httpx.MockTransport(target)) as depot,
+        DepotClient("http://d1.test:6714", transport=httpx.ASGITransport(app=depot.app)) as client,
+    ):
+        alloc = await client.allocate_one(1000, 60)
+        await client.write(alloc.write, b"0123456789")
+        answer = await client._http.post(
+            f"/v1/copy/{alloc.read}", json={"to": "http://peer.test:6714/v1/data/" + "A" * 32},
+            headers={"Accept": "application/json"},
+        )
+        assert answer.status_code == 502
+        assert "409 conflict: no" in answer.json()["message"]
