@@ -5,15 +5,18 @@ keeps the depot's memory bounded."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 
 import httpx
 
 from lnet.client.wire.depot_client import DepotClient
 from lnet.depot import Depot, DepotConfig
 from lnet.depot.protocol import MAX_RETRY_AFTER, Busy, error_from_body, parse_retry_after
+from lnet.depot.store import Kind, Reliability, Store
 
 from .conftest import MakeDepot
 
+NOW = 1_800_000_000.0
 UNICODE_DIGIT = "\u00b2"  # "²": str.isdigit() says yes, int() says no
 
 
@@ -125,3 +128,20 @@ async def test_a_copy_target_whose_error_body_names_a_status_gives_502(
         )
         assert answer.status_code == 502
         assert "409 conflict: no" in answer.json()["message"]
+
+
+def test_the_expiry_schedule_stays_bounded_under_extends_and_frees(tmp_path: Path) -> None:
+    store = Store(capacity=10_000, max_allocation=1000, max_duration=3600, data_dir=tmp_path / "data")
+    store.open(NOW)
+    (kept, caps), = store.allocate(100, 10, Reliability.SOFT, 1, NOW)
+    for i in range(5000):  # a client with the manage capability, extending in a loop
+        store.extend(kept, 0.001, NOW + i * 0.0001)
+    for _ in range(5000):  # a relay's blocks: allocated and freed long before they would expire
+        (block, _caps), = store.allocate(100, 3000, Reliability.SOFT, 1, NOW)
+        store.free(block)
+    assert len(store._expiry) <= 2 * store.allocations + 64
+    assert store.lookup(Kind.READ, caps.read, NOW + 14) is kept  # extended by 5 s in all
+    assert store.reap(NOW + 14) == 0
+    assert store.reap(NOW + 16) == 1
+    assert store.used == 0
+    store.close()
