@@ -71,7 +71,7 @@ class DepotConfig:
     max_allocation: int = 256 * MiB
     max_duration: float = 1 * DAYS
     max_count: int = 1024
-    operator_token: str | None = None
+    operator_token: str | None = field(default=None, repr=False)  # a secret: never in a repr
     # The operations that need the operator token (when one is set); allocating only, unless the operator says.
     require_token_for: tuple[str, ...] = ("allocate",)
     # The hosts and address ranges copies may push to (copy_allow.py); anywhere unless the operator says.

@@ -45,6 +45,7 @@ from .protocol import (
     TooLarge,
     capability_key,
     new_capability,
+    redact,
 )
 
 __all__ = ["Allocation", "Capabilities", "Kind", "Reliability", "Store"]
@@ -75,6 +76,9 @@ class Capabilities:
     read: str
     write: str
     manage: str
+
+    def __repr__(self) -> str:  # capabilities are secrets: never print them whole
+        return f"Capabilities(read={redact(self.read)}, write={redact(self.write)}, manage={redact(self.manage)})"
 
 
 @dataclass(eq=False)

@@ -145,3 +145,14 @@ def test_the_expiry_schedule_stays_bounded_under_extends_and_frees(tmp_path: Pat
     assert store.reap(NOW + 16) == 1
     assert store.used == 0
     store.close()
+
+
+def test_reprs_hold_no_secret_whole(config_for: Callable[..., DepotConfig]) -> None:
+    token = "operator-token-0123456789-secret"
+    config = config_for("d1", operator_token=token)
+    assert token not in repr(config)
+    store = Store(capacity=10_000, max_allocation=1000, max_duration=3600)
+    (_, caps), = store.allocate(100, 10, Reliability.SOFT, 1, NOW)
+    for secret in (caps.read, caps.write, caps.manage):
+        assert secret not in repr(caps)
+    store.close()
