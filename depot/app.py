@@ -483,12 +483,18 @@ class Depot:
         started = trio.current_time()
         try:
             with self.store.pinned(alloc):
-                answer = await client.put(
+                request = client.build_request(
+                    "PUT",
                     url,
                     content=chunks(),  # type: ignore[arg-type]  # httpx writes any buffer; views avoid a copy
                     headers={"Content-Length": str(length), "Content-Type": "application/octet-stream",
                              "Accept": "application/msgpack"},
                 )
+                answer = await client.send(request, stream=True)
+                try:
+                    content = await _answer_body(answer, peer)
+                finally:
+                    await answer.aclose()
         except httpx.TimeoutException:
             raise Upstream(f"copy to {peer} timed out (copy_timeout {self.config.copy_timeout:g}s)") from None
         except httpx.HTTPError as exc:
@@ -501,7 +507,7 @@ class Depot:
         if answer.status_code >= 300:
             try:
                 remote = error_from_body(answer.status_code, decode_body(answer.headers.get("content-type"),
-                                                                          answer.content))
+                                                                          content))
             except DepotError:
                 remote = DepotError(f"HTTP {answer.status_code}", status=answer.status_code)
             raise Upstream(
@@ -673,6 +679,17 @@ async def _receive_body(request: Request, buffer: mmap.mmap, offset: int, end: i
     except ClientDisconnect:
         return position, True
     return position, False
+
+
+async def _answer_body(answer: httpx.Response, peer: str) -> bytes:
+    """A push's answer (streamed), read up to ``MAX_CONTROL_BODY``: a depot answers a write with a few hundred
+    bytes at most, and a copy's target is whatever host a client named (``Upstream`` past that, unread)."""
+    body = bytearray()
+    async for chunk in answer.aiter_bytes():
+        body += chunk
+        if len(body) > MAX_CONTROL_BODY:
+            raise Upstream(f"{peer} answered a push with more than {MAX_CONTROL_BODY} bytes: not a depot")
+    return bytes(body)
 
 
 async def _control_body(request: Request) -> dict[str, Any]:

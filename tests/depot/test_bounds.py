@@ -4,17 +4,19 @@ keeps the depot's memory bounded."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import httpx
+import pytest
+import trio
 
-from lnet.client.wire.depot_client import DepotClient
+from lnet.client.wire.depot_client import DepotClient, Upstream
 from lnet.depot import Depot, DepotConfig
 from lnet.depot.protocol import MAX_RETRY_AFTER, Busy, error_from_body, parse_retry_after
 from lnet.depot.store import Kind, Reliability, Store
 
-from .conftest import MakeDepot
+from .conftest import MakeDepot, MiB
 
 NOW = 1_800_000_000.0
 UNICODE_DIGIT = "\u00b2"  # "²": str.isdigit() says yes, int() says no
@@ -156,3 +158,28 @@ def test_reprs_hold_no_secret_whole(config_for: Callable[..., DepotConfig]) -> N
     for secret in (caps.read, caps.write, caps.manage):
         assert secret not in repr(caps)
     store.close()
+
+
+async def test_a_copy_targets_endless_answer_is_not_read_past_the_bound(
+    config_for: Callable[..., DepotConfig],
+) -> None:
+    sent = 0
+
+    async def endless() -> AsyncIterator[bytes]:
+        nonlocal sent
+        while sent < 64 * MiB:  # a bound for today's code, which reads it all
+            sent += MiB
+            yield bytes(MiB)
+
+    def target(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(204, content=endless())
+
+    async with (
+        Depot(config_for("d1"), copy_transport=httpx.MockTransport(target)) as depot,
+        DepotClient("http://d1.test:6714", transport=httpx.ASGITransport(app=depot.app)) as client,
+    ):
+        alloc = await client.allocate_one(1000, 60)
+        await client.write(alloc.write, b"0123456789")
+        with trio.fail_after(30), pytest.raises(Upstream, match="more than"):
+            await client.copy(alloc.read, "http://peer.test:6714/v1/data/" + "A" * 32)
+        assert sent <= 2 * MiB
