@@ -1,5 +1,6 @@
-"""The one depot client against a depot that answers oddly (through ``httpx.MockTransport``): whatever the
-answer, it raises one of its own exceptions, never a ``ValueError`` or ``TypeError``, and reads a bounded amount."""
+"""The client's wire against peers that answer oddly: the depot client (through ``httpx.MockTransport``) and the
+range connection to HTTP replicas raise their own exceptions, never a ``ValueError`` or ``TypeError``, whatever
+the answer, and read a bounded amount of it."""
 
 from __future__ import annotations
 
@@ -8,8 +9,10 @@ from collections.abc import AsyncIterator
 import httpx
 import pytest
 import trio
+import trio.testing
 
 from lnet.client.wire.depot_client import MAX_ANSWER_BYTES, Busy, DepotClient, DepotFull, DepotUnreachable
+from lnet.client.wire.range_connection import RangeConnection, ReplicaError
 from lnet.depot.protocol import MAX_RETRY_AFTER
 
 MiB = 1024 * 1024
@@ -62,3 +65,23 @@ async def test_an_endless_answer_is_not_read_past_the_bound(status: int) -> None
         with trio.fail_after(30), pytest.raises(DepotUnreachable, match="more than"):
             await client.write("W" * 32, b"x")
         assert sent <= MAX_ANSWER_BYTES + 2 * MiB
+
+
+@pytest.mark.parametrize(
+    "head",
+    [
+        b"HTTP/1.1 206 Partial Content\r\nContent-Range: bytes 0-9/" + b"9" * 5000 + b"\r\nContent-Length: 10\r\n\r\n",
+        b"HTTP/1.1 200 OK\r\nContent-Length: " + b"9" * 5000 + b"\r\n\r\n",
+    ],
+)
+async def test_a_replicas_numbers_past_int_parsing_limits_are_a_replica_error(head: bytes) -> None:
+    mine, replica = trio.testing.memory_stream_pair()
+
+    async def connect(host: str, port: int) -> trio.abc.Stream:
+        return mine
+
+    async with RangeConnection("http://r.test/file", 5.0, connect=connect) as connection:
+        await connection.send(0, 10)
+        await replica.send_all(head + b"0123456789")
+        with pytest.raises(ReplicaError):
+            await connection.head()
