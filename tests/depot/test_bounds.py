@@ -12,7 +12,7 @@ import pytest
 import trio
 
 from lnet.client.wire.depot_client import DepotClient, Upstream
-from lnet.depot import Depot, DepotConfig
+from lnet.depot import ConfigError, Depot, DepotConfig
 from lnet.depot.protocol import MAX_RETRY_AFTER, Busy, error_from_body, parse_retry_after
 from lnet.depot.store import Kind, Reliability, Store
 
@@ -183,3 +183,11 @@ async def test_a_copy_targets_endless_answer_is_not_read_past_the_bound(
         with trio.fail_after(30), pytest.raises(Upstream, match="more than"):
             await client.copy(alloc.read, "http://peer.test:6714/v1/data/" + "A" * 32)
         assert sent <= 2 * MiB
+
+
+def test_a_token_that_is_not_a_string_is_refused_without_echoing_it(tmp_path: Path) -> None:
+    file = tmp_path / "depot.toml"
+    file.write_text("operator_token = 918273645546372819\n")  # quotes forgotten
+    with pytest.raises(ConfigError, match="operator_token: expected a string") as refused:
+        DepotConfig.load(file)
+    assert "918273645546372819" not in str(refused.value)
