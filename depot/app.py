@@ -315,6 +315,8 @@ class Depot:
 
     async def write(self, request: Request) -> Response:
         alloc = self._lookup(request, Kind.WRITE)
+        if "content-range" in request.headers:  # RFC 9110 14.5: a server MUST refuse it; ignored, it misplaces bytes
+            raise BadRequest("a write places its bytes with ?offset=, not Content-Range")
         offset = _query_int(request, "offset", alloc.length)
         declared = _whole(request.headers.get("content-length"))
         if declared is None:
