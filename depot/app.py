@@ -204,6 +204,15 @@ class Depot:
                     status = message["status"]
                 await send(message)
 
+            if scope.get("http_version", "1.1") not in ("1.0", "1.1"):
+                # hypercorn also speaks HTTP/2 (prior knowledge on plain TCP); the depot does not. hypercorn buffers
+                # an HTTP/2 response whole whatever the client's flow-control window (its buffer takes any amount
+                # while the window is shut), outside the capacity, and a client's pings keep its read_timeout from
+                # firing: no bound of the depot's would hold. (Under TLS, ALPN offers HTTP/1.1 only: server.py.)
+                unsupported = BadRequest("this depot speaks HTTP/1.1 only", status=505)
+                await _error_response(unsupported, _header(scope, b"accept"))(scope, receive, send_counted)
+                self.metrics.requests.labels(operation, str(status)).inc()
+                return
             if operation in self.token_required_for and not self._bearer_ok(scope):
                 # Before anything else: a request without the token costs the depot one small answer.
                 refusal = Unauthorized(

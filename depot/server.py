@@ -74,6 +74,7 @@ def _hypercorn_config(config: DepotConfig) -> HypercornConfig:
     hc.accesslog = None  # our own access log redacts capabilities; hypercorn's would print them whole
     hc.errorlog = logging.getLogger("lnet.depot.server")
     hc.h11_max_incomplete_size = 64 * 1024
+    hc.alpn_protocols = ["http/1.1"]  # the depot speaks HTTP/1.1 only (app.py refuses HTTP/2 with 505: why there)
     hc.backlog = 1024
     if config.certfile is not None and config.keyfile is not None:
         hc.certfile = str(config.certfile)
