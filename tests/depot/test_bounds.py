@@ -22,6 +22,20 @@ NOW = 1_800_000_000.0
 UNICODE_DIGIT = "\u00b2"  # "²": str.isdigit() says yes, int() says no
 
 
+class Target(httpx.AsyncBaseTransport):
+    """A copy target answering every push with ``answer(request)``, once it has taken the body piece by piece
+    (``httpx.MockTransport`` joins the pieces at the end, and the depot's are views it releases as it goes)."""
+
+    def __init__(self, answer: Callable[[httpx.Request], httpx.Response]) -> None:
+        self.answer = answer
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        assert isinstance(request.stream, httpx.AsyncByteStream)
+        async for _ in request.stream:
+            pass
+        return self.answer(request)
+
+
 async def test_numbers_that_are_not_ascii_digits_are_refused(open_depot: MakeDepot) -> None:
     async with open_depot() as (depot, client):
         alloc = await client.allocate_one(1000, 60)
@@ -92,7 +106,7 @@ async def test_a_copy_targets_odd_retry_after_gives_502(config_for: Callable[...
         )
 
     async with (
-        Depot(config_for("d1"), copy_transport=httpx.MockTransport(target)) as depot,
+        Depot(config_for("d1"), copy_transport=Target(target)) as depot,
         DepotClient("http://d1.test:6714", transport=httpx.ASGITransport(app=depot.app)) as client,
     ):
         alloc = await client.allocate_one(1000, 60)
@@ -118,7 +132,7 @@ async def test_a_copy_target_whose_error_body_names_a_status_gives_502(
         return httpx.Response(409, json={"error": "conflict", "message": "no", "status": 200, "retry_after": 1})
 
     async with (
-        Depot(config_for("d1"), copy_transport=httpx.MockTransport(target)) as depot,
+        Depot(config_for("d1"), copy_transport=Target(target)) as depot,
         DepotClient("http://d1.test:6714", transport=httpx.ASGITransport(app=depot.app)) as client,
     ):
         alloc = await client.allocate_one(1000, 60)
@@ -174,7 +188,7 @@ async def test_a_copy_targets_endless_answer_is_not_read_past_the_bound(
         return httpx.Response(204, content=endless())
 
     async with (
-        Depot(config_for("d1"), copy_transport=httpx.MockTransport(target)) as depot,
+        Depot(config_for("d1"), copy_transport=Target(target)) as depot,
         DepotClient("http://d1.test:6714", transport=httpx.ASGITransport(app=depot.app)) as client,
     ):
         alloc = await client.allocate_one(1000, 60)
