@@ -54,6 +54,7 @@ from .protocol import (
     encode_body,
     error_from_body,
     is_capability,
+    parse_retry_after,
     redact_capabilities,
 )
 from .store import Allocation, Kind, Reliability, Store
@@ -78,7 +79,10 @@ STREAM_CHUNK = 1024 * 1024
 PUSH_CHUNK = 8 * 1024 * 1024
 MAX_CONTROL_BODY = 64 * 1024
 _WRITE_URL = re.compile(r"/v1/data/([A-Za-z0-9_-]+)")
-_RANGE = re.compile(r"^bytes=(\d*)-(\d*)$")
+_RANGE = re.compile(r"^bytes=([0-9]*)-([0-9]*)$")
+# A number the depot reads from a header or a query: ASCII digits only (``str.isdigit`` also takes "²", which
+# ``int`` refuses), and at most 18 of them, so that it is an int64 and far below ``int``'s 4300-digit limit.
+_WHOLE = re.compile(r"[0-9]{1,18}")
 _TCP_INFO: int | None = getattr(socket, "TCP_INFO", None)  # Linux only
 
 
@@ -200,6 +204,15 @@ class Depot:
                     status = message["status"]
                 await send(message)
 
+            if scope.get("http_version", "1.1") not in ("1.0", "1.1"):
+                # hypercorn also speaks HTTP/2 (prior knowledge on plain TCP); the depot does not. hypercorn buffers
+                # an HTTP/2 response whole whatever the client's flow-control window (its buffer takes any amount
+                # while the window is shut), outside the capacity, and a client's pings keep its read_timeout from
+                # firing: no bound of the depot's would hold. (Under TLS, ALPN offers HTTP/1.1 only: server.py.)
+                unsupported = BadRequest("this depot speaks HTTP/1.1 only", status=505)
+                await _error_response(unsupported, _header(scope, b"accept"))(scope, receive, send_counted)
+                self.metrics.requests.labels(operation, str(status)).inc()
+                return
             if operation in self.token_required_for and not self._bearer_ok(scope):
                 # Before anything else: a request without the token costs the depot one small answer.
                 refusal = Unauthorized(
@@ -311,11 +324,13 @@ class Depot:
 
     async def write(self, request: Request) -> Response:
         alloc = self._lookup(request, Kind.WRITE)
+        if "content-range" in request.headers:  # RFC 9110 14.5: a server MUST refuse it; ignored, it misplaces bytes
+            raise BadRequest("a write places its bytes with ?offset=, not Content-Range")
         offset = _query_int(request, "offset", alloc.length)
-        declared = request.headers.get("content-length")
-        if declared is None or not declared.isdigit():
-            raise BadRequest("a write needs a Content-Length header", status=411)
-        end = offset + int(declared)
+        declared = _whole(request.headers.get("content-length"))
+        if declared is None:
+            raise BadRequest("a write needs a Content-Length header (a whole number, at most 18 digits)", status=411)
+        end = offset + declared
         if offset > alloc.length:
             raise RangeNotSatisfiable(f"offset {offset} would leave a hole: {alloc.length} bytes are written")
         if end > alloc.size:
@@ -479,12 +494,18 @@ class Depot:
         started = trio.current_time()
         try:
             with self.store.pinned(alloc):
-                answer = await client.put(
+                request = client.build_request(
+                    "PUT",
                     url,
                     content=chunks(),  # type: ignore[arg-type]  # httpx writes any buffer; views avoid a copy
                     headers={"Content-Length": str(length), "Content-Type": "application/octet-stream",
                              "Accept": "application/msgpack"},
                 )
+                answer = await client.send(request, stream=True)
+                try:
+                    content = await _answer_body(answer, peer)
+                finally:
+                    await answer.aclose()
         except httpx.TimeoutException:
             raise Upstream(f"copy to {peer} timed out (copy_timeout {self.config.copy_timeout:g}s)") from None
         except httpx.HTTPError as exc:
@@ -495,15 +516,14 @@ class Depot:
                 del self._pushing[peer]
         seconds = trio.current_time() - started
         if answer.status_code >= 300:
-            retry = answer.headers.get("retry-after")
             try:
                 remote = error_from_body(answer.status_code, decode_body(answer.headers.get("content-type"),
-                                                                          answer.content))
+                                                                          content))
             except DepotError:
                 remote = DepotError(f"HTTP {answer.status_code}", status=answer.status_code)
             raise Upstream(
                 f"target {peer} answered {answer.status_code} {remote.code}: {remote.message}",
-                retry_after=float(retry) if retry and retry.isdigit() else None,
+                retry_after=parse_retry_after(answer.headers.get("retry-after")),
                 target_status=answer.status_code,
             )
         self.metrics.bytes_out.labels(source).inc(length)
@@ -672,9 +692,20 @@ async def _receive_body(request: Request, buffer: mmap.mmap, offset: int, end: i
     return position, False
 
 
+async def _answer_body(answer: httpx.Response, peer: str) -> bytes:
+    """A push's answer (streamed), read up to ``MAX_CONTROL_BODY``: a depot answers a write with a few hundred
+    bytes at most, and a copy's target is whatever host a client named (``Upstream`` past that, unread)."""
+    body = bytearray()
+    async for chunk in answer.aiter_bytes():
+        body += chunk
+        if len(body) > MAX_CONTROL_BODY:
+            raise Upstream(f"{peer} answered a push with more than {MAX_CONTROL_BODY} bytes: not a depot")
+    return bytes(body)
+
+
 async def _control_body(request: Request) -> dict[str, Any]:
-    declared = request.headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > MAX_CONTROL_BODY:
+    declared = _whole(request.headers.get("content-length"))  # None for nonsense: the loop below still bounds it
+    if declared is not None and declared > MAX_CONTROL_BODY:
         raise TooLarge(f"control bodies are at most {MAX_CONTROL_BODY} bytes")
     data = bytearray()
     try:
@@ -759,13 +790,26 @@ def _number(body: dict[str, Any], key: str, *, required: bool = False) -> float:
     return value
 
 
+def _whole(text: str | None) -> int | None:
+    """``text`` as a number if it is 1 to 18 ASCII digits (``_WHOLE``), else None."""
+    return int(text) if text is not None and _WHOLE.fullmatch(text) else None
+
+
 def _query_int(request: Request, name: str, default: int) -> int:
     raw = request.query_params.get(name)
     if raw is None:
         return default
-    if not raw.isdigit() or len(raw) > 18:
-        raise BadRequest(f"{name} must be a whole number of bytes, not negative")
-    return int(raw)
+    value = _whole(raw)
+    if value is None:
+        raise BadRequest(f"{name} must be a whole number of bytes, not negative (at most 18 digits)")
+    return value
+
+
+def _range_number(digits: str) -> int:
+    """A number of a ``Range`` header; one past int64 reads as 10**18, beyond any allocation (and ``int`` is
+    never given more than 18 digits)."""
+    digits = digits.lstrip("0") or "0"
+    return int(digits) if len(digits) <= 18 else 10**18
 
 
 DIGESTS = frozenset({"sha256", "blake2b"})
@@ -782,12 +826,12 @@ def _parse_range(spec: str, length: int) -> tuple[int, int]:
         raise RangeNotSatisfiable(f"unsupported range {spec[:64]!r}: one 'bytes=a-b' range only")
     first, last = match.group(1), match.group(2)
     if first == "":  # a suffix: the last N bytes
-        count = int(last)
-        if count == 0:
-            raise RangeNotSatisfiable("an empty suffix range")
+        count = _range_number(last)
+        if count == 0 or length == 0:  # no bytes to name (and "bytes 0--1/0" is no Content-Range)
+            raise RangeNotSatisfiable("an empty suffix range, or nothing written yet")
         return max(length - count, 0), length
-    start = int(first)
-    end = length if last == "" else min(int(last) + 1, length)
+    start = _range_number(first)
+    end = length if last == "" else min(_range_number(last) + 1, length)
     if start >= length or end <= start:
         raise RangeNotSatisfiable(f"range {spec[:64]!r} is not within the {length} bytes written")
     return start, end
@@ -807,5 +851,12 @@ def _copy_target(url: str) -> str:
     match = _WRITE_URL.fullmatch(parts.path)
     if match is None or not is_capability(match.group(1)):
         raise BadRequest("'to' must end in /v1/data/{write capability}: a depot is not an open proxy")
+    if len(parts.hostname) > 253:  # no DNS name is longer; the peer is a key of the links log, kept a while
+        raise BadRequest("'to' names a host longer than 253 characters")
     host = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname
-    return f"{parts.scheme}://{host}" + (f":{port}" if port is not None else "")
+    peer = f"{parts.scheme}://{host}" + (f":{port}" if port is not None else "")
+    try:  # refused here what the push's HTTP client would refuse there (999.1.1.1, a bad IDNA name), as a 400
+        httpx.URL(peer)
+    except httpx.InvalidURL:
+        raise BadRequest("'to' names a host no HTTP client can connect to") from None
+    return peer

@@ -71,7 +71,7 @@ class DepotConfig:
     max_allocation: int = 256 * MiB
     max_duration: float = 1 * DAYS
     max_count: int = 1024
-    operator_token: str | None = None
+    operator_token: str | None = field(default=None, repr=False)  # a secret: never in a repr
     # The operations that need the operator token (when one is set); allocating only, unless the operator says.
     require_token_for: tuple[str, ...] = ("allocate",)
     # The hosts and address ranges copies may push to (copy_allow.py); anywhere unless the operator says.
@@ -269,6 +269,13 @@ def _as_str(raw: Any) -> str:
     return raw
 
 
+def _as_secret(raw: Any) -> str:
+    """A string that must never be echoed (the operator token), even when it is not one."""
+    if not isinstance(raw, str):
+        raise ValueError(f"expected a string (in quotes), got a {type(raw).__name__}")
+    return raw
+
+
 def _as_int(raw: Any) -> int:
     if isinstance(raw, bool) or not isinstance(raw, int | str):
         raise ValueError(f"expected a whole number, got {raw!r}")
@@ -355,7 +362,7 @@ _CONVERTERS: dict[str, Callable[[Any], Any]] = {
     "max_allocation": parse_size,
     "max_duration": parse_duration,
     "max_count": _as_int,
-    "operator_token": _as_str,
+    "operator_token": _as_secret,
     "require_token_for": _as_operations,
     "copy_allow": _as_copy_allow,
     "data_dir": _as_path,

@@ -19,6 +19,7 @@ import msgpack
 __all__ = [
     "MSGPACK",
     "JSON",
+    "MAX_RETRY_AFTER",
     "PROTOCOL_VERSION",
     "BadRequest",
     "Busy",
@@ -39,6 +40,7 @@ __all__ = [
     "error_from_body",
     "is_capability",
     "new_capability",
+    "parse_retry_after",
     "redact",
     "redact_capabilities",
     "guard_http_logs",
@@ -163,8 +165,29 @@ def error_from_body(status: int, body: Any, retry_after: float | None = None) ->
     if not isinstance(message, str):
         message = f"HTTP {status}"
     cls = _BY_CODE.get(code, DepotError) if isinstance(code, str) else DepotError
-    details = {str(key): value for key, value in fields.items()}
+    # The status line and the Retry-After header say those two, not the body: a body naming them would otherwise
+    # give the constructor the same keyword twice (TypeError).
+    details = {str(key): value for key, value in fields.items() if str(key) not in _NOT_DETAILS}
     return cls(message, status=status, retry_after=retry_after, **details)
+
+
+_NOT_DETAILS = frozenset({"status", "retry_after"})
+
+
+# The longest ``Retry-After`` a reader believes (seconds): a peer must not park a caller for days.
+MAX_RETRY_AFTER = 3600.0
+
+
+def parse_retry_after(value: str | None) -> float | None:
+    """The seconds of a ``Retry-After`` header in its delta-seconds form, at most ``MAX_RETRY_AFTER``; None for
+    anything else (an HTTP date, garbage). It comes from a peer, so it never raises: ASCII digits only
+    (``str.isdigit`` also takes "²", which ``float`` refuses), and a 400-digit number is an hour, not infinity."""
+    if value is None:
+        return None
+    value = value.strip()
+    if not value or not value.isascii() or not value.isdigit():
+        return None
+    return min(float(value), MAX_RETRY_AFTER)
 
 
 def wants_msgpack(accept: str | None) -> bool:

@@ -15,6 +15,7 @@ from typing import Any
 
 import trio
 from hypercorn.config import Config as HypercornConfig
+from hypercorn.config import Sockets
 from hypercorn.trio import serve as hypercorn_serve
 from hypercorn.trio import tcp_server
 
@@ -29,6 +30,28 @@ log = logging.getLogger("lnet.depot")
 # Hypercorn reads 64 KiB per receive; bulk uploads are many MiB, and a bigger read means far fewer trips
 # through the event loop per byte (measured by bench/depot_throughput.py).
 RECEIVE_SIZE = 1024 * 1024
+_TCP_USER_TIMEOUT: int | None = getattr(socket, "TCP_USER_TIMEOUT", None)  # Linux only
+
+
+class _Config(HypercornConfig):
+    """hypercorn's configuration, whose TCP listening sockets carry ``TCP_USER_TIMEOUT`` (each accepted connection
+    inherits it): how long sent bytes may stay unacknowledged, or unsent because the client's window is shut.
+
+    hypercorn bounds reads (``read_timeout``) but not writes, and sends with the cancellation shielded: a client
+    that requests an allocation and stops reading would hold its request (a place of ``max_concurrent_requests``)
+    and the allocation's buffer (pinned, counted against the capacity even once freed) for as long as it kept
+    its connection open. The kernel cuts such a connection after ``read_timeout``; the send fails and the
+    request ends."""
+
+    user_timeout_ms = 0
+
+    def create_sockets(self) -> Sockets:
+        sockets = super().create_sockets()
+        if _TCP_USER_TIMEOUT is not None and self.user_timeout_ms > 0:
+            for sock in (*sockets.secure_sockets, *sockets.insecure_sockets):
+                if sock.family in (socket.AF_INET, socket.AF_INET6):
+                    sock.setsockopt(socket.IPPROTO_TCP, _TCP_USER_TIMEOUT, self.user_timeout_ms)
+        return sockets
 
 
 def install_server_patches() -> None:
@@ -41,7 +64,8 @@ def install_server_patches() -> None:
 
 
 def _hypercorn_config(config: DepotConfig) -> HypercornConfig:
-    hc = HypercornConfig()
+    hc = _Config()
+    hc.user_timeout_ms = max(1, math.ceil(config.read_timeout * 1000))
     host, port = config.host_port
     hc.bind = [f"[{host}]:{port}" if ":" in host else f"{host}:{port}"]
     hc.read_timeout = max(1, math.ceil(config.read_timeout))
@@ -50,6 +74,7 @@ def _hypercorn_config(config: DepotConfig) -> HypercornConfig:
     hc.accesslog = None  # our own access log redacts capabilities; hypercorn's would print them whole
     hc.errorlog = logging.getLogger("lnet.depot.server")
     hc.h11_max_incomplete_size = 64 * 1024
+    hc.alpn_protocols = ["http/1.1"]  # the depot speaks HTTP/1.1 only (app.py refuses HTTP/2 with 505: why there)
     hc.backlog = 1024
     if config.certfile is not None and config.keyfile is not None:
         hc.certfile = str(config.certfile)

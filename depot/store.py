@@ -10,6 +10,8 @@ Theory of the bounds:
 - ``used`` counts every allocation whose buffer is still mapped, including a freed one still being streamed
   (``pins``), so that the depot never holds more than ``capacity``.
 - Capabilities are never stored: the index and the metadata files hold their SHA-256 (``capability_key``).
+- The expiry schedule holds at most about twice as many entries as there are live allocations (``_schedule``),
+  however many extends and frees clients send.
 - ``length`` only moves forward when a write completes (``commit_write``), so a cut-off upload never makes
   unwritten bytes readable.
 - Freed soft buffers of 1 MiB or more wait in a small pool for half a second before they are unmapped: a relay
@@ -43,6 +45,7 @@ from .protocol import (
     TooLarge,
     capability_key,
     new_capability,
+    redact,
 )
 
 __all__ = ["Allocation", "Capabilities", "Kind", "Reliability", "Store"]
@@ -54,6 +57,7 @@ _DATA_SUFFIX = ".data"
 _META_FORMAT = "lnet-depot-allocation/1"
 POOL_MIN_SIZE = 1024 * 1024
 POOL_IDLE_S = 0.5
+_SCHEDULE_SLACK = 64  # stale expiry entries allowed beyond the live allocations before the schedule is rebuilt
 
 
 class Kind(StrEnum):
@@ -72,6 +76,9 @@ class Capabilities:
     read: str
     write: str
     manage: str
+
+    def __repr__(self) -> str:  # capabilities are secrets: never print them whole
+        return f"Capabilities(read={redact(self.read)}, write={redact(self.write)}, manage={redact(self.manage)})"
 
 
 @dataclass(eq=False)
@@ -207,7 +214,7 @@ class Store:
     def extend(self, alloc: Allocation, seconds: float, now: float) -> float:
         """Push the expiry ``seconds`` further, but never more than ``max_duration`` from now."""
         alloc.expires = max(alloc.expires, min(alloc.expires + seconds, now + self.max_duration))
-        heapq.heappush(self._expiry, (alloc.expires, alloc.ident))
+        self._schedule(alloc)
         if alloc.reliability is Reliability.HARD:
             self._write_meta(alloc)
         return alloc.expires
@@ -296,7 +303,16 @@ class Store:
         self._live[alloc.ident] = alloc
         for key in alloc.keys.values():
             self._by_key[key] = alloc
+        self._schedule(alloc)
+
+    def _schedule(self, alloc: Allocation) -> None:
+        """Put ``alloc``'s expiry in the schedule. An extend or a free leaves the old entry behind (``reap`` skips
+        it); when such stale entries outnumber the live allocations the schedule is rebuilt from those, so that it
+        holds at most about twice the live allocations however many extends and frees clients send."""
         heapq.heappush(self._expiry, (alloc.expires, alloc.ident))
+        if len(self._expiry) > 2 * len(self._live) + _SCHEDULE_SLACK:
+            self._expiry = [(live.expires, live.ident) for live in self._live.values()]
+            heapq.heapify(self._expiry)
 
     def _discard(self, alloc: Allocation) -> None:
         alloc.dead = True

@@ -183,7 +183,8 @@ def _prepare(args: SendArgs) -> Prepared | Failed:
         return Failed(ExitCode.USAGE, f"{args.file}: not a readable file or directory")
     bad = [url for url in args.source if not replica_options.is_url(url)]
     if bad:
-        return Failed(ExitCode.USAGE, f"--source {bad[0]}: not an http(s) URL")
+        scheme = bad[0].partition(":")[0][:16]  # only that: the rest may hold a capability
+        return Failed(ExitCode.USAGE, f"--source {scheme}:…: not an http(s) URL")
     if len(set(args.source)) != len(args.source):
         return Failed(ExitCode.USAGE, "--source: a URL is given twice")
     try:

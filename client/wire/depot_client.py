@@ -36,6 +36,7 @@ from lnet.depot.protocol import (
     describe_error,
     encode_body,
     error_from_body,
+    parse_retry_after,
 )
 
 __all__ = [
@@ -61,6 +62,9 @@ __all__ = [
 
 
 DEFAULT_TIMEOUT = 30.0
+# A depot's answers other than data are small (``/v1/status`` with its 512 links is a few hundred KiB at most):
+# a longer one is no depot's, and is not read on.
+MAX_ANSWER_BYTES = 4 * 1024 * 1024
 Reliability = Literal["soft", "hard"]
 
 
@@ -206,7 +210,8 @@ class DepotClient:
     async def healthy(self) -> bool:
         """Does the depot answer its health check? Never raises."""
         try:
-            return (await self._http.get("/healthz")).status_code == 200
+            async with self._http.stream("GET", "/healthz") as answer:  # the status says it; the body is not read
+                return answer.status_code == 200
         except httpx.HTTPError:
             return False
 
@@ -264,8 +269,7 @@ class DepotClient:
         response = await self._send(request, stream=True)
         try:
             if response.status_code >= 300:
-                await response.aread()
-                raise self._error(response)
+                raise self._error(response, await self._body(response))
             yield self._guarded(response.aiter_raw())
         finally:
             await response.aclose()
@@ -317,9 +321,9 @@ class DepotClient:
         params = {"offset": str(offset)} if offset is not None else None
         headers = {"Content-Length": str(length), "Content-Type": "application/octet-stream"}
         request = self._http.build_request("PUT", f"/v1/data/{write}", params=params, headers=headers, content=content)
-        response = await self._send(request)
+        response, answer = await self._exchange(request)
         if response.status_code >= 300:
-            raise self._error(response)
+            raise self._error(response, answer)
         return int(response.headers.get("x-lnet-length", "0"))
 
     async def _control(
@@ -337,12 +341,34 @@ class DepotClient:
             content, media_type = encode_body(body, MSGPACK)
             all_headers["Content-Type"] = media_type
         request = self._http.build_request(method, path, content=content, headers=all_headers, params=params)
-        response = await self._send(request)
+        response, answer = await self._exchange(request)
         if response.status_code >= 300:
-            raise self._error(response)
-        if response.status_code == 204 or not response.content:
+            raise self._error(response, answer)
+        if response.status_code == 204 or not answer:
             return {}
-        return decode_body(response.headers.get("content-type"), response.content)
+        return decode_body(response.headers.get("content-type"), answer)
+
+    async def _exchange(self, request: httpx.Request) -> tuple[httpx.Response, bytes]:
+        """Send ``request``; its answer and the answer's body, read up to ``MAX_ANSWER_BYTES``."""
+        response = await self._send(request, stream=True)
+        try:
+            return response, await self._body(response)
+        finally:
+            await response.aclose()
+
+    async def _body(self, response: httpx.Response) -> bytes:
+        """A (streamed) answer's body, at most ``MAX_ANSWER_BYTES``: past that ``DepotUnreachable``, unread."""
+        body = bytearray()
+        try:
+            async for chunk in response.aiter_bytes():
+                body += chunk
+                if len(body) > MAX_ANSWER_BYTES:
+                    raise DepotUnreachable(self.base_url, f"answered more than {MAX_ANSWER_BYTES} bytes: not a depot")
+        except httpx.TimeoutException:
+            raise DepotTimeout(self.base_url, f"read stalled past {self.timeout:g}s") from None
+        except httpx.HTTPError as exc:
+            raise DepotUnreachable(self.base_url, describe_error(exc)) from None
+        return bytes(body)
 
     async def _send(self, request: httpx.Request, *, stream: bool = False) -> httpx.Response:
         try:
@@ -361,11 +387,10 @@ class DepotClient:
         except httpx.HTTPError as exc:
             raise DepotUnreachable(self.base_url, describe_error(exc)) from None
 
-    def _error(self, response: httpx.Response) -> DepotError:
-        retry = response.headers.get("retry-after")
-        retry_after = float(retry) if retry is not None and retry.isdigit() else None
+    def _error(self, response: httpx.Response, answer: bytes) -> DepotError:
+        retry_after = parse_retry_after(response.headers.get("retry-after"))
         try:
-            body = decode_body(response.headers.get("content-type"), response.content)
+            body = decode_body(response.headers.get("content-type"), answer)
         except DepotError:
             body = None
         return error_from_body(response.status_code, body, retry_after)

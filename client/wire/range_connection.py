@@ -31,7 +31,9 @@ Connector = Callable[[str, int], Awaitable[trio.abc.Stream]]
 RECEIVE_SIZE = 256 * 1024
 MAX_HEADER_BYTES = 64 * 1024
 USER_AGENT = "lnet-get"
-_CONTENT_RANGE = re.compile(r"bytes (?:(\d+)-(\d+)|\*)/(\d+|\*)")
+# At most 18 ASCII digits a number: an int64, and never near int()'s 4300-digit limit (a ValueError, not a
+# ReplicaError, would end the whole download instead of this replica's attempt).
+_CONTENT_RANGE = re.compile(r"bytes (?:([0-9]{1,18})-([0-9]{1,18})|\*)/([0-9]{1,18}|\*)")
 
 
 class ReplicaError(Exception):
@@ -185,7 +187,8 @@ class RangeConnection:
             if match.group(3) != "*":
                 total = int(match.group(3))
         elif event.status_code == 200 and "content-length" in headers:
-            total = int(headers["content-length"]) if headers["content-length"].isdigit() else None
+            length = headers["content-length"]
+            total = int(length) if length.isascii() and length.isdigit() and len(length) <= 18 else None
         keep_alive = headers.get("connection", "").lower() != "close" and event.http_version == b"1.1"
         self.in_response = True
         return Head(event.status_code, start, end, total, headers.get("etag"), headers.get("last-modified"),
@@ -216,8 +219,8 @@ class RangeConnection:
         while True:
             try:
                 event = self._h11.next_event()
-            except h11.RemoteProtocolError as exc:
-                raise ReplicaError(f"bad HTTP from the replica: {exc}") from None
+            except (h11.RemoteProtocolError, ValueError) as exc:  # h11 int()s a 5000-digit Content-Length: ValueError
+                raise ReplicaError(f"bad HTTP from the replica: {str(exc)[:200]}") from None
             if event is not h11.NEED_DATA:
                 if event is h11.PAUSED:
                     raise ReplicaError("the replica sent more than one response to a request")

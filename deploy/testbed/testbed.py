@@ -12,6 +12,7 @@ import contextlib
 import dataclasses
 import json
 import os
+import select
 import signal
 import socket
 import subprocess
@@ -121,9 +122,9 @@ def _ready_message(line: bytes, name: str) -> int:
 
 
 def start_detached(topology: Topology, name: str | None = None, state_root: Path = STATE_ROOT,
-                   seed: int | None = None, backend: str = "auto") -> int:
+                   seed: int | None = None, backend: str = "auto", setup_timeout_s: float = SETUP_TIMEOUT_S) -> int:
     """Bring a testbed up and leave it running after this process exits (`lnet-testbed up`). Returns the
-    emulator's pid."""
+    emulator's pid. An emulator that has not reported within `setup_timeout_s` fails it (as `Testbed` does)."""
     name = name or topology.name
     check_privileges()
     backend = resolve_backend(backend)
@@ -139,12 +140,27 @@ def start_detached(topology: Topology, name: str | None = None, state_root: Path
         os.close(w)
         log.close()
     try:
-        with os.fdopen(r, "rb") as ready:
-            line = ready.readline()
-        return _ready_message(line, name)
+        return _ready_message(_ready_line(r, setup_timeout_s), name)
     except BaseException:
         stop(name, state_root)
         raise
+
+
+def _ready_line(fd: int, timeout_s: float) -> bytes:
+    """The emulator's ready line from the pipe `fd` (closed here), waited for `timeout_s` at most; what came
+    before the pipe closed if it closed first."""
+    deadline = time.monotonic() + timeout_s
+    line = b""
+    with os.fdopen(fd, "rb", buffering=0) as ready:
+        while not line.endswith(b"\n"):
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([ready], [], [], left)[0]:
+                raise TestbedError(f"the emulator did not report within {timeout_s:g} s (see emulator.log)")
+            chunk = ready.read(4096)
+            if not chunk:
+                break
+            line += chunk
+    return line
 
 
 def stop(name: str, state_root: Path = STATE_ROOT, timeout_s: float = STOP_TIMEOUT_S) -> bool:
