@@ -55,7 +55,8 @@ async def test_http2_is_refused_and_tls_offers_http1_only(tmp_path: Path) -> Non
     async with trio.open_nursery() as nursery:
         url = await nursery.start(serve, config)
         parts = urlsplit(url)
-        assert parts.hostname is not None and parts.port is not None
+        assert parts.hostname is not None
+        assert parts.port is not None
         async with await trio.open_tcp_stream(parts.hostname, parts.port) as stream:
             client = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
             client.initiate_connection()
@@ -86,7 +87,8 @@ async def test_http2_is_refused_and_tls_offers_http1_only(tmp_path: Path) -> Non
     async with trio.open_nursery() as nursery:
         url = await nursery.start(serve, tls)
         parts = urlsplit(url)
-        assert parts.hostname is not None and parts.port is not None
+        assert parts.hostname is not None
+        assert parts.port is not None
         tcp = await trio.open_tcp_stream(parts.hostname, parts.port)
         async with trio.SSLStream(tcp, context, server_hostname=parts.hostname) as stream:
             with trio.fail_after(10):

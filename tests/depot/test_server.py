@@ -114,7 +114,7 @@ async def test_sigterm_lets_an_in_flight_write_finish(tmp_path: Path) -> None:
                 await trio.sleep(0.2)
                 depot.terminate()
                 with trio.fail_after(10):  # the depot has taken the signal (not merely not got to it yet)...
-                    while not any("finishing in-flight requests" in line for line in depot.log):
+                    while not any("finishing in-flight requests" in line for line in depot.log):  # noqa: ASYNC110 (another process's log)
                         await trio.sleep(0.02)
                 await trio.sleep(0.5)
                 assert depot.process.returncode is None  # ...and is still finishing the upload
@@ -211,7 +211,7 @@ async def test_a_copy_waiting_in_its_lane_leaves_when_its_client_goes(tmp_path: 
         return values["lnet_depot_copies_waiting"], values["lnet_depot_copy_lanes"]
 
     async def until(client: DepotClient, wanted: tuple[str, str]) -> None:  # another process: poll its answers
-        while await waiting_and_lanes(client) != wanted:
+        while await waiting_and_lanes(client) != wanted:  # noqa: ASYNC110 (another process: poll its answers)
             await trio.sleep(0.05)
 
     async with trio.open_nursery() as servers:
