@@ -324,7 +324,7 @@ class Store:
     def _empty_pool(self) -> None:
         for entries in self._pool.values():
             for _, buffer in entries:
-                buffer.close()
+                _unmap_buffer(buffer)
         self._pool.clear()
         self.pooled = 0
 
@@ -332,7 +332,7 @@ class Store:
         """Unmap pooled buffers that waited ``POOL_IDLE_S`` unused, giving their memory back to the system."""
         for size, entries in list(self._pool.items()):
             while entries and entries[0][0] <= now - POOL_IDLE_S:
-                entries.pop(0)[1].close()
+                _unmap_buffer(entries.pop(0)[1])
                 self.pooled -= size
             if not entries:
                 del self._pool[size]
@@ -351,7 +351,7 @@ class Store:
             entries = self._pool[pooled_size]
             keep = reuse if pooled_size == size else 0
             while excess > 0 and len(entries) > keep:
-                entries.pop(0)[1].close()
+                _unmap_buffer(entries.pop(0)[1])
                 self.pooled -= pooled_size
                 excess -= pooled_size
             if not entries:
@@ -371,10 +371,7 @@ class Store:
             self._pool.setdefault(alloc.size, []).append((self._last_now, alloc.buffer))
             self.pooled += alloc.size
             return
-        try:
-            alloc.buffer.close()
-        except BufferError:  # a view is still exported somewhere: the GC unmaps it when that view goes
-            log.debug("allocation %s unmapped later: a view is still alive", alloc.ident[:8])
+        _unmap_buffer(alloc.buffer)
 
     def _write_meta(self, alloc: Allocation) -> None:
         assert alloc.path is not None
@@ -443,3 +440,12 @@ def _map_file(path: Path, size: int, *, create: bool) -> mmap.mmap:
         return mmap.mmap(fd, size)
     finally:
         os.close(fd)
+
+
+def _unmap_buffer(buffer: mmap.mmap) -> None:
+    """Unmap ``buffer`` now, or, while a view of it is still alive somewhere (an HTTP stack may keep the last
+    piece it sent; nothing writes through it once its pin is gone), when the GC collects that view."""
+    try:
+        buffer.close()
+    except BufferError:
+        log.debug("a buffer of %d bytes is unmapped later: a view of it is still alive", len(buffer))

@@ -113,6 +113,24 @@ def test_idle_pooled_buffers_go_back_to_the_system(tmp_path: Path) -> None:
 
 
 
+def test_a_pooled_buffer_whose_last_view_lingers_is_unmapped_when_it_goes(tmp_path: Path) -> None:
+    # An HTTP stack may still hold the last piece it sent after the request ended: trimming the pool, making room
+    # and shutting down must not fail on it (shutdown once did: "BufferError: cannot close exported pointers").
+    store = make(tmp_path, capacity=4 * MiB)
+    made = store.allocate(MiB, 60, Reliability.SOFT, 3, NOW)
+    lingering = [alloc.view(0, 16) for alloc, _ in made]
+    for alloc, _ in made:
+        store.free(alloc)
+    store.trim_pool(NOW + POOL_IDLE_S)
+    assert store.pooled == 0 and not made[0][0].buffer.closed  # the view keeps it mapped...
+    store.allocate(2 * MiB, 60, Reliability.SOFT, 1, NOW + POOL_IDLE_S)
+    store.close()
+    for view in lingering:
+        view.release()
+    made[0][0].buffer.close()  # ...and once it is gone the buffer closes
+    assert made[0][0].buffer.closed
+
+
 def _vm_flags(address: int) -> list[str] | None:
     """``VmFlags`` of the mapping holding ``address`` in /proc/self/smaps (None: not found)."""
     inside = False
