@@ -99,6 +99,16 @@ Where lnet departs from the seed, and why
      then replace the floors. It must gain over the path it left by the hysteresis; if it does not, or is
      left, ceilings were not shared links on this network and are not tried again in this transfer. So a
      network without shared links costs at most one attempt of ``min_attempt_s``.
+   - With the default in-flight rule the engine chooses each hop's depth (seed 002's pipelining depth, from
+     ``min_inflight`` up to ``streams``): a hop stops at the copies that fill it, so a link full at 2 copies
+     reports C / 2 a stream, and ``streams`` (16) x that would weigh it at 8 C. The engine therefore tells the
+     loop how many copies ran at once (``Measurement.streams``, stream-seconds over busy seconds), and the loop
+     learns that hop's aggregate spread over ``streams``: its weight is what the hop carried at the depth it
+     chose, exactly C on a full link. A probe's single stream is still scaled by ``streams``: it stands for a
+     hop that would add copies until full or at ``streams``, an optimistic figure the transfer's own samples
+     replace. Per-stream figures times 16 made a warm start on the emulated Abilene choose chains whose hops
+     had filled at 2-4 copies, at 4 Mbit/s where direct gave 18.7 (``test_shared_links.py`` has the simulated
+     case: a chain full at 2 streams kept at half the direct route's rate).
    - The regime changes the answer, not the rule. At a fixed 2 blocks a hop (``--max-inflight 2``, the seed's
      setting) the long direct route is window-limited, and short hops win: on the emulated Abilene the
      four-depot chain fills the Denver-Sunnyvale link at 20 Mbit/s where direct gets 10. With the default

@@ -138,16 +138,25 @@ class Measurement:
     the data (a depot's own push time, the client's own write time), so ``bytes / seconds`` is the rate of one
     stream, whatever number of copies ran at once: the unit the scheduler compares (see the theory of
     operation, "Comparable measurements").
+
+    ``streams``, from an engine that chooses each hop's depth itself (up to the config's ``streams``), is how
+    many copies ran at once on average while the edge carried these bytes (their stream-seconds over the
+    seconds the edge was busy): the loop then learns the hop's own aggregate, ``streams`` x the per-stream
+    rate, spread over the config's ``streams`` (theory of operation, 9). None: the engine ran the config's
+    ``streams`` on every hop (and one on a probe), and the per-stream rate stands.
     """
 
     edge: Edge
     bytes: int
     seconds: float
     at: float
+    streams: float | None = None
 
     def __post_init__(self) -> None:
         if self.bytes < 0 or not self.seconds > 0:
             raise ValueError(f"a measurement needs bytes >= 0 and seconds > 0, not {self.bytes}, {self.seconds}")
+        if self.streams is not None and not self.streams > 0:
+            raise ValueError(f"a measurement's streams must be more than 0, not {self.streams}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -428,8 +437,8 @@ class PathScheduler:
     def measure(self, event: Event) -> None:
         """Take in one event from the transfer. Cheap; decisions wait for ``tick``."""
         match event:
-            case Measurement(edge=edge, bytes=nbytes, seconds=seconds, at=at):
-                self._measured(edge, nbytes, seconds, at)
+            case Measurement(edge=edge, bytes=nbytes, seconds=seconds, at=at, streams=streams):
+                self._measured(edge, nbytes, seconds, at, streams)
             case HopFailure(edge=edge, at=at):
                 self._failed(edge, at)
             case ProbeDone(edge=edge):
@@ -476,7 +485,12 @@ class PathScheduler:
 
     # -- internals ----------------------------------------------------------------------------------------
 
-    def _measured(self, edge: Edge, nbytes: int, seconds: float, at: float) -> None:
+    def _measured(self, edge: Edge, nbytes: int, seconds: float, at: float, streams: float | None) -> None:
+        began = at - seconds
+        if streams is not None and streams < self.config.streams and edge not in self._probe_since:
+            # The hop ran fewer copies than it might, because they filled it (the engine's depth rule): it
+            # gives its aggregate, not ``config.streams`` x each copy's rate (theory of operation, 9).
+            seconds *= self.config.streams / streams
         owner = self._owner(edge)
         if owner is not None:
             flow = owner.flows.setdefault(edge, _Flow())
@@ -486,7 +500,7 @@ class PathScheduler:
             self._probe_answered = True
         # A path's hop warms up while the transfer runs on it; a probe's warm-up is the engine's (probe_s).
         since = self._edge_since.get(edge)
-        if since is not None and edge not in self._probe_since and at - seconds < since + self.config.warmup_s:
+        if since is not None and edge not in self._probe_since and began < since + self.config.warmup_s:
             return
         u, v = edge
         if edge not in self._confirmed:

@@ -253,6 +253,8 @@ def simulate_transfer(
     seed: int = 0,
     streams: int | None = None,
     measure: Literal["stream", "busy"] = "stream",
+    depth: Literal["fixed", "adaptive"] = "fixed",
+    min_depth: int = 2,
 ) -> SimResult:
     """Run ``scheduler`` against ``network`` from ``start_s`` for ``duration_s`` or until ``size_bytes`` arrived.
 
@@ -261,6 +263,10 @@ def simulate_transfer(
     the scheduler is ticked, and its decision takes effect for the next step. Each path runs at its slowest hop,
     and the transfer at the sum of its paths. Hops kept across a switch stay ramped up; a probe runs for the
     scheduler's ``probe_s``, its first ``warmup_s`` not reported (the engine's warm-up).
+
+    ``depth="adaptive"`` is lnet's default in-flight rule: each hop runs the fewest streams, from ``min_depth`` up
+    to ``streams``, that get it within 5% of what ``streams`` would (the engine stops adding copies once they no
+    longer add rate), and its measurements say how many (``Measurement.streams``).
     """
     n = scheduler.config.streams if streams is None else streams
     rng = random.Random(seed)
@@ -291,8 +297,21 @@ def simulate_transfer(
         measured = rate * max(0.01, 1.0 + rng.gauss(0.0, network.noise))
         if report:
             seconds = step_s * (count if measure == "stream" else 1)
-            events.append(Measurement(edge, round(measured * step_s), seconds, t + step_s))
+            streams = float(count) if depth == "adaptive" and edge not in probing else None
+            events.append(Measurement(edge, round(measured * step_s), seconds, t + step_s, streams))
         return rate
+
+    def adapt(flows: dict[Edge, int], hops: list[Edge]) -> dict[Edge, int]:
+        """``depths``: each hop at the fewest streams that get it within 5% of what its ``n`` would."""
+        for edge in hops:
+            others = flows[edge] - n  # a probe on the same edge
+            aim = 0.95 * network.share(flows, t)[edge] * n / flows[edge]
+            for d in range(min(min_depth, n), n):
+                trial = {**flows, edge: others + d}
+                if network.share(trial, t)[edge] * d / trial[edge] >= aim:
+                    flows, depths[edge] = trial, d
+                    break
+        return flows
 
     while t < end - 1e-9:
         events: list[Event] = []
@@ -308,13 +327,17 @@ def simulate_transfer(
                 flows[edge] = flows.get(edge, 0) + n
         for edge in probing:
             flows[edge] = flows.get(edge, 0) + 1
+        depths = {edge: n for path in paths for edge in edges_of(path)}
+        if depth == "adaptive":
+            flows = adapt(flows, list(depths))
         shares = network.share(flows, t)
         # A dead hop through a dead depot is reported as the depot's failure, not the hop's.
         path_rates = []
         for path in paths:
             report = not set(down) & set(path)
             rates = [
-                run_hop(edge, since[edge], shares[edge] * n / flows[edge], n, events, report=report) or 0.0
+                run_hop(edge, since[edge], shares[edge] * depths[edge] / flows[edge], depths[edge], events,
+                        report=report) or 0.0
                 for edge in edges_of(path)
             ]
             path_rates.append(min(rates, default=0.0))

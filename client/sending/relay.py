@@ -217,12 +217,13 @@ class EdgeMeter:
         """The recent busy-time throughput (bytes/s), 0 before any sample."""
         return self._decayed_bytes / self._decayed_seconds if self._decayed_seconds > 0 else 0.0
 
-    def flush(self) -> tuple[int, float] | None:
-        """The bytes and stream seconds (the sum of each copy's own time) since the last flush, None when
-        nothing completed: ``bytes / seconds`` is the rate of one stream, however many ran at once."""
+    def flush(self) -> tuple[int, float, float] | None:
+        """The bytes, stream seconds (the sum of each copy's own time) and busy seconds since the last flush,
+        None when nothing completed: ``bytes / stream seconds`` is the rate of one stream, however many ran at
+        once, and ``stream seconds / busy seconds`` how many ran at once on average."""
         if self._bytes == 0 or self._busy <= 0 or self._stream_seconds <= 0:
             return None
-        sample = (self._bytes, self._stream_seconds)
+        sample = (self._bytes, self._stream_seconds, self._busy)
         self._decayed_bytes = 0.7 * self._decayed_bytes + self._bytes
         self._decayed_seconds = 0.7 * self._decayed_seconds + self._busy
         self.samples += 1
@@ -950,10 +951,13 @@ class Relay:
             self._start_probes(nursery)
             await trio.sleep(self.config.tick_s)
             now = self.clock()
+            adaptive = self.config.min_inflight < self.config.max_inflight
             for edge, meter in self.meters.items():
                 sample = meter.flush()
                 if sample is not None:
-                    self._tell(Measurement(edge, sample[0], sample[1], now))
+                    nbytes, stream_s, busy_s = sample
+                    # Each hop's depth is its own (``_resize_windows``): say how many copies it ran at once.
+                    self._tell(Measurement(edge, nbytes, stream_s, now, stream_s / busy_s if adaptive else None))
             for path_meter in self._path_meters.values():
                 path_meter.flush(trio.current_time())
             self._sample_timeline()

@@ -8,10 +8,13 @@ chain share the backbone.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import replace
+
 import pytest
 
-from lnet.scheduler import EdgeMemory, Measurement, PathScheduler, ProbeDone, SchedulerConfig
-from lnet.scheduler.simulator import SimNetwork, abilene_shared, mbit, simulate_transfer
+from lnet.scheduler import EdgeMemory, Event, Measurement, PathScheduler, ProbeDone, SchedulerConfig
+from lnet.scheduler.simulator import SimNetwork, SimResult, abilene_shared, mbit, simulate_transfer
 
 CHAIN = ("ornl", "atl", "ind", "kc", "den", "svl")
 
@@ -49,6 +52,63 @@ def test_weights_are_per_stream_rates_times_the_streams_per_hop() -> None:
     scheduler.measure(Measurement(("s", "d"), 200, 2.0, 5.0))
     assert memory.estimate("s", "d") == 100.0
     assert scheduler.graph().edges["s", "d"]["throughput"] == 400.0
+
+
+def test_a_hop_run_at_its_own_depth_weighs_its_aggregate() -> None:
+    # The default in-flight rule: up to 16 a hop, but this one filled its link with 2 (each at 100 bytes/s).
+    memory = EdgeMemory()
+    scheduler = PathScheduler(["s", "a", "d"], "s", "d", memory, SchedulerConfig(streams=16, probes_per_round=0))
+    scheduler.start(0.0)
+    scheduler.measure(Measurement(("s", "d"), 200, 2.0, 5.0, streams=2.0))  # copies of 1 s from 3 s on
+    assert scheduler.graph().edges["s", "d"]["throughput"] == pytest.approx(200.0)  # not 16 x 100
+    scheduler.measure(Measurement(("s", "a"), 1600, 16.0, 6.0, streams=16.0))  # at the most: 16 x per stream
+    assert scheduler.graph().edges["s", "a"]["throughput"] == pytest.approx(1600.0)
+    with pytest.raises(ValueError, match="streams"):
+        Measurement(("s", "d"), 200, 2.0, 5.0, streams=0.0)
+
+
+def narrow_chain_wide_direct() -> SimNetwork:
+    """Direct: 1.25 Mbit/s a stream (its window) on a 30 Mbit/s link, so 16 streams get 20. The chain s -> a -> d:
+    6 Mbit/s a stream on 10 Mbit/s links, full with 2 streams. At up to 16 a hop, direct is twice the chain."""
+    vertices = ("s", "a", "d")
+    capacities = {(u, v): mbit(1.0) for u in vertices for v in vertices if u != v}
+    capacities.update({("s", "d"): mbit(1.25), ("s", "a"): mbit(6.0), ("a", "d"): mbit(6.0)})
+    return SimNetwork(
+        vertices, capacities, links={"sd": mbit(30), "sa": mbit(10), "ad": mbit(10)},
+        routes={("s", "d"): ("sd",), ("s", "a"): ("sa",), ("a", "d"): ("ad",)},
+    )
+
+
+def _untold(measure: Callable[[Event], None]) -> Callable[[Event], None]:
+    return lambda e: measure(replace(e, streams=None) if isinstance(e, Measurement) else e)
+
+
+def cold_then_warm(*, depths_told: bool) -> tuple[SimResult, SimResult]:
+    memory = EdgeMemory()
+    runs = []
+    for seed in (0, 1):
+        config = SchedulerConfig(streams=16, probes_per_round=1, probe_s=3.0)
+        scheduler = PathScheduler(["s", "a", "d"], "s", "d", memory, config)
+        if not depths_told:  # the engine before this model: per-stream figures, however many copies ran
+            scheduler.measure = _untold(scheduler.measure)  # type: ignore[method-assign]
+        runs.append(simulate_transfer(narrow_chain_wide_direct(), scheduler, duration_s=120.0, seed=seed,
+                                      depth="adaptive"))
+    return runs[0], runs[1]
+
+
+def test_at_the_default_depth_rule_a_chain_full_at_two_streams_is_left_for_the_wider_direct_route() -> None:
+    cold, warm = cold_then_warm(depths_told=True)
+    assert [a.path for a in cold.attempts] == [("s", "d"), ("s", "a", "d"), ("s", "d")]  # explored, came back
+    assert [a.path for a in warm.attempts] == [("s", "d")]
+    assert warm.mean_rate(0.0) > mbit(19)
+
+
+def test_per_stream_figures_times_the_most_streams_kept_the_transfer_on_the_narrow_chain() -> None:
+    # 2 streams filling 10 Mbit/s read as 5 each, times 16: the chain weighed 80, and the warm start began there.
+    cold, warm = cold_then_warm(depths_told=False)
+    assert cold.final_path == ("s", "a", "d")
+    assert [a.path for a in warm.attempts] == [("s", "a", "d")]
+    assert warm.mean_rate(0.0) < mbit(10.5)
 
 
 def cold_start(*, streams: int, measure: str, scheduler_streams: int, probes: int, rtts: bool) -> list[tuple[str, ...]]:
