@@ -492,9 +492,12 @@ class ChunkPlanner:
         return start, self._first_end
 
     def _take(self, want: int) -> tuple[int, int]:
-        """The next ``want`` bytes of the lowest free interval (all of it if little would be left); ends aligned."""
+        """The next ``want`` bytes of the lowest free interval (all of it if little would be left); ends aligned,
+        to the nearest boundary past ``start``: rounding every share up gave a few replicas the whole file in
+        large blocks and left the last with nothing."""
         start, end = self._free[0]
-        stop = self._align_up(start + max(1, want))
+        a = self.config.align
+        stop = self._align_up(max(start + 1, start + max(1, want) - a // 2))
         if stop >= end or end - stop < self.config.min_chunk // 4:
             stop = end
         if stop >= end:
