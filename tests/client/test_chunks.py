@@ -265,7 +265,8 @@ def test_bad_configurations_are_refused() -> None:
 # Found by hypothesis in a fresh-clone run: aggressive dropped the slow replica, then the fast one died.
 @example(rates=[4.0, 1.0], size_mib=6, strategy="aggressive", tail="split", fail=(0, 1.0, True), align=1, known=False)
 # And: shares rounded up to 3 MiB blocks gave three replicas the whole file and the fourth nothing.
-@example(rates=[1.0, 1.0, 2.0, 1.0], size_mib=32, strategy="history", tail="split", fail=None, align=3 * MiB, known=True)
+@example(rates=[1.0, 1.0, 2.0, 1.0], size_mib=32, strategy="history", tail="split", fail=None, align=3 * MiB,
+         known=True)
 @given(
     rates=st.lists(st.floats(0.2, 8.0), min_size=1, max_size=6),
     size_mib=st.integers(0, 48),

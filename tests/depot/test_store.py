@@ -122,7 +122,8 @@ def test_a_pooled_buffer_whose_last_view_lingers_is_unmapped_when_it_goes(tmp_pa
     for alloc, _ in made:
         store.free(alloc)
     store.trim_pool(NOW + POOL_IDLE_S)
-    assert store.pooled == 0 and not made[0][0].buffer.closed  # the view keeps it mapped...
+    assert store.pooled == 0
+    assert not made[0][0].buffer.closed  # the view keeps it mapped...
     store.allocate(2 * MiB, 60, Reliability.SOFT, 1, NOW + POOL_IDLE_S)
     store.close()
     for view in lingering:
