@@ -202,7 +202,13 @@ class Depot:
                 nonlocal status
                 if message["type"] == "http.response.start":
                     status = message["status"]
-                await send(message)
+                try:
+                    await send(message)
+                except trio.BusyResourceError:
+                    # hypercorn's reading task saw the client go and is closing the socket (send_eof, its one send
+                    # outside its send lock) as this answer goes out: no one is left to answer, as when hypercorn
+                    # itself finds the socket closed. Unhandled, it logged "Error in ASGI Framework".
+                    return
 
             if scope.get("http_version", "1.1") not in ("1.0", "1.1"):
                 # hypercorn also speaks HTTP/2 (prior knowledge on plain TCP); the depot does not. hypercorn buffers

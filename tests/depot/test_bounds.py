@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -218,3 +219,30 @@ async def test_a_write_with_content_range_is_refused_not_misplaced(open_depot: M
         )
         assert answer.status_code == 400
         assert await client.read(alloc.read) == b"0123456789"  # not appended as "0123456789abc"
+
+
+async def test_an_answer_whose_client_left_as_hypercorn_closes_the_socket_is_no_error(
+    config_for: Callable[..., DepotConfig],
+) -> None:
+    # hypercorn's reading task sends EOF outside its send lock when the client goes: an answer going out then
+    # meets trio.BusyResourceError. It reached hypercorn as "Error in ASGI Framework" on the emulated Abilene.
+    statuses: list[int] = []
+
+    async def receive() -> dict[str, Any]:
+        return {"type": "http.request", "body": b"", "more_body": False}
+
+    async def send(message: dict[str, Any]) -> None:
+        if message["type"] == "http.response.start":
+            statuses.append(message["status"])
+        else:
+            raise trio.BusyResourceError("another task is currently sending data on this SocketStream")
+
+    scope = {
+        "type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "GET", "scheme": "http",
+        "path": "/healthz", "raw_path": b"/healthz", "query_string": b"", "root_path": "", "headers": [],
+        "client": ("127.0.0.1", 5000), "server": ("d1.test", 6714),
+    }
+    async with Depot(config_for("d1")) as depot:
+        await depot.app(scope, receive, send)
+        await depot.app(scope, receive, send)  # and the depot goes on answering
+    assert statuses == [200, 200]
