@@ -608,6 +608,8 @@ async def lnet_send(tb: Testbed, host: str, depots_file: Path, payload: Path, de
         record.update(ok=True, seconds=summary["seconds"], mbps=summary["mbps"], path=summary["path"],
                       going_mbps=going_mbps(summary), summary=summary,
                       paths=[[a["path"], a["end"] - a["start"]] for a in summary.get("path_attempts", [])])
+    if done is not None and done.stderr:  # its notes: re-sends, depots left out, what failed
+        out.with_suffix(".log").write_bytes(done.stderr)
     return record
 
 

@@ -72,7 +72,8 @@ def scheduler_config(args: SendArgs) -> SchedulerConfig:
 
 
 class _SendProgress:
-    """The live progress bar of ``lnet-send`` (a file, or a tree's files), and one line per path change or note.
+    """The live progress bar of ``lnet-send`` (a file, or a tree's files), one line per path change (``lines``) and
+    one per note, always.
 
     For a tree it also feeds ``arrivals`` (which files are complete), which the ``--json`` summary reports."""
 
@@ -105,7 +106,7 @@ class _SendProgress:
             self.progress.update(self.task, shares=" -> ".join(event.path) if len(event.paths) <= 1 else "")
             if self.lines:
                 self.console.print(path_change_text(event))
-        elif isinstance(event, Note) and self.lines:
+        elif isinstance(event, Note):  # a warning (a re-send, a depot left out): on stderr with --json too
             self.console.print(f"[yellow]{event.text}[/yellow]")
 
 

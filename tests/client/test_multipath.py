@@ -683,3 +683,17 @@ def test_the_progress_line_shows_each_paths_share() -> None:
     printed = console.export_text()
     assert "2 paths (join): here -> a -> dst | here -> b -> dst" in printed
     assert "path (drop): here -> a -> dst" in printed
+
+
+def test_with_json_path_lines_are_left_out_but_notes_still_reach_stderr() -> None:
+    from rich.console import Console
+
+    from lnet.client.sending.relay import Note
+
+    console = Console(record=True, width=200, color_system=None)
+    progress = send_transfer._SendProgress(console, 10 * MiB, show=False, lines=False)  # as with --json
+    progress(PathChanged(VIA_A, "better", 0.0))
+    progress(Note("block 3: a -> dst: timed out; re-sending from a", 1.0))
+    printed = console.export_text()
+    assert "path" not in printed
+    assert "block 3: a -> dst: timed out; re-sending from a" in printed
