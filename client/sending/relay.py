@@ -769,7 +769,7 @@ class Relay:
                     assert holder is not None
                     copied = await self.clients[u].copy(
                         holder.read, target.write_url, length=block.length, dest_offset=0,
-                        lane=f"{self._lane}:{v}", lane_width=self._depth(edge),
+                        lane=f"{self._lane}:{v}", lane_width=self._depth(edge), wait_s=self._copy_wait(edge),
                     )
                     pushed = copied.seconds
                 ok = True
@@ -1063,6 +1063,17 @@ class Relay:
     def _depth(self, edge: Edge) -> int:
         """How many blocks cross ``edge`` at once (the depot's lane width for a copy)."""
         return self._depths.get(edge, self.config.initial_inflight)
+
+    def _copy_wait(self, edge: Edge) -> float:
+        """How much longer than ``timeout_s`` a copy's answer may take on ``edge``: the copies ahead of it in its
+        lane and its own push, at the hop's measured rate (nothing before a measurement), at most 4 x
+        ``timeout_s``. A hop running 16 blocks of 1 MiB over a 20 Mbit/s link pushes each for about 7 s and a
+        queued copy waits as long again; one shared with other paths' hops takes longer still."""
+        rate = self.meters[edge].rate_bps if edge in self.meters else 0.0
+        if rate <= 0:
+            return 0.0
+        work = (self._depth(edge) + self._extra(edge)) * self.config.block_size / rate
+        return min(4 * self.config.timeout_s, work)
 
     def _extra(self, edge: Edge) -> int:
         """Copies queued at the depot beyond the hop's depth; the client's own writes have no lane."""

@@ -284,13 +284,16 @@ class DepotClient:
         dest_offset: int | None = None,
         lane: str | None = None,
         lane_width: int | None = None,
+        wait_s: float = 0.0,
     ) -> CopyResult:
         """Have the depot push its bytes to ``to``, another depot's write URL (``Allocation.write_url``).
 
         With ``lane`` (a name the caller picks, e.g. a transfer id and the target) and ``lane_width``, the depot
         runs at most ``lane_width`` pushes of that lane at once and queues the others in order, so a caller may
         keep a few more copies outstanding than it wants pushes moving. A queued copy waits at most the depot's
-        ``copy_timeout`` (then ``Busy``): this client's own timeout must cover the wait and the push."""
+        ``copy_timeout`` (then ``Busy``): this client's own timeout must cover the wait and the push. The answer
+        comes only once the push is done, so a caller that expects the lane's wait and the push to take a while
+        gives ``wait_s``, how much longer than the client's timeout the answer may take."""
         body: dict[str, Any] = {"to": to}
         for key, value in (
             ("offset", offset), ("length", length), ("dest_offset", dest_offset), ("lane", lane),
@@ -298,7 +301,7 @@ class DepotClient:
         ):
             if value is not None:
                 body[key] = value
-        answer = await self._control("POST", f"/v1/copy/{read}", body)
+        answer = await self._control("POST", f"/v1/copy/{read}", body, wait_s=wait_s)
         return CopyResult(int(answer["bytes"]), float(answer["seconds"]), float(answer.get("queued_s", 0.0)))
 
     async def digest(
@@ -334,6 +337,7 @@ class DepotClient:
         *,
         headers: dict[str, str] | None = None,
         params: dict[str, str] | None = None,
+        wait_s: float = 0.0,
     ) -> Any:
         content = None
         all_headers = dict(headers or {})
@@ -341,6 +345,8 @@ class DepotClient:
             content, media_type = encode_body(body, MSGPACK)
             all_headers["Content-Type"] = media_type
         request = self._http.build_request(method, path, content=content, headers=all_headers, params=params)
+        if wait_s > 0:  # the answer waits for work at the depot: only the read is given longer
+            request.extensions["timeout"] = httpx.Timeout(self.timeout, read=self.timeout + wait_s).as_dict()
         response, answer = await self._exchange(request)
         if response.status_code >= 300:
             raise self._error(response, answer)
@@ -374,7 +380,8 @@ class DepotClient:
         try:
             return await self._http.send(request, stream=stream)
         except httpx.TimeoutException as exc:
-            raise DepotTimeout(self.base_url, f"timed out after {self.timeout:g}s ({type(exc).__name__})") from None
+            bound = request.extensions.get("timeout", {}).get("read") or self.timeout
+            raise DepotTimeout(self.base_url, f"timed out after {bound:g}s ({type(exc).__name__})") from None
         except httpx.HTTPError as exc:
             raise DepotUnreachable(self.base_url, describe_error(exc)) from None
 

@@ -88,3 +88,20 @@ async def test_a_replicas_numbers_past_int_parsing_limits_are_a_replica_error(he
         await replica.send_all(head + b"0123456789")
         with pytest.raises(ReplicaError):
             await connection.head()
+
+
+async def test_a_copy_that_waits_for_its_lane_may_answer_that_much_later() -> None:
+    # A copy's answer comes once the push is done: a caller expecting a wait gives it, and only the read grows.
+    reads: list[float] = []
+
+    def depot(request: httpx.Request) -> httpx.Response:
+        reads.append(request.extensions["timeout"]["read"])
+        assert request.extensions["timeout"]["connect"] == 5.0
+        return httpx.Response(200, headers={"content-type": "application/json"},
+                              json={"bytes": 10, "seconds": 0.5, "queued_s": 0.1})
+
+    async with DepotClient("http://d.test", timeout=5.0, transport=httpx.MockTransport(depot)) as client:
+        await client.copy("R" * 32, "http://e.test/v1/data/" + "W" * 32)
+        copied = await client.copy("R" * 32, "http://e.test/v1/data/" + "W" * 32, wait_s=12.5)
+    assert reads == [5.0, 17.5]
+    assert copied.nbytes == 10
