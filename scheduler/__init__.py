@@ -104,11 +104,14 @@ Where lnet departs from the seed, and why
      reports C / 2 a stream, and ``streams`` (16) x that would weigh it at 8 C. The engine therefore tells the
      loop how many copies ran at once (``Measurement.streams``, stream-seconds over busy seconds), and the loop
      learns that hop's aggregate spread over ``streams``: its weight is what the hop carried at the depth it
-     chose, exactly C on a full link. A probe's single stream is still scaled by ``streams``: it stands for a
-     hop that would add copies until full or at ``streams``, an optimistic figure the transfer's own samples
-     replace. Per-stream figures times 16 made a warm start on the emulated Abilene choose chains whose hops
-     had filled at 2-4 copies, at 4 Mbit/s where direct gave 18.7 (``test_shared_links.py`` has the simulated
-     case: a chain full at 2 streams kept at half the direct route's rate).
+     chose, exactly C on a full link. A probe (one stream, ``streams=1``) weighs that one stream, a *floor*,
+     with ``streams`` of them as its *ceiling*: the hop would add copies until its link is full or it runs
+     ``streams``, and which comes first the probe cannot tell. The loop tries a path on ceilings once in a
+     transfer, as below. Per-stream figures times 16 made a warm start on the emulated Abilene choose chains
+     whose hops had filled at 2-4 copies (4 Mbit/s where direct gave 18.7), and a probe's stream times 16 made
+     every probed path look wider than the measured direct route: on the simulated Abilene a cold start moved
+     6 to 8 times in 120 s and averaged 16.8 of 20 Mbit/s; with floors it moves once and averages 19.7
+     (``test_shared_links.py``).
    - The regime changes the answer, not the rule. At a fixed 2 blocks a hop (``--max-inflight 2``, the seed's
      setting) the long direct route is window-limited, and short hops win: on the emulated Abilene the
      four-depot chain fills the Denver-Sunnyvale link at 20 Mbit/s where direct gets 10. With the default

@@ -487,20 +487,25 @@ class PathScheduler:
 
     def _measured(self, edge: Edge, nbytes: int, seconds: float, at: float, streams: float | None) -> None:
         began = at - seconds
-        if streams is not None and streams < self.config.streams and edge not in self._probe_since:
+        probe = edge in self._probe_since
+        hoped = None
+        if streams is not None and streams < self.config.streams:
             # The hop ran fewer copies than it might, because they filled it (the engine's depth rule): it
-            # gives its aggregate, not ``config.streams`` x each copy's rate (theory of operation, 9).
+            # gives its aggregate, not ``config.streams`` x each copy's rate (theory of operation, 9). A probe's
+            # one stream is a floor; ``config.streams`` of them, if the link holds them, its ceiling.
+            if probe:
+                hoped = nbytes / seconds
             seconds *= self.config.streams / streams
         owner = self._owner(edge)
         if owner is not None:
             flow = owner.flows.setdefault(edge, _Flow())
             flow.bytes += nbytes
             flow.seconds += seconds
-        if edge in self._probe_since:
+        if probe:
             self._probe_answered = True
         # A path's hop warms up while the transfer runs on it; a probe's warm-up is the engine's (probe_s).
         since = self._edge_since.get(edge)
-        if since is not None and edge not in self._probe_since and began < since + self.config.warmup_s:
+        if since is not None and not probe and began < since + self.config.warmup_s:
             return
         u, v = edge
         if edge not in self._confirmed:
@@ -512,8 +517,8 @@ class PathScheduler:
                     self._memory_discredited = True
                     self.memory.forget(u, v)
             self._confirmed.add(edge)
-        ceiling = None
-        if edge in self._probe_since and self._attempt is not None:
+        ceiling = hoped
+        if probe and hoped is None and self._attempt is not None:
             nbytes, seconds, ceiling = self._freed_share(edge, nbytes, seconds)
         self.memory.observe(u, v, nbytes, seconds, at, ceiling_bps=ceiling)
 

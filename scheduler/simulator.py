@@ -297,7 +297,7 @@ def simulate_transfer(
         measured = rate * max(0.01, 1.0 + rng.gauss(0.0, network.noise))
         if report:
             seconds = step_s * (count if measure == "stream" else 1)
-            streams = float(count) if depth == "adaptive" and edge not in probing else None
+            streams = float(count) if depth == "adaptive" else None
             events.append(Measurement(edge, round(measured * step_s), seconds, t + step_s, streams))
         return rate
 

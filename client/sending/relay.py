@@ -1128,12 +1128,13 @@ class Relay:
                     samples.append(copied.seconds if copied.seconds > 0 else trio.current_time() - begun)
         if self._done.is_set():
             return
+        one = 1.0 if self.config.min_inflight < self.config.max_inflight else None  # as the flushes say streams
         if not samples:
             # Not one copy in twice the probe's time: tell the scheduler the most this edge can be doing.
-            self._tell(Measurement(edge, size, trio.current_time() - started, self.clock()))
+            self._tell(Measurement(edge, size, trio.current_time() - started, self.clock(), one))
             return
         learnt = samples[1:] or samples
-        self._tell(Measurement(edge, size * len(learnt), sum(learnt), self.clock()))
+        self._tell(Measurement(edge, size * len(learnt), sum(learnt), self.clock(), one))
         if v not in self._probe_blocks and v != self.dest:
             # Keep the block where it landed: the source of the next probe out of v, with no write from here.
             self._probe_blocks[v] = target

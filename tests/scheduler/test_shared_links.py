@@ -111,6 +111,30 @@ def test_per_stream_figures_times_the_most_streams_kept_the_transfer_on_the_narr
     assert warm.mean_rate(0.0) < mbit(10.5)
 
 
+def test_at_the_default_depth_rule_a_probe_is_a_floor_and_a_cold_start_does_not_wander() -> None:
+    # One probe stream times 16 made every probed path look far wider than the measured direct route: a cold
+    # start on the simulated Abilene moved 6 to 8 times in 120 s (via New York and Washington too) and averaged
+    # 16.8 of 20 Mbit/s. A probe's stream is a floor, 16 of them its ceiling, tried once.
+    network = abilene_shared()
+    config = SchedulerConfig(streams=16, probes_per_round=1, probe_s=3.0)
+    scheduler = PathScheduler(list(network.vertices), "ornl", "svl", EdgeMemory(), config,
+                              rtt_s=network.rtts_from("ornl"))
+    result = simulate_transfer(network, scheduler, duration_s=120.0, depth="adaptive")
+    assert len(result.attempts) <= 3
+    assert result.mean_rate(0.0) >= 0.95 * mbit(20)
+
+
+def test_a_probe_at_the_default_depth_rule_weighs_its_stream_with_16_of_them_as_its_ceiling() -> None:
+    memory = EdgeMemory()
+    scheduler = PathScheduler(["s", "a", "d"], "s", "d", memory, SchedulerConfig(streams=16, probes_per_round=1))
+    first = scheduler.start(0.0)
+    assert first.probes
+    edge = first.probes[0]
+    scheduler.measure(Measurement(edge, 300, 3.0, 4.0, streams=1.0))  # one stream at 100 bytes/s
+    assert scheduler.graph().edges[edge]["throughput"] == pytest.approx(100.0)
+    assert memory.entry(*edge).ceiling_bps == pytest.approx(100.0)  # per stream: 16 x 100 if the link holds them
+
+
 def cold_start(*, streams: int, measure: str, scheduler_streams: int, probes: int, rtts: bool) -> list[tuple[str, ...]]:
     network = abilene_shared()
     config = SchedulerConfig(streams=scheduler_streams, probes_per_round=probes, probe_s=3.0)
