@@ -34,6 +34,13 @@ Where lnet departs from the seed, and why
    covers (time constant ``smoothing_s``), so block size does not change how fast the memory follows a change.
    Samples taken in the first ``warmup_s`` after an edge joins the path are not learnt from, and no attempt is
    judged before ``min_attempt_s``: TCP is still opening its window, and the seed's sleep(t) had the same aim.
+   One exception, with probes (8): a path of measured edges predicted ``early_gain`` (20%) faster than the
+   current one is moved to at the next re-evaluation, before ``min_attempt_s``. A cold start steps through a
+   one-depot path while the probes measure the chain's middle edge (on the emulated ``window`` and ``lossy``
+   topologies that step cost 10 s of each cold start and its 30-s target); the lesser path has nothing left
+   to prove. A path on trial (tried on ceilings, 9, or newcomers of a set, 12) runs its whole attempt, and
+   no move is made onto an unknown edge or a ceiling, so exploration is never hurried. Twice the hysteresis,
+   so that noise between near-equal paths waits for the full attempt as before.
 3. Hysteresis: a path replaces the current one only when predicted ``hysteresis`` faster (an unexplored path is
    infinitely fast and always is), so measurement noise does not flap the transfer between near-equal paths.
 4. Starvation guard (left open by the seed): at most ``max_explorations`` attempts may use a path with unknown

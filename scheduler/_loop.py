@@ -71,6 +71,11 @@ class SchedulerConfig:
     TCP is still opening its window. They still count towards the attempt's achieved throughput."""
     hysteresis: float = 0.10
     """A path must be predicted this fraction faster than the current one to replace it."""
+    early_gain: float = 0.20
+    """A path of measured edges predicted this fraction faster than the current one is moved to at the next
+    re-evaluation, before ``min_attempt_s`` (theory of operation, 2): a cold start that moved to a one-depot path
+    and then measured the chain's middle edge need not run the lesser path for its whole attempt. Never from a
+    path on trial (one tried on ceilings, or a set with newcomers), and never onto unknown or ceiling figures."""
     age_after_s: float = DEFAULT_AGE_AFTER_S
     age_percent: float = DEFAULT_AGE_PERCENT
     age_max_per_round: int = DEFAULT_AGE_MAX_PER_ROUND
@@ -91,6 +96,10 @@ class SchedulerConfig:
     probe_s: float = 4.0
     """How long the engine runs one probe, reporting measurements as for a hop of the path. The engine owns a
     probe's warm-up (it knows which copy ran on a cold connection): every probe sample it reports is learnt."""
+    min_streams: int = 1
+    """The fewest blocks the engine keeps in flight on a hop when it chooses each hop's depth itself (``streams``
+    is then the most): a one-stream probe's ceiling is this many of its stream (theory of operation, 9). 1: no
+    ceiling from the depth rule."""
     streams: int = 1
     """Blocks the transfer keeps in flight on one hop. Measurements are per stream (bytes over the seconds each
     copy took), and an edge's weight is ``streams`` times its per-stream rate: what this transfer would get on
@@ -111,12 +120,14 @@ class SchedulerConfig:
                 raise ValueError(f"{name} must be positive")
         if not 0 <= self.warmup_s < self.min_attempt_s:
             raise ValueError("warmup_s must be at least 0 and less than min_attempt_s")
+        if not self.early_gain >= self.hysteresis:
+            raise ValueError("early_gain must be at least hysteresis")
         if self.hysteresis < 0 or self.age_percent < 0 or self.age_max_per_round < 0:
             raise ValueError("hysteresis, age_percent and age_max_per_round must not be negative")
         if self.probes_per_round < 0 or not self.probe_s > self.warmup_s:
             raise ValueError("probes_per_round must not be negative, and probe_s must exceed warmup_s")
-        if self.streams < 1:
-            raise ValueError("streams must be at least 1")
+        if self.streams < 1 or not 1 <= self.min_streams <= self.streams:
+            raise ValueError("streams must be at least 1, and min_streams from 1 to streams")
         if self.max_explorations is not None and self.max_explorations < 0:
             raise ValueError("max_explorations must not be negative")
         if not 0 < self.memory_mismatch < 1:
@@ -271,6 +282,8 @@ class _Attempt:
     path: Path
     start: float
     reason: SwitchReason
+    predicted: float = math.inf
+    """What the path was predicted to carry when it was chosen."""
     flows: dict[Edge, _Flow] = field(default_factory=dict)
 
     def throughput(self, streams: int) -> float:
@@ -478,7 +491,8 @@ class PathScheduler:
             among=self._among,
         )
         if now - self._changed_at < self.config.min_attempt_s:
-            return self._with_set(Keep(self._attempt.path, self._probes(now)))
+            early = self._early_move(now)
+            return self._with_set(early if early is not None else Keep(self._attempt.path, self._probes(now)))
         decision = self._reevaluate(now, failure=False)
         probes = self._probes(now)
         return self._with_set(replace(decision, probes=probes) if probes else decision)
@@ -489,12 +503,14 @@ class PathScheduler:
         began = at - seconds
         probe = edge in self._probe_since
         hoped = None
-        if streams is not None and streams < self.config.streams:
+        depth_rule = streams is not None and streams < self.config.streams
+        if streams is not None and depth_rule:
             # The hop ran fewer copies than it might, because they filled it (the engine's depth rule): it
             # gives its aggregate, not ``config.streams`` x each copy's rate (theory of operation, 9). A probe's
-            # one stream is a floor; ``config.streams`` of them, if the link holds them, its ceiling.
-            if probe:
-                hoped = nbytes / seconds
+            # one stream is a floor; ``min_streams`` of them, the fewest any hop runs, if the link holds them, its
+            # ceiling (per stream here, so divided by ``config.streams``, which the weights multiply back).
+            if probe and self.config.min_streams > streams:
+                hoped = nbytes / seconds * self.config.min_streams / self.config.streams
             seconds *= self.config.streams / streams
         owner = self._owner(edge)
         if owner is not None:
@@ -518,7 +534,7 @@ class PathScheduler:
                     self.memory.forget(u, v)
             self._confirmed.add(edge)
         ceiling = hoped
-        if probe and hoped is None and self._attempt is not None:
+        if probe and not depth_rule and self._attempt is not None:
             nbytes, seconds, ceiling = self._freed_share(edge, nbytes, seconds)
         self.memory.observe(u, v, nbytes, seconds, at, ceiling_bps=ceiling)
 
@@ -607,6 +623,30 @@ class PathScheduler:
         if not predicted > current_predicted * (1 + self.config.hysteresis):
             return None
         return best, predicted, reason
+
+    def _early_move(self, now: float) -> Switch | None:
+        """Before ``min_attempt_s``: a move to the widest measured path when it is predicted ``early_gain`` faster
+        than the current one (both on measured figures alone, so no exploration and no ceiling is hurried). A
+        path on trial (tried on ceilings, or a set whose newcomers are being judged) runs its whole attempt: its
+        own samples are what the trial waits for. With probes only; the seed's way explores by moving."""
+        if not self._probing or self._extras or self._trial is not None or self._hoping is not None:
+            return None
+        assert self._attempt is not None
+        graph = self.graph(with_aging=False)
+        best = self._best_known(graph)
+        current = self._attempt.path
+        if best == current or _has_unknown(graph, current) or _has_unknown(graph, best):
+            return None  # (nothing measured end to end makes the direct path "best", unmeasured)
+        predicted = path_throughput(graph, best)
+        # Against the better of what the current path was chosen for and what it measures now: a path whose own
+        # first samples read low (TCP, or the engine's depth, still ramping up) is not left early for the one it
+        # just replaced; only a path measured clearly wider than both is worth hurrying onto.
+        bar = max(path_throughput(graph, current), self._attempt.predicted)
+        if not predicted > bar * (1 + self.config.early_gain):
+            return None
+        switch = self._switch(now, best, predicted, "better", exploring=False)
+        probes = self._probes(now)
+        return replace(switch, probes=probes) if probes else switch
 
     def _hopeful_path(self, graph: nx.DiGraph, best: Path, current: Path | None) -> tuple[Path, float] | None:
         """The widest path when every edge measured only as a floor counts at its ceiling, and its predicted
@@ -711,7 +751,7 @@ class PathScheduler:
                     self._history.append(ended.freeze(now, self.config.streams))
             self._extras = []
             self._trial = None
-            self._attempt = _Attempt(path, now, reason)
+            self._attempt = _Attempt(path, now, reason, predicted)
         # A hop the new set keeps is already warm.
         self._edge_since = {edge: self._edge_since.get(edge, now) for p in self.current_paths for edge in edges_of(p)}
         self._changed_at = now

@@ -235,8 +235,10 @@ async def send(
         scheduler = None
         if pinned is None:
             vertices = [overlay.here, *(name for name in clients if alive[name] and name not in excluded)]
-            # Weights are per stream, times the blocks the relay keeps in flight on a hop.
-            config = replace(scheduler_config or SchedulerConfig(), streams=relay_config.max_inflight)
+            # Weights are per stream, times the blocks the relay keeps in flight on a hop; with the depth rule,
+            # the fewest it keeps is what a one-stream probe's ceiling extrapolates to.
+            config = replace(scheduler_config or SchedulerConfig(), streams=relay_config.max_inflight,
+                             min_streams=relay_config.min_inflight)
             scheduler = PathScheduler(vertices, overlay.here, dest, memory, config, rtt_s=rtt_s)
         delivered: dict[int, BlockRecord] = {}
         if journal is not None:

@@ -52,6 +52,8 @@ def test_config_rejects_nonsense() -> None:
         SchedulerConfig(reevaluate_s=0)
     with pytest.raises(ValueError, match="memory_mismatch"):
         SchedulerConfig(memory_mismatch=1.0)
+    with pytest.raises(ValueError, match="early_gain"):
+        SchedulerConfig(hysteresis=0.3)  # an early move on less than a full one's gain
     with pytest.raises(ValueError, match="probe_s"):
         SchedulerConfig(probe_s=1.0, warmup_s=2.0)
     with pytest.raises(ValueError, match="src and dst"):
@@ -231,3 +233,70 @@ def test_an_engine_that_ignores_probes_gets_the_seeds_exploration() -> None:
     decision = scheduler.tick(15.0)
     assert isinstance(decision, Switch)
     assert (decision.path, decision.reason) == (("s", "a", "d"), "explore")
+
+
+
+def early_case(b_d: float) -> tuple[PathScheduler, EdgeMemory]:
+    """The transfer runs s, a, d at 20 B/s; s -> b is known at 40 and b -> d is probed at ``b_d``."""
+    memory = EdgeMemory()
+    for (u, v), rate in {("s", "a"): 20, ("a", "d"): 20, ("s", "d"): 5, ("s", "b"): 40}.items():
+        memory.observe(u, v, rate * 1000, 1000.0, now=0.0)
+    scheduler = PathScheduler(VERTICES, "s", "d", memory, replace(PROBING, probes_per_round=1))
+    start = scheduler.start(0.0)
+    assert (start.path, start.probes) == (("s", "a", "d"), (("b", "d"),))
+    feed(scheduler, ("s", "a", "d"), 20.0, 0.0, 5.0)
+    for t in (3.0, 4.0):
+        scheduler.measure(Measurement(("b", "d"), round(b_d), 1.0, t))
+    scheduler.measure(ProbeDone(("b", "d"), 4.0))
+    return scheduler, memory
+
+
+def test_a_clearly_wider_measured_path_is_taken_before_min_attempt_s() -> None:
+    # s, b, d measured 40% wider: taken at the first re-evaluation (5 s), not after min_attempt_s (10 s). A cold
+    # start that steps through a one-depot path while the chain's middle edge is probed saves that step.
+    scheduler, _ = early_case(b_d=28.0)
+    decision = scheduler.tick(5.0)
+    assert isinstance(decision, Switch)
+    assert (decision.path, decision.reason) == (("s", "b", "d"), "better")
+    assert scheduler.attempts[0].end == 5.0
+    assert scheduler.explorations == 0
+    # The new path is judged from its own move: a change back needs min_attempt_s or the early gain again.
+    feed(scheduler, ("s", "b", "d"), 28.0, 5.0, 10.0)
+    assert scheduler.tick(10.0) == Keep(("s", "b", "d"))
+
+
+def test_a_slightly_wider_path_waits_for_the_whole_attempt() -> None:
+    scheduler, _ = early_case(b_d=23.0)  # 15%: over the hysteresis, under early_gain
+    assert scheduler.tick(5.0) == Keep(("s", "a", "d"))
+    feed(scheduler, ("s", "a", "d"), 20.0, 5.0, 10.0)
+    decision = scheduler.tick(10.0)
+    assert isinstance(decision, Switch)
+    assert (decision.path, decision.reason) == (("s", "b", "d"), "better")
+
+
+def test_an_early_move_never_lands_on_an_unmeasured_path() -> None:
+    # A warm start whose memory is proved wrong: nothing is measured end to end but the path it is on, and
+    # the direct path (unknown, so "best" by default) is not hurried onto.
+    memory = known(s_a=100.0, a_d=100.0, s_d=10.0)
+    scheduler = PathScheduler(VERTICES, "s", "d", memory, PROBING)
+    assert scheduler.start(0.0).path == ("s", "a", "d")
+    feed(scheduler, ("s", "a", "d"), 20.0, 2.0, 5.0)  # 20 against a remembered 100: the memory is discredited
+    assert scheduler.memory_discredited
+    assert scheduler.tick(5.0).path == ("s", "a", "d")
+    assert len(scheduler.attempts) == 1
+
+
+def test_a_path_whose_first_samples_read_low_is_not_left_early_for_the_one_it_replaced() -> None:
+    # On the emulated Abilene with the default in-flight rule a new path's hops are still deepening when it is
+    # first judged: its own samples read low, and the old path looked 20% better. Moving back at once made cold
+    # starts flap every 5 s. The early move must beat what the path was chosen for, too.
+    scheduler, _ = early_case(b_d=28.0)
+    assert scheduler.tick(5.0).path == ("s", "b", "d")
+    feed(scheduler, ("s", "b", "d"), 15.0, 7.0, 10.0)  # after its warm-up: 15, under s, a, d's 20 by 25%
+    kept = scheduler.tick(10.0)
+    assert isinstance(kept, Keep)
+    assert kept.path == ("s", "b", "d")
+    feed(scheduler, ("s", "b", "d"), 15.0, 10.0, 15.0)
+    decision = scheduler.tick(15.0)  # after min_attempt_s the measured rules decide, as ever
+    assert isinstance(decision, Switch)
+    assert (decision.path, decision.reason) == (("s", "a", "d"), "better")

@@ -87,7 +87,7 @@ def cold_then_warm(*, depths_told: bool) -> tuple[SimResult, SimResult]:
     memory = EdgeMemory()
     runs = []
     for seed in (0, 1):
-        config = SchedulerConfig(streams=16, probes_per_round=1, probe_s=3.0)
+        config = SchedulerConfig(streams=16, min_streams=2, probes_per_round=1, probe_s=3.0)  # as lnet-send
         scheduler = PathScheduler(["s", "a", "d"], "s", "d", memory, config)
         if not depths_told:  # the engine before this model: per-stream figures, however many copies ran
             scheduler.measure = _untold(scheduler.measure)  # type: ignore[method-assign]
@@ -98,7 +98,9 @@ def cold_then_warm(*, depths_told: bool) -> tuple[SimResult, SimResult]:
 
 def test_at_the_default_depth_rule_a_chain_full_at_two_streams_is_left_for_the_wider_direct_route() -> None:
     cold, warm = cold_then_warm(depths_told=True)
-    assert [a.path for a in cold.attempts] == [("s", "d"), ("s", "a", "d"), ("s", "d")]  # explored, came back
+    # The chain's probes: 6 a stream, 12 at the two copies every hop runs (its ceiling), under direct's 20. With
+    # 16 of them as the ceiling (96) the cold start went there for 10 s and came back.
+    assert [a.path for a in cold.attempts] == [("s", "d")]
     assert [a.path for a in warm.attempts] == [("s", "d")]
     assert warm.mean_rate(0.0) > mbit(19)
 
@@ -116,23 +118,60 @@ def test_at_the_default_depth_rule_a_probe_is_a_floor_and_a_cold_start_does_not_
     # start on the simulated Abilene moved 6 to 8 times in 120 s (via New York and Washington too) and averaged
     # 16.8 of 20 Mbit/s. A probe's stream is a floor, 16 of them its ceiling, tried once.
     network = abilene_shared()
-    config = SchedulerConfig(streams=16, probes_per_round=1, probe_s=3.0)
+    config = SchedulerConfig(streams=16, min_streams=2, probes_per_round=1, probe_s=3.0)
     scheduler = PathScheduler(list(network.vertices), "ornl", "svl", EdgeMemory(), config,
                               rtt_s=network.rtts_from("ornl"))
     result = simulate_transfer(network, scheduler, duration_s=120.0, depth="adaptive")
-    assert len(result.attempts) <= 3
+    assert len(result.attempts) <= 2
     assert result.mean_rate(0.0) >= 0.95 * mbit(20)
 
 
-def test_a_probe_at_the_default_depth_rule_weighs_its_stream_with_16_of_them_as_its_ceiling() -> None:
+def test_a_probe_at_the_default_depth_rule_weighs_its_stream_with_the_fewest_copies_as_its_ceiling() -> None:
     memory = EdgeMemory()
-    scheduler = PathScheduler(["s", "a", "d"], "s", "d", memory, SchedulerConfig(streams=16, probes_per_round=1))
+    config = SchedulerConfig(streams=16, min_streams=2, probes_per_round=1)
+    scheduler = PathScheduler(["s", "a", "d"], "s", "d", memory, config)
     first = scheduler.start(0.0)
     assert first.probes
     edge = first.probes[0]
     scheduler.measure(Measurement(edge, 300, 3.0, 4.0, streams=1.0))  # one stream at 100 bytes/s
     assert scheduler.graph().edges[edge]["throughput"] == pytest.approx(100.0)
-    assert memory.entry(*edge).ceiling_bps == pytest.approx(100.0)  # per stream: 16 x 100 if the link holds them
+    entry = memory.entry(*edge)
+    assert entry is not None
+    assert entry.ceiling_bps is not None
+    assert entry.ceiling_bps * 16 == pytest.approx(200.0)  # 2 copies, if the link holds them; not 16
+    # An engine that runs one copy a hop at the least (min_streams 1) gets no ceiling from the depth rule.
+    plain = EdgeMemory()
+    one = PathScheduler(["s", "a", "d"], "s", "d", plain, SchedulerConfig(streams=16, probes_per_round=1))
+    one.start(0.0)
+    one.measure(Measurement(edge, 300, 3.0, 4.0, streams=1.0))
+    assert plain.entry(*edge) is not None
+    assert plain.entry(*edge).ceiling_bps is None  # type: ignore[union-attr]
+    with pytest.raises(ValueError, match="min_streams"):
+        SchedulerConfig(streams=2, min_streams=3)
+
+
+def test_at_the_default_depth_rule_a_slow_link_is_not_a_lure() -> None:
+    # The emulated Abilene, lnet-send's default rule: Washington -> Denver carries 3.5 Mbit/s, and its probe's one
+    # stream read 4. Sixteen of them (64) made a warm start try Atlanta, Washington, Denver over the 15 Mbit/s it
+    # ran at; its blocks then sat 16 deep on the slow link past the copy timeout. At two copies (8) it is no lure.
+    memory = EdgeMemory()
+    for (u, v), mbps in {("s", "a"): 40.0, ("a", "d"): 15.0, ("a", "w"): 30.0}.items():
+        memory.observe(u, v, mbit(mbps) / 16, 1.0, 0.0)  # as aggregates spread over the 16 streams
+    config = SchedulerConfig(streams=16, min_streams=2, probes_per_round=1)
+    scheduler = PathScheduler(["s", "a", "w", "d"], "s", "d", memory, config)
+    assert scheduler.start(0.0).path == ("s", "a", "d")
+    scheduler._probe_since[("w", "d")] = 0.0  # the probe the engine ran
+    scheduler.measure(Measurement(("w", "d"), round(mbit(4.0) * 3), 3.0, 4.0, streams=1.0))
+    for t in range(5, 30, 5):
+        assert scheduler.tick(float(t)).path == ("s", "a", "d")
+    assert len(scheduler.attempts) == 1
+    # And a window-limited edge whose two copies clearly beat the path is tried, once, as a ceiling.
+    memory.forget("w", "d")
+    scheduler._probe_since[("w", "d")] = 30.0
+    scheduler.measure(Measurement(("w", "d"), round(mbit(12.0) * 3), 3.0, 33.0, streams=1.0))
+    decision = scheduler.tick(35.0)
+    assert decision.path == ("s", "a", "w", "d")
+    assert scheduler.attempts[-1].reason == "explore"
 
 
 def cold_start(*, streams: int, measure: str, scheduler_streams: int, probes: int, rtts: bool) -> list[tuple[str, ...]]:
