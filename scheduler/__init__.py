@@ -112,13 +112,18 @@ Where lnet departs from the seed, and why
      loop how many copies ran at once (``Measurement.streams``, stream-seconds over busy seconds), and the loop
      learns that hop's aggregate spread over ``streams``: its weight is what the hop carried at the depth it
      chose, exactly C on a full link. A probe (one stream, ``streams=1``) weighs that one stream, a *floor*,
-     with ``streams`` of them as its *ceiling*: the hop would add copies until its link is full or it runs
-     ``streams``, and which comes first the probe cannot tell. The loop tries a path on ceilings once in a
-     transfer, as below. Per-stream figures times 16 made a warm start on the emulated Abilene choose chains
-     whose hops had filled at 2-4 copies (4 Mbit/s where direct gave 18.7), and a probe's stream times 16 made
-     every probed path look wider than the measured direct route: on the simulated Abilene a cold start moved
-     6 to 8 times in 120 s and averaged 16.8 of 20 Mbit/s; with floors it moves once and averages 19.7
-     (``test_shared_links.py``).
+     with ``min_streams`` of them (the fewest copies the engine runs on any hop, lnet-send's 2) as its
+     *ceiling*: a window- or loss-limited edge gives at least that many streams' worth wherever the transfer
+     runs it, a link-limited one no more than its one stream, and which it is the probe cannot tell. The loop
+     tries a path on ceilings once in a transfer, as below; deeper than ``min_streams`` only the transfer's own
+     samples show. Per-stream figures times 16 made a warm start on the emulated Abilene choose chains whose
+     hops had filled at 2-4 copies (4 Mbit/s where direct gave 18.7); a probe's stream times 16 as its weight
+     made every probed path look wider than the measured direct route (on the simulated Abilene a cold start
+     moved 6 to 8 times in 120 s); and 16 of them as its ceiling made a 3.5 Mbit/s link, whose one stream read
+     4, a 64 Mbit/s hope: on the testbed a warm start tried Atlanta, Washington, Denver, and the blocks it
+     left 16 deep on that link timed out and stalled the transfer for 20 s (7.6 Mbit/s where direct gave
+     18.7). At 2 copies a slow link is no lure, and a chain of window-limited hops whose two streams beat the
+     path is still tried (``test_shared_links.py``).
    - The regime changes the answer, not the rule. At a fixed 2 blocks a hop (``--max-inflight 2``, the seed's
      setting) the long direct route is window-limited, and short hops win: on the emulated Abilene the
      four-depot chain fills the Denver-Sunnyvale link at 20 Mbit/s where direct gets 10. With the default
