@@ -40,7 +40,11 @@ Where lnet departs from the seed, and why
    topologies that step cost 10 s of each cold start and its 30-s target); the lesser path has nothing left
    to prove. A path on trial (tried on ceilings, 9, or newcomers of a set, 12) runs its whole attempt, and
    no move is made onto an unknown edge or a ceiling, so exploration is never hurried. Twice the hysteresis,
-   so that noise between near-equal paths waits for the full attempt as before.
+   so that noise between near-equal paths waits for the full attempt as before. The gain is over the better
+   of what the current path measures and what it was chosen for: with the default in-flight rule a new
+   path's hops are still deepening when first judged, its own samples read low, and an early move back to
+   the path it replaced made cold starts on the emulated Abilene flap every 5 s. The cold start's first
+   path, chosen on nothing, is judged by what it measures.
 3. Hysteresis: a path replaces the current one only when predicted ``hysteresis`` faster (an unexplored path is
    infinitely fast and always is), so measurement noise does not flap the transfer between near-equal paths.
 4. Starvation guard (left open by the seed): at most ``max_explorations`` attempts may use a path with unknown

@@ -641,7 +641,9 @@ class PathScheduler:
         # Against the better of what the current path was chosen for and what it measures now: a path whose own
         # first samples read low (TCP, or the engine's depth, still ramping up) is not left early for the one it
         # just replaced; only a path measured clearly wider than both is worth hurrying onto.
-        bar = max(path_throughput(graph, current), self._attempt.predicted)
+        # (A path chosen unmeasured, the cold start's first, is judged by what it measures alone.)
+        chosen_for = self._attempt.predicted if math.isfinite(self._attempt.predicted) else 0.0
+        bar = max(path_throughput(graph, current), chosen_for)
         if not predicted > bar * (1 + self.config.early_gain):
             return None
         switch = self._switch(now, best, predicted, "better", exploring=False)

@@ -300,3 +300,20 @@ def test_a_path_whose_first_samples_read_low_is_not_left_early_for_the_one_it_re
     decision = scheduler.tick(15.0)  # after min_attempt_s the measured rules decide, as ever
     assert isinstance(decision, Switch)
     assert (decision.path, decision.reason) == (("s", "a", "d"), "better")
+
+
+def test_a_cold_start_leaves_the_direct_path_early_for_a_probed_path_clearly_wider() -> None:
+    # The first path of a cold start was chosen on nothing (predicted infinite): it is judged by what it
+    # measures. Probes that find a path 40% wider by 5 s move the transfer then, not at min_attempt_s.
+    memory = EdgeMemory()
+    scheduler = PathScheduler(["s", "a", "d"], "s", "d", memory, replace(PROBING, probes_per_round=2))
+    start = scheduler.start(0.0)
+    assert start.path == ("s", "d")
+    assert set(start.probes) == {("s", "a"), ("a", "d")}
+    feed(scheduler, ("s", "d"), 10.0, 0.0, 5.0)
+    for edge in start.probes:
+        scheduler.measure(Measurement(edge, 14, 1.0, 4.0))
+        scheduler.measure(ProbeDone(edge, 4.0))
+    decision = scheduler.tick(5.0)
+    assert isinstance(decision, Switch)
+    assert (decision.path, decision.reason) == (("s", "a", "d"), "better")
