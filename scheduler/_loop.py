@@ -503,8 +503,9 @@ class PathScheduler:
         began = at - seconds
         probe = edge in self._probe_since
         hoped = None
-        depth_rule = streams is not None and streams < self.config.streams
-        if streams is not None and depth_rule:
+        depth_rule = False
+        if streams is not None and streams < self.config.streams:
+            depth_rule = True
             # The hop ran fewer copies than it might, because they filled it (the engine's depth rule): it
             # gives its aggregate, not ``config.streams`` x each copy's rate (theory of operation, 9). A probe's
             # one stream is a floor; ``min_streams`` of them, the fewest any hop runs, if the link holds them, its
@@ -632,7 +633,7 @@ class PathScheduler:
         if not self._probing or self._extras or self._trial is not None or self._hoping is not None:
             return None
         assert self._attempt is not None
-        graph = self.graph(with_aging=False)
+        graph = self._measured_graph()
         best = self._best_known(graph)
         current = self._attempt.path
         if best == current or _has_unknown(graph, current) or _has_unknown(graph, best):
