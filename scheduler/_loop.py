@@ -415,6 +415,11 @@ class PathScheduler:
         return self._probing
 
     @property
+    def last_evaluation(self) -> float:
+        """When the loop last re-evaluated the path (``now`` of that tick or of ``start``)."""
+        return self._last_evaluation
+
+    @property
     def memory_discredited(self) -> bool:
         """Whether this transfer found the remembered estimates wrong and stopped trusting them."""
         return self._memory_discredited

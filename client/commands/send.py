@@ -100,6 +100,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--restart", action="store_true", help="do not resume an interrupted run of this transfer: "
                    "free the blocks it sent and send everything again")
     p.add_argument("--json", action="store_true", help="print one JSON object at the end instead of a summary")
+    p.add_argument("--trace", type=Path, metavar="FILE", help="write every measurement the scheduler gets and every "
+                   "decision it makes (with the weights it compared) to FILE, one JSON object a line: why a path "
+                   "was or was not taken")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     replica_options.add_arguments(p, "replicas (with --source)")
     # -- directory trees (lnet.client.sending.tree; docs/client.md, "Trees and small files") --
@@ -134,6 +137,7 @@ class SendArgs:
     report: Path | None
     restart: bool
     json: bool
+    trace: Path | None
     no_progress: bool
     replica: ReplicaArgs
     priority: tuple[str, ...]
@@ -145,7 +149,8 @@ class SendArgs:
         return cls(
             ns.file, tuple(ns.source), ns.spool, ns.to, ns.depots, ns.path, ns.max_paths, ns.cold, ns.warm, ns.memory,
             ns.block_size, ns.duration, ns.max_inflight, ns.timeout, ns.manifest, ns.report, ns.restart, ns.json,
-            ns.no_progress, ReplicaArgs.from_namespace(ns), tuple(ns.priority or ()), ns.pipeline_depth, ns.bdp,
+            ns.trace, ns.no_progress, ReplicaArgs.from_namespace(ns), tuple(ns.priority or ()), ns.pipeline_depth,
+            ns.bdp,
         )
 
     @classmethod

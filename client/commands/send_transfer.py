@@ -8,6 +8,7 @@ from the relay's events while it runs.
 from __future__ import annotations
 
 import hashlib
+import json
 import shutil
 import tempfile
 import time
@@ -38,6 +39,7 @@ from lnet.client.sending.relay import (
     RelayConfig,
     RelayEvent,
     RelayResult,
+    Traced,
 )
 from lnet.client.sending.resume import (
     ResumeRefused,
@@ -79,8 +81,10 @@ class _SendProgress:
 
     def __init__(
         self, console: Console, total: int, *, show: bool, lines: bool, arrivals: FileArrivals | None = None,
+        trace: Path | None = None,
     ) -> None:
         self.console, self.lines, self.arrivals = console, lines, arrivals
+        self.trace = None if trace is None else trace.open("w", encoding="utf-8", buffering=1)
         self.t0: float | None = None
         labels = ["[bold]{task.fields[shares]}"]
         if arrivals is not None:
@@ -91,7 +95,16 @@ class _SendProgress:
     def _files(self) -> str:
         return f"{len(self.arrivals.arrived)}/{self.arrivals.total_files} files" if self.arrivals else ""
 
+    def close(self) -> None:
+        if self.trace is not None:
+            self.trace.close()
+            self.trace = None
+
     def __call__(self, event: RelayEvent) -> None:
+        if isinstance(event, Traced):
+            if self.trace is not None:
+                self.trace.write(json.dumps({"kind": event.kind, **event.data}) + "\n")
+            return
         if self.t0 is None:
             self.t0 = event.at
             if self.arrivals is not None:
@@ -277,6 +290,8 @@ class _Send:
             if journal.records and code != ExitCode.USAGE:
                 note = interrupted(journal, self.args.to, self.argv, what="stopped")
             return Failed(code, message, note)
+        finally:
+            progress.close()  # the trace, complete
 
     async def send_file(self, journal: SendJournal, name: str, manifest_path: Path, plan: PlanConfig) -> Outcome:
         """One file, or one file from its replicas (``--source``), with its journal open."""
@@ -290,7 +305,7 @@ class _Send:
                 return Failed(ExitCode.USAGE, str(exc))
         size = args.file.stat().st_size if args.file is not None else 0
         show = not args.no_progress and not args.json and console.is_terminal
-        progress = _SendProgress(console, size, show=show, lines=not args.json)
+        progress = _SendProgress(console, size, show=show, lines=not args.json, trace=args.trace)
         options = self.options(journal, progress, relay_config)
         fed: MirrorResult | None = None
         # --source: the spool outlives an interrupted run (the download resumes from it); named after the journal
@@ -378,7 +393,8 @@ class _Send:
         size = packed.stream.size
         console = self.out.err
         show = not args.no_progress and not args.json and console.is_terminal
-        progress = _SendProgress(console, size, show=show, lines=not args.json, arrivals=arrivals)
+        progress = _SendProgress(console, size, show=show, lines=not args.json, arrivals=arrivals,
+                                 trace=args.trace)
         options = self.options(journal, progress, config)
         sent = await self.relay(journal, root, progress, lambda: options.send(packed.stream))
         if isinstance(sent, Failed):

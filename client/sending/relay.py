@@ -56,6 +56,8 @@ from lnet.client.wire.depot_client import Allocation, DepotClient, DepotUnreacha
 from lnet.depot.clock import TrioWallClock
 from lnet.depot.protocol import DepotError, DepotFull, NotFound, TooLarge, innermost
 from lnet.scheduler import (
+    THROUGHPUT,
+    Decision,
     DepotFailure,
     DropDepot,
     EdgeMemory,
@@ -76,6 +78,7 @@ __all__ = [
     "EdgeMeter",
     "BlockDamaged",
     "Note",
+    "Traced",
     "PathChanged",
     "PathRun",
     "PathSample",
@@ -280,7 +283,18 @@ class Note:
     at: float
 
 
-RelayEvent = BlockDelivered | PathChanged | PathShares | Note
+@dataclass(frozen=True)
+class Traced:
+    """What the scheduler was told or decided, for ``lnet-send --trace``: ``kind`` is ``"measure"`` (a sample of
+    an edge, a probe's included, as the scheduler got it), ``"failure"``, ``"probe-done"`` or ``"decision"`` (each
+    tick that changes something or asks for probes, and every re-evaluation, with the weights it compared)."""
+
+    kind: str
+    data: dict[str, Any]
+    at: float
+
+
+RelayEvent = BlockDelivered | PathChanged | PathShares | Note | Traced
 
 
 @dataclass(frozen=True)
@@ -603,6 +617,7 @@ class Relay:
         admission = self._admission = trio.CapacityLimiter(self.config.max_inflight * 4)
         if self.scheduler is not None:
             first = self.scheduler.start(now)
+            self._trace_decision(first, now)
             self._take_paths(*_path_set(first), "start", first)
             self._probes_asked = tuple(first.probes)
         else:
@@ -965,6 +980,7 @@ class Relay:
             if self.scheduler is None:
                 continue
             decision = self.scheduler.tick(now)
+            self._trace_decision(decision, now)
             if isinstance(decision, DropDepot):
                 self.dead.add(decision.depot)
             paths, rates = _path_set(decision)
@@ -983,6 +999,7 @@ class Relay:
         self._probes_asked = ()
 
     def _tell(self, event: Measurement | HopFailure | DepotFailure | ProbeDone) -> None:
+        self._trace_event(event)
         if self.scheduler is not None:
             self.scheduler.measure(event)
         elif isinstance(event, Measurement):
@@ -1217,6 +1234,42 @@ class Relay:
 
     def _note(self, text: str) -> None:
         self.on_event(Note(text, self.clock()))
+
+    def _trace_event(self, event: Measurement | HopFailure | DepotFailure | ProbeDone) -> None:
+        t = round(trio.current_time() - self._started, 3)
+        if isinstance(event, Measurement):
+            data: dict[str, Any] = {"t": t, "edge": list(event.edge), "bytes": event.bytes,
+                                    "seconds": round(event.seconds, 4), "streams": event.streams,
+                                    "probe": event.edge in self._probing,
+                                    "mbps_per_stream": round(event.bytes * 8 / event.seconds / 1e6, 3)}
+            self.on_event(Traced("measure", data, event.at))
+        elif isinstance(event, DepotFailure):
+            self.on_event(Traced("failure", {"t": t, "depot": event.depot}, event.at))
+        else:
+            kind = "probe-done" if isinstance(event, ProbeDone) else "failure"
+            self.on_event(Traced(kind, {"t": t, "edge": list(event.edge)}, event.at))
+
+    def _trace_decision(self, decision: Decision, now: float) -> None:
+        """A tick's decision, when it changes something or asks for probes, and the weights at every
+        re-evaluation (what the scheduler compared)."""
+        assert self.scheduler is not None
+        evaluated = self.scheduler.last_evaluation == now
+        if isinstance(decision, Keep) and not decision.probes and not evaluated:
+            return
+        data: dict[str, Any] = {
+            "t": round(trio.current_time() - self._started, 3), "decision": type(decision).__name__,
+            "paths": [list(p) for p in decision.all_paths],
+            "probes": [] if isinstance(decision, DropDepot) else [list(e) for e in decision.probes],
+        }
+        if isinstance(decision, Switch):
+            predicted = decision.predicted_bps * 8 / 1e6
+            data.update(reason=decision.reason,
+                        predicted_mbps=round(predicted, 3) if math.isfinite(predicted) else None)
+        if evaluated:
+            graph = self.scheduler.graph(with_aging=False)
+            data["weights_mbps"] = {f"{u}>{v}": round(a[THROUGHPUT] * 8 / 1e6, 3)
+                                    for u, v, a in graph.edges(data=True) if THROUGHPUT in a}
+        self.on_event(Traced("decision", data, now))
 
 
 

@@ -82,13 +82,24 @@ async def test_warm_start_with_the_scheduler(
         memory = tmp_path / "edges.json"
         argv = [str(payload), "--to", "c", "--depots", str(config), "--memory", str(memory), "--json",
                 "--manifest", str(tmp_path / "m.json"), "--block-size", "1MiB"]
-        assert await send.run([*argv, "--cold"], io=io) == ExitCode.OK
+        trace = tmp_path / "cold.trace.jsonl"
+        assert await send.run([*argv, "--cold", "--trace", str(trace)], io=io) == ExitCode.OK
         cold = json.loads(capsys.readouterr().out)
         assert await send.run(argv, io=io) == ExitCode.OK
         warm = json.loads(capsys.readouterr().out)
     assert cold["path"][0] == warm["path"][0] == "me"
     assert warm["path"] == ["me", "a", "c"]  # what the cold run learnt: the wider path, not the direct one
     assert warm["path_attempts"][0]["path"] == warm["path"]  # no exploring: the remembered path at once
+    # --trace: what the cold start was told and decided, enough to see why it left the direct path
+    lines = [json.loads(line) for line in trace.read_text().splitlines()]
+    kinds = {line["kind"] for line in lines}
+    assert {"measure", "decision", "probe-done"} <= kinds
+    assert lines[0] == {**lines[0], "kind": "decision", "decision": "Switch", "reason": "start",
+                        "paths": [["me", "c"]], "predicted_mbps": None}
+    assert {tuple(m["edge"]) for m in lines if m["kind"] == "measure" and m["probe"]} >= {("me", "a"), ("a", "c")}
+    evaluated = [d for d in lines if d["kind"] == "decision" and d["t"] > 0]
+    assert evaluated
+    assert set(evaluated[0]["weights_mbps"]) >= {"me>a", "a>c"}  # what the re-evaluation compared
 
 
 @pytest.mark.parametrize(
