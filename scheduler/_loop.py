@@ -371,6 +371,7 @@ class PathScheduler:
         self._probing = self.config.probes_per_round > 0
         self._probe_answered = False
         self._last_evaluation = -math.inf
+        self._probe_news = False  # a probe finished since the last look for an early move
         self._broken = False
         self._pending_drops: list[str] = []
         # The path set beside the primary (``_attempt``): issue 12, theory of operation 12.
@@ -465,6 +466,7 @@ class PathScheduler:
                 self._probe_baseline.pop(edge, None)
                 if self._probe_since.pop(edge, None) is not None:
                     self._probe_answered = True
+                    self._probe_news = True
             case DepotFailure(depot=depot, at=at):
                 for other in self.vertices:
                     if other != depot:
@@ -488,8 +490,14 @@ class PathScheduler:
         if self._broken:
             return self._with_set(self._reevaluate(now, failure=True))
         if now - self._last_evaluation < self.config.reevaluate_s:
+            if self._probe_news:
+                # A probe just finished: a path it shows clearly wider is taken now, not at the next evaluation.
+                self._probe_news = False
+                if (early := self._early_move(now)) is not None:
+                    return self._with_set(early)
             return self._with_set(Keep(self._attempt.path, self._probes(now)))
         self._last_evaluation = now
+        self._probe_news = False
         self.memory.age_stale_weights(
             now,
             after_s=self.config.age_after_s,

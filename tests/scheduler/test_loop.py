@@ -284,6 +284,26 @@ def test_a_clearly_wider_measured_path_is_taken_before_min_attempt_s() -> None:
     assert scheduler.tick(10.0) == Keep(("s", "b", "d"))
 
 
+def test_a_probe_that_finishes_between_evaluations_moves_the_transfer_at_once() -> None:
+    # The probe of b -> d reports at 6 s, just after the 5-s evaluation: the clearly wider path is taken at the
+    # next tick, not at 10 s (on the emulated lossy topology a chain's last probe missed its evaluation by half a
+    # second, and the cold start ran 5 s more on the direct path).
+    memory = EdgeMemory()
+    for (u, v), rate in {("s", "a"): 20, ("a", "d"): 20, ("s", "d"): 5, ("s", "b"): 40}.items():
+        memory.observe(u, v, rate * 1000, 1000.0, now=0.0)
+    scheduler = PathScheduler(VERTICES, "s", "d", memory, replace(PROBING, probes_per_round=1))
+    assert scheduler.start(0.0).probes == (("b", "d"),)
+    feed(scheduler, ("s", "a", "d"), 20.0, 0.0, 6.0)
+    assert scheduler.tick(5.0) == Keep(("s", "a", "d"))
+    for t in (5.0, 6.0):
+        scheduler.measure(Measurement(("b", "d"), 28, 1.0, t))
+    assert scheduler.tick(6.0) == Keep(("s", "a", "d"))  # measured, but the probe is not done: no news yet
+    scheduler.measure(ProbeDone(("b", "d"), 6.2))
+    decision = scheduler.tick(6.5)
+    assert isinstance(decision, Switch)
+    assert (decision.path, decision.reason) == (("s", "b", "d"), "better")
+
+
 def test_a_slightly_wider_path_waits_for_the_whole_attempt() -> None:
     scheduler, _ = early_case(b_d=23.0)  # 15%: over the hysteresis, under early_gain
     assert scheduler.tick(5.0) == Keep(("s", "a", "d"))
