@@ -164,6 +164,10 @@ class Measurement:
     seconds: float
     at: float
     streams: float | None = None
+    began: float | None = None
+    """When the first copy of these bytes began (the clock of ``at``); None: ``at - seconds``. Copies side by side
+    add their seconds: ``at - seconds`` is then earlier than any of them began, and the warm-up rule would drop
+    every sample of a slow hop (its long copies) while keeping the fast ones."""
 
     def __post_init__(self) -> None:
         if self.bytes < 0 or not self.seconds > 0:
@@ -458,8 +462,8 @@ class PathScheduler:
     def measure(self, event: Event) -> None:
         """Take in one event from the transfer. Cheap; decisions wait for ``tick``."""
         match event:
-            case Measurement(edge=edge, bytes=nbytes, seconds=seconds, at=at, streams=streams):
-                self._measured(edge, nbytes, seconds, at, streams)
+            case Measurement(edge=edge, bytes=nbytes, seconds=seconds, at=at, streams=streams, began=began):
+                self._measured(edge, nbytes, seconds, at, streams, began)
             case HopFailure(edge=edge, at=at):
                 self._failed(edge, at)
             case ProbeDone(edge=edge):
@@ -514,8 +518,10 @@ class PathScheduler:
 
     # -- internals ----------------------------------------------------------------------------------------
 
-    def _measured(self, edge: Edge, nbytes: int, seconds: float, at: float, streams: float | None) -> None:
-        began = at - seconds
+    def _measured(
+        self, edge: Edge, nbytes: int, seconds: float, at: float, streams: float | None, began: float | None
+    ) -> None:
+        began = at - seconds if began is None else began
         probe = edge in self._probe_since
         hoped = None
         depth_rule = False

@@ -298,7 +298,7 @@ def simulate_transfer(
         if report:
             seconds = step_s * (count if measure == "stream" else 1)
             streams = float(count) if depth == "adaptive" else None
-            events.append(Measurement(edge, round(measured * step_s), seconds, t + step_s, streams))
+            events.append(Measurement(edge, round(measured * step_s), seconds, t + step_s, streams, began=t))
         return rate
 
     def adapt(flows: dict[Edge, int], hops: list[Edge]) -> dict[Edge, int]:

@@ -187,6 +187,7 @@ class EdgeMeter:
         self._busy = 0.0
         self._bytes = 0
         self._stream_seconds = 0.0
+        self._began = math.inf
         self.shortest_cycle_s = math.inf
         self.total_bytes = 0
         self.samples = 0
@@ -210,6 +211,7 @@ class EdgeMeter:
             self._busy += now - self._mark
             self._bytes += nbytes
             self._stream_seconds += seconds if seconds is not None and seconds > 0 else now - started
+            self._began = min(self._began, started)
             self.total_bytes += nbytes
             self.shortest_cycle_s = min(self.shortest_cycle_s, now - started)
         # A failed copy moved nothing that can be measured: the time since the mark is not counted.
@@ -220,17 +222,19 @@ class EdgeMeter:
         """The recent busy-time throughput (bytes/s), 0 before any sample."""
         return self._decayed_bytes / self._decayed_seconds if self._decayed_seconds > 0 else 0.0
 
-    def flush(self) -> tuple[int, float, float] | None:
-        """The bytes, stream seconds (the sum of each copy's own time) and busy seconds since the last flush,
-        None when nothing completed: ``bytes / stream seconds`` is the rate of one stream, however many ran at
-        once, and ``stream seconds / busy seconds`` how many ran at once on average."""
+    def flush(self) -> tuple[int, float, float, float] | None:
+        """The bytes, stream seconds (the sum of each copy's own time) and busy seconds since the last flush, and
+        when the first of their copies began; None when nothing completed: ``bytes / stream seconds`` is the rate
+        of one stream, however many ran at once, and ``stream seconds / busy seconds`` how many ran at once on
+        average. (The stream seconds of copies side by side add up to more than the time they took: only the
+        start says whether TCP was still warming up.)"""
         if self._bytes == 0 or self._busy <= 0 or self._stream_seconds <= 0:
             return None
-        sample = (self._bytes, self._stream_seconds, self._busy)
+        sample = (self._bytes, self._stream_seconds, self._busy, self._began)
         self._decayed_bytes = 0.7 * self._decayed_bytes + self._bytes
         self._decayed_seconds = 0.7 * self._decayed_seconds + self._busy
         self.samples += 1
-        self._bytes, self._busy, self._stream_seconds = 0, 0.0, 0.0
+        self._bytes, self._busy, self._stream_seconds, self._began = 0, 0.0, 0.0, math.inf
         return sample
 
 
@@ -970,9 +974,10 @@ class Relay:
             for edge, meter in self.meters.items():
                 sample = meter.flush()
                 if sample is not None:
-                    nbytes, stream_s, busy_s = sample
+                    nbytes, stream_s, busy_s, began = sample
                     # Each hop's depth is its own (``_resize_windows``): say how many copies it ran at once.
-                    self._tell(Measurement(edge, nbytes, stream_s, now, stream_s / busy_s if adaptive else None))
+                    self._tell(Measurement(edge, nbytes, stream_s, now, stream_s / busy_s if adaptive else None,
+                                           began=now - (trio.current_time() - began)))
             for path_meter in self._path_meters.values():
                 path_meter.flush(trio.current_time())
             self._sample_timeline()

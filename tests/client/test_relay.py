@@ -54,7 +54,7 @@ def test_edge_meter_reports_stream_seconds_and_keeps_busy_time_for_the_window() 
     meter.started(10.0)  # idle from 2 to 10 counts for nothing
     meter.finished(100, 10.0, 11.0, seconds=0.5)  # the depot pushed for half a second of the 1 s request
     # per stream: 300 bytes over 1 + 2 + 0.5 copy-seconds; 3 busy seconds, so 3.5 / 3 copies at once on average
-    assert meter.flush() == (300, 3.5, 3.0)
+    assert meter.flush() == (300, 3.5, 3.0, 0.0)  # the first of the copies began at 0
     assert meter.rate_bps == 100.0  # the hop's own rate for its window: 300 bytes over 3 busy seconds
     assert meter.flush() is None
     meter.started(20.0)

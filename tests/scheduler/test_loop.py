@@ -89,6 +89,20 @@ def test_samples_in_the_warmup_count_for_the_attempt_but_are_not_learnt() -> Non
     assert scheduler.attempts[0].throughput_bps == pytest.approx(30.0)
 
 
+def test_the_warmup_is_judged_by_when_the_copies_began_not_by_their_summed_seconds() -> None:
+    # Two copies side by side from 3 s to 8 s: 10 stream-seconds at 8 s. Dated by their seconds they would have
+    # begun at -2 s, in the warm-up, and be dropped, as every sample of a slow hop was for its first 10-15 s
+    # (the emulated lossy link's direct path kept its first burst, 15 Mbit/s, where it ran at 3).
+    memory = EdgeMemory()
+    scheduler = PathScheduler(VERTICES, "s", "d", memory, CONFIG)
+    scheduler.start(0.0)
+    scheduler.measure(Measurement(("s", "d"), 100, 10.0, 8.0, began=3.0))
+    assert memory.estimate("s", "d") == 10.0
+    scheduler.measure(Measurement(("s", "d"), 100, 10.0, 9.0, began=1.5))  # one copy began in the warm-up
+    assert memory.estimate("s", "d") == 10.0
+    assert memory.entry("s", "d").samples == 1
+
+
 def test_hysteresis_keeps_a_path_against_a_slightly_better_one_but_not_a_clearly_better_one() -> None:
     memory = known(s_d=100.0, s_a=105.0, a_d=105.0)
     scheduler = PathScheduler(VERTICES, "s", "d", memory, CONFIG)
