@@ -22,7 +22,7 @@ from ._memory import (
     EdgeMemory,
 )
 from ._paths import adds_enough, extend_set, keeps_adding, set_total, trial_keeps
-from ._widest import THROUGHPUT, NoPathError, path_throughput, widest_path, widest_widths
+from ._widest import THROUGHPUT, NoPathError, path_throughput, widest_path
 
 __all__ = [
     "Decision",
@@ -53,8 +53,6 @@ HOPE_HYSTERESIS = 2.0
 transfer) must be predicted this many times the hysteresis faster to be tried: a ceiling adds the hop's whole rate
 to the probe's, so when the two share a link that the hop already fills, the ceiling exceeds the hop by just the
 probe's small share, plus noise, and no move would gain anything."""
-PROBE_CANDIDATES = 4
-"""A probe round chooses among up to this many candidate edges per free probe (``_probe_round``)."""
 SwitchReason = Literal["start", "explore", "better", "settle", "failure", "join", "drop"]
 """Why the set changed. ``"join"``: a path was added beside the primary; ``"drop"``: a path other than the primary
 was removed because it stopped adding rate or shared a bottleneck with the set (a failed one is ``"failure"``)."""
@@ -972,28 +970,19 @@ class PathScheduler:
         on_set = self._set_edges()
         for edge in on_set:
             graph.edges[edge].setdefault(THROUGHPUT, 0.0)
-        # The candidates, most promising first: the unknown and aged edges of the optimistic paths, path by path;
-        # then any other such edge on a path that could beat the bar (its widest way in and out), widest first.
-        optimistic = graph.copy()
-        limit = PROBE_CANDIDATES * free
-        candidates: list[Edge] = []
-        while len(candidates) < limit:
+        chosen: list[Edge] = []
+        while len(chosen) < free:
             path = widest_path(graph, self.src, self.dst)
             wanted = [edge for edge in edges_of(path) if edge not in self._probe_since and self._unverified(edge)]
-            wanted = [edge for edge in wanted if edge not in candidates]
+            wanted = [edge for edge in wanted if edge not in chosen]
             if not wanted and self._lower_ceilings(graph, path, measured):
                 continue  # a path wide only on ceilings is for _choose to try; look past it for edges to probe
             if not wanted or not path_throughput(graph, path) > bar * (1 + self.config.hysteresis):
                 break
-            candidates += wanted
             for edge in wanted:
-                graph.edges[edge][THROUGHPUT] = 0.0  # a candidate now: look past it
-        # One path: as many edges at once as the hosts allow, to reach a chain's middle edges in the first round.
-        # A set of paths (issue 12) is built from whole paths, and probes them path by path, in order.
-        single = self.config.max_paths == 1
-        if single:
-            candidates += self._more_candidates(optimistic, bar, candidates, limit - len(candidates))
-        chosen = _probe_round(candidates, busy=list(self._probe_since), free=free, most=single)
+                if len(chosen) < free and not _shares_an_end(edge, [*self._probe_since, *chosen]):
+                    chosen.append(edge)
+                graph.edges[edge][THROUGHPUT] = 0.0  # chosen, or waiting for a probe at the same end to finish
         if len(chosen) < free and len(self._extras) + 1 < self.config.max_paths:
             chosen += self._extra_probes(graph, measured, free - len(chosen), chosen)
         self._probe_since.update((edge, now) for edge in chosen)
@@ -1007,38 +996,6 @@ class PathScheduler:
                 and (entry := self.memory.entry(*hop)) is not None and not entry.failed and entry.samples > 0
             }
         return tuple(chosen)
-
-    def _more_candidates(self, optimistic: nx.DiGraph, bar: float, taken: Sequence[Edge], wanted: int) -> list[Edge]:
-        """Up to ``wanted`` unknown or aged edges, not in ``taken`` nor being probed, through which a way from the
-        source to the destination could beat ``bar`` by the hysteresis (the widest way to the edge's tail that
-        avoids its head, the edge, the widest way on from its head that avoids its tail), widest first. The
-        path-by-path search looks past a path by taking its edges out, which hides every other path through
-        them: a chain's middle edge stays hidden behind the two-hop paths at its ends."""
-        if wanted <= 0:
-            return []
-        threshold = bar * (1 + self.config.hysteresis)
-        into = widest_widths(optimistic, self.src)
-        backward = optimistic.reverse(copy=False)
-        onward = widest_widths(backward, self.dst)
-        ranked: list[tuple[float, Edge]] = []
-        for u, v, attrs in optimistic.edges(data=True):
-            edge = (u, v)
-            if edge in taken or edge in self._probe_since or v == self.src or u == self.dst:
-                continue
-            # A first bound, cheap: the ways in and out may cross each other (then no simple path is that wide).
-            width = min(into.get(u, 0.0), attrs.get(THROUGHPUT, math.inf), onward.get(v, 0.0))
-            if width > threshold and self._unverified(edge):
-                ranked.append((width, edge))
-        ranked.sort(key=lambda item: -item[0])  # stable: ties in the graph's order
-        more: list[Edge] = []
-        for width, (u, v) in ranked[: 2 * wanted]:  # the exact-er bound costs two searches an edge: a few only
-            way_in = widest_widths(nx.restricted_view(optimistic, [v], []), self.src).get(u, 0.0)
-            way_on = widest_widths(nx.restricted_view(backward, [u], []), self.dst).get(v, 0.0)
-            if min(way_in, width, way_on) > threshold:
-                more.append((u, v))
-                if len(more) == wanted:
-                    break
-        return more
 
     def _lower_ceilings(self, graph: nx.DiGraph, path: Sequence[str], measured: nx.DiGraph) -> bool:
         """Put the edges of ``path`` raised to their ceilings back at their floors; whether there was one."""
@@ -1107,39 +1064,6 @@ class PathScheduler:
     def _unverified(self, edge: Edge) -> bool:
         entry = self.memory.entry(*edge)
         return entry is None or entry.aged or (self._memory_discredited and edge not in self._confirmed)
-
-
-def _probe_round(candidates: Sequence[Edge], *, busy: Sequence[Edge], free: int, most: bool) -> list[Edge]:
-    """At most ``free`` of ``candidates`` (most promising first) to probe at once: no two out of one host or into
-    one host, nor with a probe already running (``busy``, ``_shares_an_end``). With ``most``, as many as that
-    allows and, among as many, the most promising (each in turn taken if the rest can still make up the number);
-    without, each in turn that fits. Taking them
-    greedily would let the first path's edges block the rest: on a cold start, source -> a -> destination takes
-    the source's out and the destination's in, and the chain source -> a -> b -> destination waits a round,
-    where this probes that chain's three edges at once and the two-hop path's last edge next."""
-    usable = [edge for edge in candidates if not _shares_an_end(edge, busy)]
-    goal = min(free, _most_at_once(usable) if most else len(usable))
-    chosen: list[Edge] = []
-    for i, edge in enumerate(usable):
-        if len(chosen) == goal:
-            break
-        if _shares_an_end(edge, chosen):
-            continue
-        if not most:
-            chosen.append(edge)
-            continue
-        rest = [other for other in usable[i + 1 :] if not _shares_an_end(other, [*chosen, edge])]
-        if len(chosen) + 1 + _most_at_once(rest) >= goal:
-            chosen.append(edge)
-    return chosen
-
-
-def _most_at_once(edges: Sequence[Edge]) -> int:
-    """The most of ``edges`` that can run at once, no two out of one host or into one: a maximum matching of the
-    hosts' outs to their ins."""
-    hosts = nx.Graph()
-    hosts.add_edges_from((("out", u), ("in", v)) for u, v in edges)
-    return len(nx.max_weight_matching(hosts, maxcardinality=True))
 
 
 def _shares_an_end(edge: Edge, others: Sequence[Edge]) -> bool:

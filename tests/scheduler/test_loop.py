@@ -220,25 +220,6 @@ def test_probes_run_a_few_at_a_time_and_a_finished_one_makes_room_at_the_next_ti
     assert following != (("s", "a"),)
 
 
-def test_a_probe_round_takes_as_many_edges_as_the_hosts_allow() -> None:
-    """Cold, with four probes allowed: s -> a -> d, the first optimistic path, takes s's out and d's in, and
-    taken greedily it would be the whole round. The round takes a three-hop chain instead, whose edges share no
-    end: the middle edge is measured in the first round, not after the two-hop paths' (the emulated ``lossy``
-    topology's cold starts waited 10 s for it)."""
-    scheduler = PathScheduler(VERTICES, "s", "d", EdgeMemory(), replace(PROBING, probes_per_round=4))
-    first = scheduler.start(0.0).probes
-    assert set(first) in ({("s", "a"), ("a", "b"), ("b", "d")}, {("s", "b"), ("b", "a"), ("a", "d")})
-    for t in (3.0, 4.0):
-        for edge in first:
-            scheduler.measure(Measurement(edge, 50, 1.0, t))
-    for edge in first:
-        scheduler.measure(ProbeDone(edge, 4.5))
-    # The next round: the other three unknown edges, again no two at one end, so all at once.
-    second = scheduler.tick(4.5).probes
-    assert set(second) == {("s", "b"), ("b", "a"), ("a", "d")} if ("s", "a") in first else {
-        ("s", "a"), ("a", "b"), ("b", "d")}
-
-
 def test_a_probed_path_is_taken_once_measured_better() -> None:
     memory = EdgeMemory()
     memory.observe("s", "a", 50_000, 1000.0, now=0.0)
