@@ -79,6 +79,28 @@ def _best_bottleneck(graph: nx.DiGraph, src: Hashable, dst: Hashable) -> float:
     raise NoPathError(f"no path from {src!r} to {dst!r}")
 
 
+def widest_widths(graph: nx.DiGraph, src: V) -> dict[V, float]:
+    """The bottleneck of the widest path from ``src`` to every vertex it reaches (``src`` itself: infinite)."""
+    adj = graph.adj
+    best: dict[V, float] = {src: math.inf}
+    done: set[V] = set()
+    heap: list[tuple[float, int, V]] = [(-math.inf, 0, src)]
+    pushed = 1
+    while heap:
+        negative, _, u = heapq.heappop(heap)
+        if u in done:
+            continue
+        done.add(u)
+        for v, attrs in adj[u].items():
+            w = _weight(attrs)
+            candidate = min(w, -negative)
+            if v not in done and candidate > best.get(v, -math.inf):
+                best[v] = candidate
+                heapq.heappush(heap, (-candidate, pushed, v))
+                pushed += 1
+    return best
+
+
 def _fewest_hops(graph: nx.DiGraph, src: V, dst: V, bottleneck: float) -> list[V]:
     adj = graph.adj
     previous: dict[V, V] = {src: src}

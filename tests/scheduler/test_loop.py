@@ -220,6 +220,21 @@ def test_probes_run_a_few_at_a_time_and_a_finished_one_makes_room_at_the_next_ti
     assert following != (("s", "a"),)
 
 
+def test_a_chains_middle_edge_is_probed_while_its_last_edge_is() -> None:
+    # s -> a is known wide, a -> d narrow, the direct path at 10. The first round probes s -> b -> d (unknown, so
+    # widest); s -> b ends slow while b -> d still runs. Then s -> a -> b -> d could still beat direct through
+    # a -> b, whose probe shares no end with b -> d's: it starts now, not once b -> d is done (the path-by-path
+    # search counted b -> d as 0 while it ran, and the chain with it).
+    memory = EdgeMemory()
+    for (u, v), rate in {("s", "a"): 50, ("a", "d"): 5, ("s", "d"): 10}.items():
+        memory.observe(u, v, rate * 1000, 1000.0, now=0.0)
+    scheduler = PathScheduler(VERTICES, "s", "d", memory, replace(PROBING, probes_per_round=3))
+    assert scheduler.start(0.0).probes == (("s", "b"), ("b", "d"))  # a -> b shares b's in with s -> b: it waits
+    scheduler.measure(Measurement(("s", "b"), 3, 1.0, 4.0))
+    scheduler.measure(ProbeDone(("s", "b"), 4.0))
+    assert scheduler.tick(4.5).probes == (("a", "b"),)  # b -> a would come by s -> b, at 3: not worth it
+
+
 def test_a_probed_path_is_taken_once_measured_better() -> None:
     memory = EdgeMemory()
     memory.observe("s", "a", 50_000, 1000.0, now=0.0)
