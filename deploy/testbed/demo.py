@@ -2,7 +2,8 @@
 
 Brings up ``deploy/topologies/abilene.toml``, starts a depot on every host but ORNL, and sends one file from
 ORNL to Sunnyvale three ways with the same block size and in-flight settings: pinned to the direct path, a cold
-start (nothing known), and a warm start (what the cold start learnt). Then it fetches the file at Sunnyvale with
+start (nothing known), and a warm start (what the cold start learnt); each run's ``--trace`` is kept beside
+its report. Then it fetches the file at Sunnyvale with
 ``lnet-get`` and checks it, and prints the comparison: for each run every path it used with the time on each,
 its Mbit/s and its ratio to the pinned direct run; the cold start's path attempts and measured edges (the
 seed's Tables 1 and 2); a plot of throughput over time (the seed's Figure 1) when matplotlib is installed; and
@@ -107,7 +108,7 @@ async def run_demo(out: Path, *, size: int, block: str, max_inflight: int, say: 
                 "lnet.client.send", str(payload), "--to", DESTINATION, "--depots", str(depots_file),
                 "--memory", str(memory), "--block-size", block, "--max-inflight", str(max_inflight),
                 "--report", str(out / f"{name}.json"), "--manifest", str(out / f"{name}.manifest.json"),
-                "--json", *extra,
+                "--trace", str(out / f"{name}.trace.jsonl"), "--json", *extra,
             )
             done = await tb.run(SOURCE, argv, check=False)
             if done.returncode != 0:
@@ -143,7 +144,8 @@ async def run_demo(out: Path, *, size: int, block: str, max_inflight: int, say: 
         say(plotted.stdout.decode().strip().splitlines()[-1])
     else:  # most likely no matplotlib
         say(plotted.stderr.decode().strip())
-    say(f"files: {out}/ (reports {', '.join(Path(r).name for r in reports.values())}, manifests, edges.json)")
+    say(f"files: {out}/ (reports {', '.join(Path(r).name for r in reports.values())}, manifests, edges.json; "
+        "why each run chose its paths: NAME.trace.jsonl, see docs/client.md on --trace)")
     say("")
     say(verdict(results))
     return 0 if received_ok else 4
