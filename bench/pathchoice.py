@@ -33,9 +33,9 @@ Figures per topology, with the targets printed beside them (met / MISSED):
   arrival: a first burst on a lossy link does not count), median over the cold runs, <= 30 s.
 The default size makes a run last about RUN_SECONDS at the rate the oracle's edges predict. A full default run
 takes about two hours (the estimate is printed first); --quick (tiny sizes, one run) is a smoke test of a few
-minutes per topology. Progress one line per transfer; at the end a table and one JSON line; every report, summary,
-topology and the whole result (pathchoice.json) are written into --out. Every testbed is brought down however
-the benchmark ends (an error, Ctrl-C, SIGTERM).
+minutes per topology. Progress one line per transfer; at the end a table and one JSON line; every report,
+trace (lnet-send --trace), summary, topology and the whole result (pathchoice.json) are written into --out.
+Every testbed is brought down however the benchmark ends (an error, Ctrl-C, SIGTERM).
 """
 
 from __future__ import annotations
@@ -591,6 +591,7 @@ async def lnet_send(tb: Testbed, host: str, depots_file: Path, payload: Path, de
     argv = [PY, "-m", "lnet.client.send", str(payload), "--to", dest, "--depots", str(depots_file),
             "--memory", str(memory), "--block-size", settings.block, "--duration", "30m", "--json", "--no-progress",
             "--report", str(out.with_suffix(".report.json")), "--manifest", str(out.with_suffix(".manifest.json")),
+            "--trace", str(out.with_suffix(".trace.jsonl")),
             *(["--max-inflight", str(settings.inflight)] if settings.inflight is not None else []), *extra]
     started = time.monotonic()
     done: subprocess.CompletedProcess[bytes] | None = None
