@@ -9,7 +9,7 @@ from __future__ import annotations
 import heapq
 import math
 from collections import deque
-from collections.abc import Hashable, Sequence
+from collections.abc import Hashable, Iterator, Sequence
 from typing import Any, TypeVar
 
 import networkx as nx
@@ -53,20 +53,32 @@ def widest_path(graph: nx.DiGraph, src: V, dst: V) -> list[V]:
 
 
 def _best_bottleneck(graph: nx.DiGraph, src: Hashable, dst: Hashable) -> float:
+    for vertex, width in _settled(graph, src):
+        if vertex == dst:
+            return width
+    raise NoPathError(f"no path from {src!r} to {dst!r}")
+
+
+def widest_widths(graph: nx.DiGraph, src: V) -> dict[V, float]:
+    """The bottleneck of the widest path from ``src`` to every vertex it reaches (``src`` itself: infinite)."""
+    return dict(_settled(graph, src))
+
+
+def _settled(graph: nx.DiGraph, src: V) -> Iterator[tuple[V, float]]:
+    """Every vertex ``src`` reaches with the bottleneck of its widest path, widest first (Dijkstra's order)."""
     adj = graph.adj
-    best: dict[Hashable, float] = {src: math.inf}
-    done: set[Hashable] = set()
+    best: dict[V, float] = {src: math.inf}
+    done: set[V] = set()
     # Max-heap via negated keys; the counter keeps ties in discovery order and never compares vertices.
-    heap: list[tuple[float, int, Hashable]] = [(-math.inf, 0, src)]
+    heap: list[tuple[float, int, V]] = [(-math.inf, 0, src)]
     pushed = 1
     while heap:
         negative, _, u = heapq.heappop(heap)
         if u in done:
             continue
-        if u == dst:
-            return -negative
         done.add(u)
         width = -negative
+        yield u, width
         for v, attrs in adj[u].items():
             if v in done:
                 continue
@@ -76,29 +88,6 @@ def _best_bottleneck(graph: nx.DiGraph, src: Hashable, dst: Hashable) -> float:
                 best[v] = candidate
                 heapq.heappush(heap, (-candidate, pushed, v))
                 pushed += 1
-    raise NoPathError(f"no path from {src!r} to {dst!r}")
-
-
-def widest_widths(graph: nx.DiGraph, src: V) -> dict[V, float]:
-    """The bottleneck of the widest path from ``src`` to every vertex it reaches (``src`` itself: infinite)."""
-    adj = graph.adj
-    best: dict[V, float] = {src: math.inf}
-    done: set[V] = set()
-    heap: list[tuple[float, int, V]] = [(-math.inf, 0, src)]
-    pushed = 1
-    while heap:
-        negative, _, u = heapq.heappop(heap)
-        if u in done:
-            continue
-        done.add(u)
-        for v, attrs in adj[u].items():
-            w = _weight(attrs)
-            candidate = min(w, -negative)
-            if v not in done and candidate > best.get(v, -math.inf):
-                best[v] = candidate
-                heapq.heappush(heap, (-candidate, pushed, v))
-                pushed += 1
-    return best
 
 
 def _fewest_hops(graph: nx.DiGraph, src: V, dst: V, bottleneck: float) -> list[V]:
