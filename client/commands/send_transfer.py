@@ -181,6 +181,7 @@ def _prepare(args: SendArgs) -> Prepared | Failed:
             max_inflight=args.max_inflight,
             initial_inflight=min(4, args.max_inflight),
             min_inflight=min(2, args.max_inflight),
+            trace=args.trace is not None,
         )
     except (OverlayError, ValueError) as exc:
         return Failed(ExitCode.USAGE, str(exc))

@@ -154,6 +154,8 @@ class RelayConfig:
     path_window_s: float = 5.0
     """With several paths: a path's measured delivery rate halves the weight of what it did every this many
     seconds (``striping.PathMeter``)."""
+    trace: bool = False
+    """Tell ``on_event`` what the scheduler is told and decides (``Traced``, ``lnet-send --trace``)."""
 
     def __post_init__(self) -> None:
         if self.block_size < 1:
@@ -1241,6 +1243,8 @@ class Relay:
         self.on_event(Note(text, self.clock()))
 
     def _trace_event(self, event: Measurement | HopFailure | DepotFailure | ProbeDone) -> None:
+        if not self.config.trace:
+            return
         t = round(trio.current_time() - self._started, 3)
         if isinstance(event, Measurement):
             data: dict[str, Any] = {"t": t, "edge": list(event.edge), "bytes": event.bytes,
@@ -1257,7 +1261,8 @@ class Relay:
     def _trace_decision(self, decision: Decision, now: float) -> None:
         """A tick's decision, when it changes something or asks for probes, and the weights at every
         re-evaluation (what the scheduler compared)."""
-        assert self.scheduler is not None
+        if not self.config.trace or self.scheduler is None:
+            return
         evaluated = self.scheduler.last_evaluation == now
         if isinstance(decision, Keep) and not decision.probes and not evaluated:
             return
