@@ -1282,7 +1282,6 @@ class Relay:
         self.on_event(Traced("decision", data, now))
 
 
-
 def _read_exactly(fd: int, offset: int, length: int) -> bytes:
     data = os.pread(fd, length, offset)
     if len(data) != length:
