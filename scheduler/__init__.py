@@ -156,7 +156,10 @@ Where lnet departs from the seed, and why
    20 s into a cold start). So, with one path, free probe places then go to unknown or aged edges through
    which some way from the source to the destination could still beat the best known path, edges being
    probed counted at their hopes (the widest way to the edge's tail that avoids its head, the edge, the
-   widest way on that avoids its tail), widest first, none sharing an end with another probe. In the
+   widest way on that avoids its tail), widest first, none sharing an end with another probe. An edge that
+   waits only for probes that have run their ``probe_s`` keeps its ends: those probes are due to end before
+   any probe started now could, and a narrower candidate started at one of its ends would make it wait
+   ``probe_s`` more (on ``lossy`` the chain's last two edges waited for two such probes, 8 s). In the
    simulator (``bench/scheduler.py``) cold starts reach 90% of the best path sooner: Abilene 26 s (36),
    shared Abilene 35.5 s (never), random 16-vertex meshes 63.5 s median (95.5). Not taken: a probe round
    chosen by maximum matching (as many probes at once as the hosts allow) measures a four-vertex graph's

@@ -972,6 +972,10 @@ class PathScheduler:
             if self._unverified(edge):
                 graph.edges[edge][THROUGHPUT] = 0.0
         chosen: list[Edge] = []
+        # A probe that has run its probe_s is due to end before any probe started now could: an edge waiting
+        # only for such probes keeps its ends from narrower candidates, which would hold them for probe_s more.
+        due = [edge for edge, t in self._probe_since.items() if now - t >= self.config.probe_s]
+        reserved: list[Edge] = []
         while len(chosen) < free:
             path = widest_path(graph, self.src, self.dst)
             wanted = [edge for edge in edges_of(path) if edge not in self._probe_since and self._unverified(edge)]
@@ -981,11 +985,14 @@ class PathScheduler:
             if not wanted or not path_throughput(graph, path) > bar * (1 + self.config.hysteresis):
                 break
             for edge in wanted:
-                if len(chosen) < free and not _shares_an_end(edge, [*self._probe_since, *chosen]):
+                busy = [*self._probe_since, *chosen, *reserved]
+                if len(chosen) < free and not _shares_an_end(edge, busy):
                     chosen.append(edge)
+                elif _shares_an_end(edge, due) and not _shares_an_end(edge, [e for e in busy if e not in due]):
+                    reserved.append(edge)
                 graph.edges[edge][THROUGHPUT] = 0.0  # chosen, or waiting for a probe at the same end to finish
         if len(chosen) < free and self.config.max_paths == 1:
-            chosen += self._middle_probes(optimistic, bar, free - len(chosen), chosen)
+            chosen += self._middle_probes(optimistic, bar, free - len(chosen), [*chosen, *reserved])
         if len(chosen) < free and len(self._extras) + 1 < self.config.max_paths:
             chosen += self._extra_probes(graph, measured, free - len(chosen), chosen)
         self._probe_since.update((edge, now) for edge in chosen)

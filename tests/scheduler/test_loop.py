@@ -235,6 +235,24 @@ def test_a_chains_middle_edge_is_probed_while_its_last_edge_is() -> None:
     assert scheduler.tick(4.5).probes == (("a", "b"),)  # b -> a would come by s -> b, at 3: not worth it
 
 
+def test_an_edge_waiting_for_a_probe_that_is_due_keeps_its_ends() -> None:
+    # The emulated lossy topology's case: the first round probes s -> a -> d; s -> a ends wide while a -> d,
+    # a long lossy edge, runs past probe_s. The chain s -> a -> b -> d now waits only for a -> d to end, at b's
+    # out and d's in. b -> a (via s -> b at 12, barely above direct) would take b's out for probe_s more and the
+    # chain would wait for it too (the testbed's cold starts reached the chain 8 s later so).
+    memory = EdgeMemory()
+    for (u, v), rate in {("s", "d"): 10, ("s", "b"): 12}.items():
+        memory.observe(u, v, rate * 1000, 1000.0, now=0.0)
+    scheduler = PathScheduler(VERTICES, "s", "d", memory, replace(PROBING, probes_per_round=4))
+    assert scheduler.start(0.0).probes == (("s", "a"), ("a", "d"))
+    scheduler.measure(Measurement(("s", "a"), 50, 1.0, 4.5))
+    scheduler.measure(ProbeDone(("s", "a"), 4.5))
+    assert scheduler.tick(4.5).probes == ()  # a -> d has run probe_s: due to end before b -> a could
+    scheduler.measure(Measurement(("a", "d"), 3, 1.0, 6.0))
+    scheduler.measure(ProbeDone(("a", "d"), 6.0))
+    assert scheduler.tick(6.0).probes == (("a", "b"), ("b", "d"))
+
+
 def test_a_probed_path_is_taken_once_measured_better() -> None:
     memory = EdgeMemory()
     memory.observe("s", "a", 50_000, 1000.0, now=0.0)
