@@ -628,7 +628,11 @@ class PathScheduler:
                 self._hoping = None
             # A first decision may start on ceilings too (a warm start from a memory of floors).
             hopeful = None if measured_better and current is not None else self._hopeful_path(graph, best, current)
-            if hopeful is not None and hopeful[1] > current_predicted * (1 + HOPE_HYSTERESIS * self.config.hysteresis):
+            if (
+                hopeful is not None
+                and hopeful[1] > current_predicted * (1 + HOPE_HYSTERESIS * self.config.hysteresis)
+                and not self._probes_may_beat(hopeful[1])
+            ):
                 return hopeful[0], hopeful[1], "explore"
         else:
             best = tuple(widest_path(graph, self.src, self.dst))
@@ -688,6 +692,36 @@ class PathScheduler:
         if path == current or path != best and not predicted > path_throughput(graph, best) * margin:
             return None
         return path, predicted
+
+    def _probes_may_beat(self, width: float) -> bool:
+        """Whether a probe running now may still show a measured path wider than ``width`` by the hysteresis:
+        the widest way to its edge's tail that avoids its head, and on from its head that avoids its tail, over
+        the measured weights with unknown edges and the probed ones at their hopes, both clear that.
+
+        A path tried on ceilings costs a whole attempt (``min_attempt_s``) to judge, a probe ends within a
+        few seconds: measurements come before hopes. On the emulated ``lossy`` topology a cold start tried the
+        direct link's neighbour on its ceiling for 10 s while the chain's last probes, due 4 s later, ran."""
+        running = [edge for edge in self._probe_since if self._unverified(edge)]
+        if not running:
+            return False
+        optimistic = self.graph()
+        for edge in running:
+            optimistic.edges[edge].pop(THROUGHPUT, None)
+        backward = optimistic.reverse(copy=False)
+        threshold = width * (1 + self.config.hysteresis)
+        return any(
+            self._ways_around(optimistic, backward, edge) > threshold
+            for edge in running
+            if edge[1] != self.src and edge[0] != self.dst
+        )
+
+    def _ways_around(self, graph: nx.DiGraph, backward: nx.DiGraph, edge: Edge) -> float:
+        """The narrower of the widest way from the source to ``edge``'s tail that avoids its head and the widest
+        way on from its head to the destination that avoids its tail (``backward``: ``graph`` reversed)."""
+        u, v = edge
+        way_in = widest_widths(nx.restricted_view(graph, [v], []), self.src).get(u, 0.0)
+        way_on = widest_widths(nx.restricted_view(backward, [u], []), self.dst).get(v, 0.0)
+        return min(way_in, way_on)
 
     def _with_ceilings(self, graph: nx.DiGraph) -> nx.DiGraph | None:
         """``graph`` with every floor (an estimate with a ceiling) raised to its ceiling; None if there is none,
@@ -1038,9 +1072,7 @@ class PathScheduler:
                 break
             if _shares_an_end((u, v), [*busy, *more]):
                 continue
-            way_in = widest_widths(nx.restricted_view(optimistic, [v], []), self.src).get(u, 0.0)
-            way_on = widest_widths(nx.restricted_view(backward, [u], []), self.dst).get(v, 0.0)
-            if min(way_in, width, way_on) > threshold:
+            if min(width, self._ways_around(optimistic, backward, (u, v))) > threshold:
                 more.append((u, v))
         return more
 

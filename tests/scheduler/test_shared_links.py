@@ -13,7 +13,7 @@ from dataclasses import replace
 
 import pytest
 
-from lnet.scheduler import EdgeMemory, Event, Measurement, PathScheduler, ProbeDone, SchedulerConfig
+from lnet.scheduler import EdgeMemory, Event, Measurement, PathScheduler, ProbeDone, SchedulerConfig, Switch
 from lnet.scheduler.simulator import SimNetwork, SimResult, abilene_shared, mbit, simulate_transfer
 
 CHAIN = ("ornl", "atl", "ind", "kc", "den", "svl")
@@ -164,6 +164,9 @@ def test_at_the_default_depth_rule_a_slow_link_is_not_a_lure() -> None:
     scheduler.measure(Measurement(("w", "d"), round(mbit(4.0) * 3), 3.0, 4.0, streams=1.0))
     for t in range(5, 30, 5):
         assert scheduler.tick(float(t)).path == ("s", "a", "d")
+        if ("s", "d") in scheduler._probe_since:  # the engine probes the direct edge too: slow
+            scheduler.measure(Measurement(("s", "d"), round(mbit(2.0) * 3), 3.0, t + 3.0, streams=1.0))
+            scheduler.measure(ProbeDone(("s", "d"), t + 3.0))
     assert len(scheduler.attempts) == 1
     # And a window-limited edge whose two copies clearly beat the path is tried, once, as a ceiling.
     memory.forget("w", "d")
@@ -312,3 +315,36 @@ def test_a_warm_start_from_a_floor_with_a_ceiling_starts_on_it() -> None:
     plain.observe("s", "b", mbit(40), 1.0, 0.0)
     plain.observe("b", "d", mbit(6.3), 1.0, 0.0)
     assert PathScheduler(["s", "b", "d"], "s", "d", plain, SchedulerConfig(streams=2)).start(0.0).path == ("s", "d")
+
+
+def test_no_path_is_tried_on_a_ceiling_while_a_probe_may_show_a_wider_measured_one() -> None:
+    # As in probing_into_the_destination, b -> d is a floor with a ceiling that makes s -> b -> d worth a try;
+    # but a -> d, probed next, may still show s -> a -> d (s -> a at 40) wider than that ceiling. The probe ends
+    # in seconds, the trial would take min_attempt_s: the loop waits for the probe (on the emulated lossy
+    # topology cold starts spent 10 s on such a trial while the chain's last probes ran).
+    memory = EdgeMemory()
+    for edge, rate in {("s", "d"): 6, ("s", "b"): 40, ("s", "a"): 40}.items():
+        memory.observe(*edge, mbit(rate), 1.0, 0.0)
+    config = SchedulerConfig(streams=2, probes_per_round=1)
+    scheduler = PathScheduler(["s", "b", "a", "d"], "s", "d", memory, config)
+    assert scheduler.start(0.0).probes == (("b", "d"),)
+    for t in (2.5, 3.0, 3.5, 4.0, 4.5, 5.0):
+        scheduler.measure(Measurement(("s", "d"), round(mbit(6) * 0.5), 0.5, t))
+    scheduler.measure(Measurement(("b", "d"), round(mbit(6.3) * 3), 3.0, 5.0))
+    scheduler.measure(ProbeDone(("b", "d"), 5.0))
+    entry = memory.entry("b", "d")
+    assert entry is not None
+    assert entry.ceiling_bps is not None
+    assert scheduler.tick(5.0).probes == (("a", "d"),)
+    t = 5.0
+    while t < 12.0:
+        t += 0.5
+        scheduler.measure(Measurement(("s", "d"), round(mbit(6) * 0.5), 0.5, t))
+        decision = scheduler.tick(t)
+        assert scheduler.current_path == ("s", "d"), decision  # not s -> b -> d at 10 s, as before
+    scheduler.measure(Measurement(("a", "d"), round(mbit(30) * 4), 4.0, 12.5))
+    scheduler.measure(ProbeDone(("a", "d"), 12.5))
+    decision = scheduler.tick(12.5)
+    assert isinstance(decision, Switch)
+    assert decision.path == ("s", "a", "d")
+    assert scheduler.explorations == 0
