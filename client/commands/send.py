@@ -156,7 +156,12 @@ class SendArgs:
     @classmethod
     def parse(cls, argv: list[str]) -> SendArgs:
         """``argv`` parsed (argparse exits on ``--help`` and on a usage error, as the command does)."""
-        return cls.from_namespace(_parser().parse_args(argv))
+        parser = _parser()
+        ns = parser.parse_args(argv)
+        if ns.trace is not None and (ns.trace.is_dir() or not ns.trace.parent.is_dir()):
+            where = "is a directory" if ns.trace.is_dir() else f"is in {ns.trace.parent}, which is not a directory"
+            parser.error(f"--trace {ns.trace}: {where}; name a file in an existing directory")
+        return cls.from_namespace(ns)
 
 
 def main(argv: list[str] | None = None, *, io: ClientIO | None = None) -> int:

@@ -143,3 +143,15 @@ async def test_an_unreachable_destination_exits_3(
     assert code == ExitCode.UNREACHABLE
     assert "does not answer" in capsys.readouterr().err
     assert trio.current_time() - started < 60  # it gives up, it does not wait for a depot that is gone
+
+
+@pytest.mark.parametrize("where", ["missing/trace.jsonl", "."])
+def test_a_trace_file_that_cannot_be_written_is_a_usage_error_before_anything_is_sent(
+    tmp_path: Path, where: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exited:
+        send.SendArgs.parse(["f", "--to", "c", "--trace", str(tmp_path / where)])
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert "--trace" in err
+    assert "Traceback" not in err
