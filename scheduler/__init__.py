@@ -118,8 +118,10 @@ Where lnet departs from the seed, and why
      left, ceilings were not shared links on this network and are not tried again in this transfer. So a
      network without shared links costs at most one attempt of ``min_attempt_s``. Measurements come before
      hopes: no path is tried on ceilings while a running probe may still show a measured path wider than it
-     (the ways to the probed edge and on from it, unknown edges infinitely fast, clear its prediction by the
-     hysteresis); the probe ends within seconds, the trial takes ``min_attempt_s`` to judge.
+     (the ways to the probed edge and on from it, over measured edges and the running probes, clear its
+     prediction by the hysteresis); the probe ends within seconds, the trial takes ``min_attempt_s`` to judge.
+     An unknown edge no probe is measuring does not count: it needs a probe of its own, and counting it
+     infinitely fast held the trial back for whole cold starts on the emulated Abilene.
    - With the default in-flight rule the engine chooses each hop's depth (seed 002's pipelining depth, from
      ``min_inflight`` up to ``streams``): a hop stops at the copies that fill it, so a link full at 2 copies
      reports C / 2 a stream, and ``streams`` (16) x that would weigh it at 8 C. The engine therefore tells the

@@ -1250,7 +1250,8 @@ class Relay:
             data: dict[str, Any] = {"t": t, "edge": list(event.edge), "bytes": event.bytes,
                                     "seconds": round(event.seconds, 4), "streams": event.streams,
                                     "probe": event.edge in self._probing,
-                                    "mbps_per_stream": round(event.bytes * 8 / event.seconds / 1e6, 3)}
+                                    "mbps_per_stream": round(event.bytes * 8 / event.seconds / 1e6, 3),
+                                    "began": None if event.began is None else round(t - (event.at - event.began), 3)}
             self.on_event(Traced("measure", data, event.at))
         elif isinstance(event, DepotFailure):
             self.on_event(Traced("failure", {"t": t, "depot": event.depot}, event.at))
@@ -1275,10 +1276,20 @@ class Relay:
             predicted = decision.predicted_bps * 8 / 1e6
             data.update(reason=decision.reason,
                         predicted_mbps=round(predicted, 3) if math.isfinite(predicted) else None)
+            if decision.reason == "start":  # what orders the first probes (theory of operation, 10)
+                data["rtt_ms"] = {v: round(rtt * 1000, 2) for v, rtt in self.scheduler.rtt_s.items()}
         if evaluated:
             graph = self.scheduler.graph(with_aging=False)
             data["weights_mbps"] = {f"{u}>{v}": round(a[THROUGHPUT] * 8 / 1e6, 3)
                                     for u, v, a in graph.edges(data=True) if THROUGHPUT in a}
+            # Floors with a ceiling: what a path tried on ceilings counts them at (theory of operation, 9).
+            streams = self.scheduler.config.streams
+            data["ceilings_mbps"] = {
+                f"{u}>{v}": round(entry.ceiling_bps * streams * 8 / 1e6, 3)
+                for u, v in graph.edges
+                if f"{u}>{v}" in data["weights_mbps"]
+                and (entry := self.scheduler.memory.entry(u, v)) is not None and entry.ceiling_bps is not None
+            }
         self.on_event(Traced("decision", data, now))
 
 

@@ -97,9 +97,15 @@ async def test_warm_start_with_the_scheduler(
     assert lines[0] == {**lines[0], "kind": "decision", "decision": "Switch", "reason": "start",
                         "paths": [["me", "c"]], "predicted_mbps": None}
     assert {tuple(m["edge"]) for m in lines if m["kind"] == "measure" and m["probe"]} >= {("me", "a"), ("a", "c")}
+    assert isinstance(lines[0]["rtt_ms"], dict)  # the round trips that order the first probes
+    samples = [m for m in lines if m["kind"] == "measure"]
+    # when each sample's first copy began (the warm-up rule's clock), never after the sample was taken
+    assert all(m["began"] is None or m["began"] <= m["t"] for m in samples)
+    assert any(m["began"] is not None for m in samples)
     evaluated = [d for d in lines if d["kind"] == "decision" and d["t"] > 0]
     assert evaluated
     assert set(evaluated[0]["weights_mbps"]) >= {"me>a", "a>c"}  # what the re-evaluation compared
+    assert set(evaluated[0]["ceilings_mbps"]) <= set(evaluated[0]["weights_mbps"])  # floors only
 
 
 @pytest.mark.parametrize(

@@ -348,3 +348,36 @@ def test_no_path_is_tried_on_a_ceiling_while_a_probe_may_show_a_wider_measured_o
     assert isinstance(decision, Switch)
     assert decision.path == ("s", "a", "d")
     assert scheduler.explorations == 0
+
+
+def test_a_probe_counts_against_a_ceiling_only_through_ways_the_running_probes_can_complete() -> None:
+    # b -> d is a floor whose ceiling makes s -> b -> d worth a try, as above. The probe running beside it, a -> c,
+    # could show a wider measured path only with c -> d, which no probe is measuring: it would take another probe
+    # after this one. So the trial on the ceiling is not held back (on the emulated Abilene such probes, one after
+    # another, held the chain's trial back for a whole 96 MiB cold start).
+    memory = EdgeMemory()
+    known = {("s", "d"): 6, ("s", "b"): 40, ("s", "a"): 40, ("s", "c"): 3, ("a", "d"): 3, ("a", "b"): 3,
+             ("b", "a"): 3, ("b", "c"): 3, ("c", "b"): 3, ("c", "a"): 3}
+    for edge, rate in known.items():
+        memory.observe(*edge, mbit(rate), 1.0, 0.0)
+    config = SchedulerConfig(streams=2, probes_per_round=1)
+    scheduler = PathScheduler(["s", "b", "a", "c", "d"], "s", "d", memory, config)
+    assert scheduler.start(0.0).probes == (("b", "d"),)
+    for t in (2.5, 3.0, 3.5, 4.0, 4.5, 5.0):
+        scheduler.measure(Measurement(("s", "d"), round(mbit(6) * 0.5), 0.5, t))
+    scheduler.measure(Measurement(("b", "d"), round(mbit(6.3) * 3), 3.0, 5.0))
+    scheduler.measure(ProbeDone(("b", "d"), 5.0))
+    entry = memory.entry("b", "d")
+    assert entry is not None
+    assert entry.ceiling_bps is not None
+    assert scheduler.tick(5.0).probes == (("a", "c"),)
+    t, switch = 5.0, None
+    while t < 12.0 and switch is None:
+        t += 0.5
+        scheduler.measure(Measurement(("s", "d"), round(mbit(6) * 0.5), 0.5, t))
+        decision = scheduler.tick(t)
+        switch = decision if isinstance(decision, Switch) else None
+    assert switch is not None  # while the probe of a -> c still runs (the engine has not answered it)
+    assert switch.path == ("s", "b", "d")
+    assert switch.reason == "explore"
+    assert t == 10.0  # the first re-evaluation after min_attempt_s
