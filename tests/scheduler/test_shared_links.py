@@ -317,16 +317,14 @@ def test_a_warm_start_from_a_floor_with_a_ceiling_starts_on_it() -> None:
     assert PathScheduler(["s", "b", "d"], "s", "d", plain, SchedulerConfig(streams=2)).start(0.0).path == ("s", "d")
 
 
-def test_no_path_is_tried_on_a_ceiling_while_a_probe_may_show_a_wider_measured_one() -> None:
-    # As in probing_into_the_destination, b -> d is a floor with a ceiling that makes s -> b -> d worth a try;
-    # but a -> d, probed next, may still show s -> a -> d (s -> a at 40) wider than that ceiling. The probe ends
-    # in seconds, the trial would take min_attempt_s: the loop waits for the probe (on the emulated lossy
-    # topology cold starts spent 10 s on such a trial while the chain's last probes ran).
+def _b_to_d_probed_as_a_floor(known: dict[tuple[str, str], float], vertices: list[str]) -> PathScheduler:
+    """A scheduler on s -> d (6 Mbit/s a stream) whose first probe, b -> d, read 6.3 beside it at 5 s: a floor
+    with a ceiling that makes s -> b -> d worth a try (``known``: the other remembered edges, Mbit/s a stream)."""
     memory = EdgeMemory()
-    for edge, rate in {("s", "d"): 6, ("s", "b"): 40, ("s", "a"): 40}.items():
+    for edge, rate in {("s", "d"): 6, **known}.items():
         memory.observe(*edge, mbit(rate), 1.0, 0.0)
     config = SchedulerConfig(streams=2, probes_per_round=1)
-    scheduler = PathScheduler(["s", "b", "a", "d"], "s", "d", memory, config)
+    scheduler = PathScheduler(vertices, "s", "d", memory, config)
     assert scheduler.start(0.0).probes == (("b", "d"),)
     for t in (2.5, 3.0, 3.5, 4.0, 4.5, 5.0):
         scheduler.measure(Measurement(("s", "d"), round(mbit(6) * 0.5), 0.5, t))
@@ -335,6 +333,15 @@ def test_no_path_is_tried_on_a_ceiling_while_a_probe_may_show_a_wider_measured_o
     entry = memory.entry("b", "d")
     assert entry is not None
     assert entry.ceiling_bps is not None
+    return scheduler
+
+
+def test_no_path_is_tried_on_a_ceiling_while_a_probe_may_show_a_wider_measured_one() -> None:
+    # As in probing_into_the_destination, b -> d is a floor with a ceiling that makes s -> b -> d worth a try;
+    # but a -> d, probed next, may still show s -> a -> d (s -> a at 40) wider than that ceiling. The probe ends
+    # in seconds, the trial would take min_attempt_s: the loop waits for the probe (on the emulated lossy
+    # topology cold starts spent 10 s on such a trial while the chain's last probes ran).
+    scheduler = _b_to_d_probed_as_a_floor({("s", "b"): 40, ("s", "a"): 40}, ["s", "b", "a", "d"])
     assert scheduler.tick(5.0).probes == (("a", "d"),)
     t = 5.0
     while t < 12.0:
@@ -355,21 +362,9 @@ def test_a_probe_counts_against_a_ceiling_only_through_ways_the_running_probes_c
     # could show a wider measured path only with c -> d, which no probe is measuring: it would take another probe
     # after this one. So the trial on the ceiling is not held back (on the emulated Abilene such probes, one after
     # another, held the chain's trial back for a whole 96 MiB cold start).
-    memory = EdgeMemory()
-    known = {("s", "d"): 6, ("s", "b"): 40, ("s", "a"): 40, ("s", "c"): 3, ("a", "d"): 3, ("a", "b"): 3,
-             ("b", "a"): 3, ("b", "c"): 3, ("c", "b"): 3, ("c", "a"): 3}
-    for edge, rate in known.items():
-        memory.observe(*edge, mbit(rate), 1.0, 0.0)
-    config = SchedulerConfig(streams=2, probes_per_round=1)
-    scheduler = PathScheduler(["s", "b", "a", "c", "d"], "s", "d", memory, config)
-    assert scheduler.start(0.0).probes == (("b", "d"),)
-    for t in (2.5, 3.0, 3.5, 4.0, 4.5, 5.0):
-        scheduler.measure(Measurement(("s", "d"), round(mbit(6) * 0.5), 0.5, t))
-    scheduler.measure(Measurement(("b", "d"), round(mbit(6.3) * 3), 3.0, 5.0))
-    scheduler.measure(ProbeDone(("b", "d"), 5.0))
-    entry = memory.entry("b", "d")
-    assert entry is not None
-    assert entry.ceiling_bps is not None
+    known = {("s", "b"): 40, ("s", "a"): 40, ("s", "c"): 3, ("a", "d"): 3, ("a", "b"): 3, ("b", "a"): 3,
+             ("b", "c"): 3, ("c", "b"): 3, ("c", "a"): 3}
+    scheduler = _b_to_d_probed_as_a_floor(known, ["s", "b", "a", "c", "d"])
     assert scheduler.tick(5.0).probes == (("a", "c"),)
     t, switch = 5.0, None
     while t < 12.0 and switch is None:
