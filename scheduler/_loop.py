@@ -710,12 +710,7 @@ class PathScheduler:
         running = [edge for edge in self._probe_since if self._unverified(edge)]
         if not running:
             return False
-        measured = self.graph()
-        hopes = nx.DiGraph()
-        hopes.add_nodes_from(measured)
-        hopes.add_edges_from(
-            (u, v, attrs) for u, v, attrs in measured.edges(data=True) if THROUGHPUT in attrs and (u, v) not in running
-        )
+        hopes = _known(self.graph(), without=running)
         hopes.add_edges_from(running)  # no weight: infinitely fast
         backward = hopes.reverse(copy=False)
         threshold = width * (1 + self.config.hysteresis)
@@ -752,11 +747,8 @@ class PathScheduler:
         return raised
 
     def _best_known(self, graph: nx.DiGraph) -> Path:
-        known = nx.DiGraph()
-        known.add_nodes_from(graph)
-        known.add_edges_from((u, v, a) for u, v, a in graph.edges(data=True) if THROUGHPUT in a)
         try:
-            return tuple(widest_path(known, self.src, self.dst))
+            return tuple(widest_path(_known(graph), self.src, self.dst))
         except NoPathError:
             # Nothing measured end to end: the direct path is the one that needs no depot.
             return (self.src, self.dst)
@@ -1159,6 +1151,14 @@ def _shares_an_end(edge: Edge, others: Sequence[Edge]) -> bool:
     """Whether ``edge`` leaves the host another of ``others`` leaves, or enters the host another enters: two probes
     there would share that host's access link, the likeliest shared bottleneck, and each see what the other left."""
     return any(edge[0] == other[0] or edge[1] == other[1] for other in others)
+
+
+def _known(graph: nx.DiGraph, *, without: Sequence[Edge] = ()) -> nx.DiGraph:
+    """``graph`` with only its measured edges (those with a weight), less ``without``."""
+    known = nx.DiGraph()
+    known.add_nodes_from(graph)
+    known.add_edges_from((u, v, a) for u, v, a in graph.edges(data=True) if THROUGHPUT in a and (u, v) not in without)
+    return known
 
 
 def _has_unknown(graph: nx.DiGraph, path: Sequence[str]) -> bool:

@@ -1286,8 +1286,8 @@ class Relay:
             streams = self.scheduler.config.streams
             data["ceilings_mbps"] = {
                 f"{u}>{v}": round(entry.ceiling_bps * streams * 8 / 1e6, 3)
-                for u, v in graph.edges
-                if f"{u}>{v}" in data["weights_mbps"]
+                for u, v, a in graph.edges(data=True)
+                if THROUGHPUT in a
                 and (entry := self.scheduler.memory.entry(u, v)) is not None and entry.ceiling_bps is not None
             }
         self.on_event(Traced("decision", data, now))
