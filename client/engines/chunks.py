@@ -467,10 +467,15 @@ class ChunkPlanner:
             fallback = sum(rates) / len(rates) if rates else 1.0  # a replica never seen counts as an average one
             weights = [h if h is not None and h > 0 else fallback for h in known]
         total_bytes, total_weight = self.free_bytes, sum(weights)
+        # Each share ends at the boundary nearest its cumulative ideal end, so that rounding errors do not add
+        # up (rounded share by share, three 3 MiB-rounded shares took the whole file from a fourth replica).
+        share_end = 0.0
         for i, rep in enumerate(ready):
             if not self._free:
                 break
-            want = self.free_bytes if i == len(ready) - 1 else int(total_bytes * weights[i] / total_weight)
+            share_end += total_bytes * weights[i] / total_weight
+            handed = total_bytes - self.free_bytes
+            want = self.free_bytes if i == len(ready) - 1 else int(share_end) - handed
             if want > 0:
                 self._issue(rep, self._take(want), now)
 

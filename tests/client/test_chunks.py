@@ -267,6 +267,9 @@ def test_bad_configurations_are_refused() -> None:
 # And: shares rounded up to 3 MiB blocks gave three replicas the whole file and the fourth nothing.
 @example(rates=[1.0, 1.0, 2.0, 1.0], size_mib=32, strategy="history", tail="split", fail=None, align=3 * MiB,
          known=True)
+# And: each share rounded on its own, the errors added up and the slowest replica was left nothing.
+@example(rates=[6.0, 6.0, 7.5, 1.0], size_mib=47, strategy="history", tail="split", fail=None, align=3 * MiB,
+         known=True)
 @given(
     rates=st.lists(st.floats(0.2, 8.0), min_size=1, max_size=6),
     size_mib=st.integers(0, 48),
