@@ -1008,9 +1008,9 @@ class PathScheduler:
             if self._unverified(edge):
                 graph.edges[edge][THROUGHPUT] = 0.0
         chosen: list[Edge] = []
-        # A probe that has run its probe_s is due to end before any probe started now could: an edge waiting
-        # only for such probes keeps its ends from narrower candidates, which would hold them for probe_s more.
-        due = [edge for edge, t in self._probe_since.items() if now - t >= self.config.probe_s]
+        # A running probe ends before any probe started now could: an edge waiting only for running probes keeps
+        # its ends from narrower candidates, which would hold them for probe_s more.
+        due = list(self._probe_since)
         reserved: list[Edge] = []
         while len(chosen) < free:
             path = widest_path(graph, self.src, self.dst)
