@@ -7,10 +7,11 @@ operation in ``lnet.scheduler``'s docstring.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Literal, TypeVar
+from typing import Any, Literal, TypeVar
 
 import networkx as nx
 
@@ -1008,12 +1009,18 @@ class PathScheduler:
             if self._unverified(edge):
                 graph.edges[edge][THROUGHPUT] = 0.0
         chosen: list[Edge] = []
+
+        def unknown(u: str, v: str) -> int:
+            return 1 if self._unverified((u, v)) else 0
+
         # A running probe ends before any probe started now could: an edge waiting only for running probes keeps
         # its ends from narrower candidates, which would hold them for probe_s more.
-        due = list(self._probe_since)
+        running = list(self._probe_since)
         reserved: list[Edge] = []
         while len(chosen) < free:
-            path = widest_path(graph, self.src, self.dst)
+            # Among paths as wide, the one fewest probes from measured: the chain one edge short of known goes
+            # before ways through guessed edges that would need three.
+            path = widest_path(graph, self.src, self.dst, cost=unknown)
             wanted = [edge for edge in edges_of(path) if edge not in self._probe_since and self._unverified(edge)]
             wanted = [edge for edge in wanted if edge not in chosen]
             if not wanted and self._lower_ceilings(graph, path, measured):
@@ -1024,7 +1031,7 @@ class PathScheduler:
                 busy = [*self._probe_since, *chosen, *reserved]
                 if len(chosen) < free and not _shares_an_end(edge, busy):
                     chosen.append(edge)
-                elif _shares_an_end(edge, due) and not _shares_an_end(edge, [e for e in busy if e not in due]):
+                elif _shares_an_end(edge, running) and not _shares_an_end(edge, [*chosen, *reserved]):
                     reserved.append(edge)
                 graph.edges[edge][THROUGHPUT] = 0.0  # chosen, or waiting for a probe at the same end to finish
         if len(chosen) < free and self.config.max_paths == 1:
@@ -1069,14 +1076,35 @@ class PathScheduler:
                 ranked.append((width, edge))
         ranked.sort(key=lambda item: -item[0])  # stable: ties in the graph's order
         more: list[Edge] = []
-        for width, (u, v) in ranked:
-            if len(more) == free:
-                break
-            if _shares_an_end((u, v), [*busy, *more]):
-                continue
-            if min(width, self._ways_around(optimistic, backward, (u, v))) > threshold:
-                more.append((u, v))
+        for width, group in itertools.groupby(ranked, key=lambda item: item[0]):
+            tied = [edge for _, edge in group]
+            if len(tied) > 1:  # as wide: the fewest probes from a measured way first
+                tied.sort(key=lambda edge: self._probes_needed(optimistic, edge, width))
+            for u, v in tied:
+                if len(more) == free:
+                    return more
+                if _shares_an_end((u, v), [*busy, *more]):
+                    continue
+                if min(width, self._ways_around(optimistic, backward, (u, v))) > threshold:
+                    more.append((u, v))
         return more
+
+    def _probes_needed(self, graph: nx.DiGraph, edge: Edge, width: float) -> float:
+        """How many unknown or aged edges, ``edge`` included, the way through ``edge`` with the fewest of them has
+        among those at least ``width`` wide (edges being probed count as known: their probes are running)."""
+
+        def cost(u: str, v: str, attrs: dict[str, Any]) -> float | None:
+            if attrs.get(THROUGHPUT, math.inf) < width:
+                return None
+            return 1.0 if (u, v) not in self._probe_since and self._unverified((u, v)) else 0.0
+
+        u, v = edge
+        try:
+            into = nx.shortest_path_length(graph, self.src, u, weight=cost)
+            onward = nx.shortest_path_length(graph, v, self.dst, weight=cost)
+        except nx.NetworkXNoPath:
+            return math.inf
+        return float(into) + 1.0 + float(onward)
 
     def _lower_ceilings(self, graph: nx.DiGraph, path: Sequence[str], measured: nx.DiGraph) -> bool:
         """Put the edges of ``path`` raised to their ceilings back at their floors; whether there was one."""

@@ -9,7 +9,7 @@ from __future__ import annotations
 import heapq
 import math
 from collections import deque
-from collections.abc import Hashable, Iterator, Sequence
+from collections.abc import Callable, Hashable, Iterator, Sequence
 from typing import Any, TypeVar
 
 import networkx as nx
@@ -31,11 +31,14 @@ def _weight(attrs: dict[str, Any]) -> float:
     return math.inf if value is None else float(value)
 
 
-def widest_path(graph: nx.DiGraph, src: V, dst: V) -> list[V]:
+def widest_path(
+    graph: nx.DiGraph, src: V, dst: V, *, cost: Callable[[V, V], int] | None = None
+) -> list[V]:
     """The cycle-free path from ``src`` to ``dst`` whose smallest edge weight is largest.
 
-    Among the paths with that bottleneck the one with the fewest hops wins; among those, the one found first when
-    walking vertices and edges in the graph's insertion order, so the answer is deterministic.
+    Among the paths with that bottleneck the one with the fewest hops wins (with ``cost``: the smallest total
+    cost of its edges, then the fewest hops); among those, the one found first when walking vertices and edges in
+    the graph's insertion order, so the answer is deterministic.
 
     Two passes, both O(E log V) at worst: a heap-based variant of Dijkstra (the seed's routine, with a heap
     instead of its O(V^2) scan) finds the best bottleneck B; then a breadth-first search over the edges of
@@ -49,7 +52,9 @@ def widest_path(graph: nx.DiGraph, src: V, dst: V) -> list[V]:
     if src == dst:
         return [src]
     bottleneck = _best_bottleneck(graph, src, dst)
-    return _fewest_hops(graph, src, dst, bottleneck)
+    if cost is None:
+        return _fewest_hops(graph, src, dst, bottleneck)
+    return _cheapest(graph, src, dst, bottleneck, cost)
 
 
 def _best_bottleneck(graph: nx.DiGraph, src: Hashable, dst: Hashable) -> float:
@@ -108,6 +113,39 @@ def _fewest_hops(graph: nx.DiGraph, src: V, dst: V, bottleneck: float) -> list[V
                 return path
             queue.append(v)
     # Unreachable: the first pass proved a path of this width exists.
+    raise AssertionError("widest path lost between passes")
+
+
+def _cheapest(graph: nx.DiGraph, src: V, dst: V, bottleneck: float, cost: Callable[[V, V], int]) -> list[V]:
+    """Dijkstra over the edges of weight >= ``bottleneck``, keyed on (total cost, hops): both only grow along
+    a path, so the order is one Dijkstra may use."""
+    adj = graph.adj
+    previous: dict[V, V] = {src: src}
+    best: dict[V, tuple[int, int]] = {src: (0, 0)}
+    done: set[V] = set()
+    heap: list[tuple[int, int, int, V]] = [(0, 0, 0, src)]
+    pushed = 1
+    while heap:
+        total, hops, _, u = heapq.heappop(heap)
+        if u in done:
+            continue
+        done.add(u)
+        if u == dst:
+            path = [u]
+            while path[-1] != src:
+                path.append(previous[path[-1]])
+            path.reverse()
+            return path
+        for v, attrs in adj[u].items():
+            if v in done or _weight(attrs) < bottleneck:
+                continue
+            key = (total + cost(u, v), hops + 1)
+            old = best.get(v)
+            if old is None or key < old:
+                best[v] = key
+                previous[v] = u
+                heapq.heappush(heap, (*key, pushed, v))
+                pushed += 1
     raise AssertionError("widest path lost between passes")
 
 

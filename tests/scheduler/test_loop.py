@@ -235,22 +235,38 @@ def test_a_chains_middle_edge_is_probed_while_its_last_edge_is() -> None:
     assert scheduler.tick(4.5).probes == (("a", "b"),)  # b -> a would come by s -> b, at 3: not worth it
 
 
-def test_an_edge_waiting_for_a_probe_that_is_due_keeps_its_ends() -> None:
+@pytest.mark.parametrize("first_done", [4.5, 2.0])
+def test_an_edge_waiting_for_a_running_probe_keeps_its_ends(first_done: float) -> None:
     # The emulated lossy topology's case: the first round probes s -> a -> d; s -> a ends wide while a -> d,
-    # a long lossy edge, runs past probe_s. The chain s -> a -> b -> d now waits only for a -> d to end, at b's
-    # out and d's in. b -> a (via s -> b at 12, barely above direct) would take b's out for probe_s more and the
-    # chain would wait for it too (the testbed's cold starts reached the chain 8 s later so).
+    # a long lossy edge, still runs. The chain s -> a -> b -> d now waits only for a -> d to end, at b's out and
+    # d's in. b -> a (via s -> b at 12, barely above direct) would take b's out for probe_s more and the chain
+    # would wait for it too (the testbed's cold starts reached the chain 8 s later so). So too when a -> d has not
+    # yet run probe_s (first_done 2.0): it still ends before a probe started now would (on the emulated Abilene,
+    # Kansas City -> Denver waited 25 s so, behind probes started at its ends one after another).
     memory = EdgeMemory()
     for (u, v), rate in {("s", "d"): 10, ("s", "b"): 12}.items():
         memory.observe(u, v, rate * 1000, 1000.0, now=0.0)
     scheduler = PathScheduler(VERTICES, "s", "d", memory, replace(PROBING, probes_per_round=4))
     assert scheduler.start(0.0).probes == (("s", "a"), ("a", "d"))
-    scheduler.measure(Measurement(("s", "a"), 50, 1.0, 4.5))
-    scheduler.measure(ProbeDone(("s", "a"), 4.5))
-    assert scheduler.tick(4.5).probes == ()  # a -> d has run probe_s: due to end before b -> a could
+    scheduler.measure(Measurement(("s", "a"), 50, 1.0, first_done))
+    scheduler.measure(ProbeDone(("s", "a"), first_done))
+    assert scheduler.tick(first_done).probes == ()  # a -> d ends before b -> a could
     scheduler.measure(Measurement(("a", "d"), 3, 1.0, 6.0))
     scheduler.measure(ProbeDone(("a", "d"), 6.0))
     assert scheduler.tick(6.0).probes == (("a", "b"), ("b", "d"))
+
+
+def test_of_paths_as_wide_the_one_fewest_probes_from_measured_is_probed_first() -> None:
+    # Every way into d worth more than direct goes through x -> d (20): s -> a -> x -> d needs one probe (a -> x),
+    # s -> b -> x -> d two (s -> b, b -> x), both three hops. The first is probed first. On the emulated Abilene
+    # every way ends with Denver -> Sunnyvale, and the chain short only of Kansas City -> Denver waited 25 s
+    # behind ways through two and three guessed edges, found first in the graph's order.
+    memory = EdgeMemory()
+    for (u, v), rate in {("s", "d"): 10, ("x", "d"): 20, ("s", "x"): 5, ("s", "a"): 50, ("a", "d"): 3,
+                         ("b", "d"): 3}.items():
+        memory.observe(u, v, rate * 1000, 1000.0, now=0.0)
+    scheduler = PathScheduler(["s", "b", "a", "x", "d"], "s", "d", memory, replace(PROBING, probes_per_round=1))
+    assert scheduler.start(0.0).probes == (("a", "x"),)
 
 
 def test_a_probed_path_is_taken_once_measured_better() -> None:
