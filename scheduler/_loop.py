@@ -1009,18 +1009,12 @@ class PathScheduler:
             if self._unverified(edge):
                 graph.edges[edge][THROUGHPUT] = 0.0
         chosen: list[Edge] = []
-
-        def unknown(u: str, v: str) -> int:
-            return 1 if self._unverified((u, v)) else 0
-
         # A running probe ends before any probe started now could: an edge waiting only for running probes keeps
         # its ends from narrower candidates, which would hold them for probe_s more.
         running = list(self._probe_since)
         reserved: list[Edge] = []
         while len(chosen) < free:
-            # Among paths as wide, the one fewest probes from measured: the chain one edge short of known goes
-            # before ways through guessed edges that would need three.
-            path = widest_path(graph, self.src, self.dst, cost=unknown)
+            path = self._next_to_probe(graph)
             wanted = [edge for edge in edges_of(path) if edge not in self._probe_since and self._unverified(edge)]
             wanted = [edge for edge in wanted if edge not in chosen]
             if not wanted and self._lower_ceilings(graph, path, measured):
@@ -1049,6 +1043,28 @@ class PathScheduler:
                 and (entry := self.memory.entry(*hop)) is not None and not entry.failed and entry.samples > 0
             }
         return tuple(chosen)
+
+    def _next_to_probe(self, graph: nx.DiGraph) -> Path:
+        """The widest path; of paths as wide, the one whose narrowest guessed edge (unknown or aged, at its prior)
+        is widest, then the one with the fewest such edges, then the fewest hops.
+
+        On a backbone every way into the destination ends on one of a few edges, so many ways tie at that edge's
+        width. A guess far above the tie is likelier to hold than one just above it, and a path one probe from
+        known is done sooner than one needing three (theory of operation, "Exploration")."""
+        path = widest_path(graph, self.src, self.dst)
+        width = path_throughput(graph, path)
+        guesses = nx.DiGraph()
+        guesses.add_nodes_from(graph)
+        for u, v, attrs in graph.edges(data=True):
+            if attrs.get(THROUGHPUT, math.inf) >= width:
+                unverified = self._unverified((u, v))
+                guess = attrs.get(THROUGHPUT) if unverified else None  # None: known, no limit at this stage
+                guesses.add_edge(u, v, guessed=unverified, **{THROUGHPUT: guess})
+
+        def guessed(u: str, v: str) -> int:
+            return 1 if guesses.edges[u, v]["guessed"] else 0
+
+        return tuple(widest_path(guesses, self.src, self.dst, cost=guessed))
 
     def _middle_probes(self, optimistic: nx.DiGraph, bar: float, free: int, chosen: Sequence[Edge]) -> list[Edge]:
         """Up to ``free`` more unknown or aged edges to probe beside ``chosen`` and the probes running, sharing no

@@ -269,6 +269,22 @@ def test_of_paths_as_wide_the_one_fewest_probes_from_measured_is_probed_first() 
     assert scheduler.start(0.0).probes == (("a", "x"),)
 
 
+def test_of_paths_as_wide_the_one_whose_guess_is_widest_is_probed_first() -> None:
+    # As above, both ways one probe from known and tied at x -> d (20). Round trips guess a -> x at 250 (a and x 2 ms
+    # apart from s's view) and b -> x at 50 (10 ms): a -> x is likelier to hold above 20. On the emulated Abilene,
+    # Atlanta -> Denver (guessed just above Denver -> Sunnyvale, measured at half of it) went before the chain's
+    # Kansas City -> Denver (guessed at three times it).
+    memory = EdgeMemory()
+    for (u, v), rate in {("s", "d"): 10, ("x", "d"): 20, ("s", "x"): 5, ("s", "a"): 50, ("s", "b"): 50,
+                         ("a", "d"): 3, ("b", "d"): 3}.items():
+        memory.observe(u, v, rate * 1000, 1000.0, now=0.0)
+    rtt = {"a": 0.010, "b": 0.002, "x": 0.012, "d": 0.030}
+    scheduler = PathScheduler(
+        ["s", "b", "a", "x", "d"], "s", "d", memory, replace(PROBING, probes_per_round=1), rtt_s=rtt
+    )
+    assert scheduler.start(0.0).probes == (("a", "x"),)
+
+
 def test_a_probed_path_is_taken_once_measured_better() -> None:
     memory = EdgeMemory()
     memory.observe("s", "a", 50_000, 1000.0, now=0.0)
