@@ -106,11 +106,7 @@ def _fewest_hops(graph: nx.DiGraph, src: V, dst: V, bottleneck: float) -> list[V
                 continue
             previous[v] = u
             if v == dst:
-                path = [v]
-                while path[-1] != src:
-                    path.append(previous[path[-1]])
-                path.reverse()
-                return path
+                return _walk_back(previous, src, dst)
             queue.append(v)
     # Unreachable: the first pass proved a path of this width exists.
     raise AssertionError("widest path lost between passes")
@@ -131,11 +127,7 @@ def _cheapest(graph: nx.DiGraph, src: V, dst: V, bottleneck: float, cost: Callab
             continue
         done.add(u)
         if u == dst:
-            path = [u]
-            while path[-1] != src:
-                path.append(previous[path[-1]])
-            path.reverse()
-            return path
+            return _walk_back(previous, src, dst)
         for v, attrs in adj[u].items():
             if v in done or _weight(attrs) < bottleneck:
                 continue
@@ -147,6 +139,14 @@ def _cheapest(graph: nx.DiGraph, src: V, dst: V, bottleneck: float, cost: Callab
                 heapq.heappush(heap, (*key, pushed, v))
                 pushed += 1
     raise AssertionError("widest path lost between passes")
+
+
+def _walk_back(previous: dict[V, V], src: V, dst: V) -> list[V]:
+    path = [dst]
+    while path[-1] != src:
+        path.append(previous[path[-1]])
+    path.reverse()
+    return path
 
 
 def path_throughput(graph: nx.DiGraph, path: Sequence[Hashable]) -> float:
