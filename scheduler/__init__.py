@@ -162,16 +162,23 @@ Where lnet departs from the seed, and why
    which some way from the source to the destination could still beat the best known path, edges being
    probed counted at their hopes (the widest way to the edge's tail that avoids its head, the edge, the
    widest way on that avoids its tail), widest first, none sharing an end with another probe. An edge that
-   waits only for probes that have run their ``probe_s`` keeps its ends: those probes are due to end before
-   any probe started now could, and a narrower candidate started at one of its ends would make it wait
-   ``probe_s`` more (on ``lossy`` the chain's last two edges waited for two such probes, 8 s). In the
+   waits only for running probes keeps its ends: they end before any probe started now could, and a
+   narrower candidate started at one of its ends would make it wait ``probe_s`` more (on ``lossy`` the
+   chain's last two edges waited for two such probes, 8 s). Of paths as wide, the next probed is the one whose
+   narrowest guess is widest, then the one with the fewest guessed edges, then the fewest hops: on a backbone
+   every way into the destination ties at one of a few last edges, and the graph's order chose among them
+   (on the emulated Abilene the chain's last unknown edge was probed at 30-40 s, now at 14-18 s). In the
    simulator (``bench/scheduler.py``) cold starts reach 90% of the best path sooner: Abilene 26 s (36),
-   shared Abilene 35.5 s (never), random 16-vertex meshes 63.5 s median (95.5). Not taken: a probe round
+   shared Abilene 35.5 s (never), random 16-vertex meshes 63.5 s median (95.5); with the last two rules
+   (2026-11-26) Abilene 32.5 s, shared Abilene 22 s, random 8/16/32 19/65.5/265.5 s (19/65.5/276), and the
+   600-s shared-Abilene cold start left the chain at 525 s after an aged edge's probe (the warm start then
+   began off it: its first 90% at 560 s, against 0.5 s before; before, the warm start made such a move at
+   310 s instead, after its first 90%). Not taken: a probe round
    chosen by maximum matching (as many probes at once as the hosts allow) measures a four-vertex graph's
    three-hop chain in the first round, but then puts a cold start on that chain before the as-wide two-hop
-   path beside it is known, against rule 1's ties; and letting an edge that waits for a probe at one of its
-   ends hold that end against less promising probes made the simulator's cold starts slower (Abilene 31 s,
-   shared Abilene never).
+   path beside it is known, against rule 1's ties. Letting an edge that waits for a probe at one of its ends
+   hold that end against less promising probes, alone, made the simulator's cold starts slower (Abilene 31 s,
+   shared Abilene never, at stop 24); with the ties broken by the guesses it is the rule above.
 11. Depots' weather: a depot publishes what its own pushes measured, per peer, in the same per-stream unit,
    with the age and the number of streams (``/v1/status`` ``links``); a first transfer on a new client starts
    warm from it (``EdgeMemory.seed_from_links``), and the mismatch rule (6) guards against stale weather.
