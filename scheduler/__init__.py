@@ -178,7 +178,7 @@ Where lnet departs from the seed, and why
    three-hop chain in the first round, but then puts a cold start on that chain before the as-wide two-hop
    path beside it is known, against rule 1's ties. Letting an edge that waits for a probe at one of its ends
    hold that end against less promising probes, alone, made the simulator's cold starts slower (Abilene 31 s,
-   shared Abilene never, at stop 24); with the ties broken by the guesses it is the rule above.
+   shared Abilene never, measured before this session); with the ties broken by the guesses it is the rule above.
 11. Depots' weather: a depot publishes what its own pushes measured, per peer, in the same per-stream unit,
    with the age and the number of streams (``/v1/status`` ``links``); a first transfer on a new client starts
    warm from it (``EdgeMemory.seed_from_links``), and the mismatch rule (6) guards against stale weather.
