@@ -168,12 +168,13 @@ Where lnet departs from the seed, and why
    narrowest guess is widest, then the one with the fewest guessed edges, then the fewest hops: on a backbone
    every way into the destination ties at one of a few last edges, and the graph's order chose among them
    (on the emulated Abilene the chain's last unknown edge was probed at 30-40 s, now at 14-18 s). In the
-   simulator (``bench/scheduler.py``) cold starts reach 90% of the best path sooner: Abilene 26 s (36),
-   shared Abilene 35.5 s (never), random 16-vertex meshes 63.5 s median (95.5); with the last two rules
-   (2026-11-26) Abilene 32.5 s, shared Abilene 22 s, random 8/16/32 19/65.5/265.5 s (19/65.5/276), and the
-   600-s shared-Abilene cold start left the chain at 525 s after an aged edge's probe (the warm start then
-   began off it: its first 90% at 560 s, against 0.5 s before; before, the warm start made such a move at
-   310 s instead, after its first 90%). Not taken: a probe round
+   simulator (``bench/scheduler.py``) cold starts reach 90% of the best path sooner: Abilene 26 s (36), shared
+   Abilene 35.5 s (never), random 16-vertex meshes 63.5 s median (95.5); with the last two rules (2026-11-26)
+   Abilene 32.5 s (it has no round trips: ties among unknown edges fell to the graph's order, which probed Atlanta
+   <-> Indianapolis first by luck), shared Abilene 22 s, random 8/16/32 19/65.5/265.5 s (19/65.5/276), and the 600-s
+   shared-Abilene cold start left the chain at 525 s after an aged edge's probe (the warm start then began off it:
+   its first 90% at 560 s, against 0.5 s before; before, the warm start made such a move at 310 s instead, after its
+   first 90%). Not taken: a probe round
    chosen by maximum matching (as many probes at once as the hosts allow) measures a four-vertex graph's
    three-hop chain in the first round, but then puts a cold start on that chain before the as-wide two-hop
    path beside it is known, against rule 1's ties. Letting an edge that waits for a probe at one of its ends
