@@ -113,32 +113,15 @@ def _fewest_hops(graph: nx.DiGraph, src: V, dst: V, bottleneck: float) -> list[V
 
 
 def _cheapest(graph: nx.DiGraph, src: V, dst: V, bottleneck: float, cost: Callable[[V, V], int]) -> list[V]:
-    """Dijkstra over the edges of weight >= ``bottleneck``, keyed on (total cost, hops): both only grow along
-    a path, so the order is one Dijkstra may use."""
-    adj = graph.adj
-    previous: dict[V, V] = {src: src}
-    best: dict[V, tuple[int, int]] = {src: (0, 0)}
-    done: set[V] = set()
-    heap: list[tuple[int, int, int, V]] = [(0, 0, 0, src)]
-    pushed = 1
-    while heap:
-        total, hops, _, u = heapq.heappop(heap)
-        if u in done:
-            continue
-        done.add(u)
-        if u == dst:
-            return _walk_back(previous, src, dst)
-        for v, attrs in adj[u].items():
-            if v in done or _weight(attrs) < bottleneck:
-                continue
-            key = (total + cost(u, v), hops + 1)
-            old = best.get(v)
-            if old is None or key < old:
-                best[v] = key
-                previous[v] = u
-                heapq.heappush(heap, (*key, pushed, v))
-                pushed += 1
-    raise AssertionError("widest path lost between passes")
+    """networkx's Dijkstra over the edges of weight >= ``bottleneck``, on (total cost, hops) folded into one
+    number: a path has fewer hops than the graph has vertices, so ``cost x vertices + hops`` orders the same."""
+    scale = graph.number_of_nodes()
+
+    def weight(u: V, v: V, attrs: dict[str, Any]) -> int | None:
+        return None if _weight(attrs) < bottleneck else cost(u, v) * scale + 1
+
+    path: list[V] = nx.dijkstra_path(graph, src, dst, weight=weight)
+    return path
 
 
 def _walk_back(previous: dict[V, V], src: V, dst: V) -> list[V]:
