@@ -106,7 +106,11 @@ def _fewest_hops(graph: nx.DiGraph, src: V, dst: V, bottleneck: float) -> list[V
                 continue
             previous[v] = u
             if v == dst:
-                return _walk_back(previous, src, dst)
+                path = [v]
+                while path[-1] != src:
+                    path.append(previous[path[-1]])
+                path.reverse()
+                return path
             queue.append(v)
     # Unreachable: the first pass proved a path of this width exists.
     raise AssertionError("widest path lost between passes")
@@ -121,14 +125,6 @@ def _cheapest(graph: nx.DiGraph, src: V, dst: V, bottleneck: float, cost: Callab
         return None if _weight(attrs) < bottleneck else cost(u, v) * scale + 1
 
     path: list[V] = nx.dijkstra_path(graph, src, dst, weight=weight)
-    return path
-
-
-def _walk_back(previous: dict[V, V], src: V, dst: V) -> list[V]:
-    path = [dst]
-    while path[-1] != src:
-        path.append(previous[path[-1]])
-    path.reverse()
     return path
 
 
