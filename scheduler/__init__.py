@@ -34,6 +34,8 @@ Where lnet departs from the seed, and why
    covers (time constant ``smoothing_s``), so block size does not change how fast the memory follows a change.
    Samples taken in the first ``warmup_s`` after an edge joins the path are not learnt from, and no attempt is
    judged before ``min_attempt_s``: TCP is still opening its window, and the seed's sleep(t) had the same aim.
+   The loop looks every ``reevaluate_s``, and also the moment an attempt has run ``min_attempt_s``: a path
+   moved to between looks (an early move on a probe's news) is judged when it may be, not at the next look.
    One exception, with probes (8): a path of measured edges predicted ``early_gain`` (20%) faster than the
    current one is moved to at the next re-evaluation, before ``min_attempt_s``. A cold start steps through a
    one-depot path while the probes measure the chain's middle edge (on the emulated ``window`` and ``lossy``
@@ -152,7 +154,10 @@ Where lnet departs from the seed, and why
    depot (``rtt_s``): a stream's rate falls with its round trip, and ``rtt(u, v) >= |rtt(src, v) -
    rtt(src, u)|``, so an unknown edge is guessed at ``K / that bound``, ``K`` the largest rate x bound of a
    measured edge. Depots towards the destination look promising, ones behind the source do not, and the
-   probes go down the chain first. The guess only orders probes; the transfer moves on measurements alone.
+   probes go down the chain first. Before anything is measured there is no ``K``, but the guesses still rank
+   the unknown edges among themselves (``K = 1``), so the very first probes already go towards the destination
+   instead of in the graph's order (on the emulated Abilene: Atlanta -> Sunnyvale and Kansas City ->
+   Indianapolis). The guess only orders probes; the transfer moves on measurements alone.
    On the simulated shared Abilene a cold start at 2 streams a hop measures the whole chain and moves onto it
    within about 45 s (one probe at a time); without the guess it had not in 80 s.
    The path-by-path search looks past a path by counting its edges as 0, and so counts an edge being probed:

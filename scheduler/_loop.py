@@ -492,7 +492,10 @@ class PathScheduler:
             return self._with_set(DropDepot(depot, path, path_throughput(self.graph(), path)))
         if self._broken:
             return self._with_set(self._reevaluate(now, failure=True))
-        if now - self._last_evaluation < self.config.reevaluate_s:
+        # The loop looks every reevaluate_s, and also as soon as the path has run min_attempt_s: a move that waited
+        # for the attempt to be judgeable is not held back to the next look as well.
+        judgeable = self._changed_at + self.config.min_attempt_s
+        if now - self._last_evaluation < self.config.reevaluate_s and not self._last_evaluation < judgeable <= now:
             if self._probe_news:
                 # A probe just finished: a path it shows clearly wider is taken now, not at the next evaluation.
                 self._probe_news = False
@@ -999,11 +1002,11 @@ class PathScheduler:
         known = self._best_known(measured)
         bar = 0.0 if _has_unknown(measured, known) else path_throughput(measured, known)
         graph = self.graph()
-        self._apply_priors(graph)
-        graph = self._with_ceilings(graph) or graph  # a floor may hide a wide path: probe the rest of it
         on_set = self._set_edges()
         for edge in on_set:
-            graph.edges[edge].setdefault(THROUGHPUT, 0.0)
+            graph.edges[edge].setdefault(THROUGHPUT, 0.0)  # the transfer measures them: no guess, no probe
+        self._apply_priors(graph)
+        graph = self._with_ceilings(graph) or graph  # a floor may hide a wide path: probe the rest of it
         optimistic = graph.copy()  # edges being probed at their hopes: a chain through one may be worth the rest
         for edge in self._probe_since:
             if self._unverified(edge):
@@ -1181,7 +1184,10 @@ class PathScheduler:
             if THROUGHPUT in attrs and b is not None and (entry := self.memory.entry(u, v)) and entry.samples:
                 scale = max(scale, attrs[THROUGHPUT] * b)
         if scale <= 0:
-            return
+            if any(THROUGHPUT in attrs and (entry := self.memory.entry(u, v)) and entry.samples
+                   for u, v, attrs in graph.edges(data=True)):
+                return  # measured edges without round trips: a guess would not be comparable with them
+            scale = 1.0  # nothing measured yet: the guesses only rank the unknown edges among themselves
         for u, v, attrs in graph.edges(data=True):
             if THROUGHPUT not in attrs and (b := bound(u, v)) is not None:
                 attrs[THROUGHPUT] = scale / b

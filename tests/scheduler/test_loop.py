@@ -285,6 +285,19 @@ def test_of_paths_as_wide_the_one_whose_guess_is_widest_is_probed_first() -> Non
     assert scheduler.start(0.0).probes == (("a", "x"),)
 
 
+def test_before_anything_is_measured_round_trips_already_rank_the_first_probes() -> None:
+    # Nothing known at all: the guesses from round trips have no scale yet, but they still rank the unknown edges
+    # among themselves. From s's view b lies on the way to d (b 10 ms, d 20 ms), a behind s (a 30 ms): s, b, d is
+    # probed first, not s, a, d, which comes first in the graph's order. On the emulated Abilene the first round
+    # went in the graph's order to Atlanta -> Sunnyvale and Kansas City -> Indianapolis.
+    rtt = {"a": 0.030, "b": 0.010, "d": 0.020}
+    scheduler = PathScheduler(VERTICES, "s", "d", EdgeMemory(), replace(PROBING, probes_per_round=2), rtt_s=rtt)
+    assert set(scheduler.start(0.0).probes) == {("s", "b"), ("b", "d")}
+    # Without round trips every unknown edge is as good a guess as another: the graph's order decides.
+    scheduler = PathScheduler(VERTICES, "s", "d", EdgeMemory(), replace(PROBING, probes_per_round=2))
+    assert set(scheduler.start(0.0).probes) == {("s", "a"), ("a", "d")}
+
+
 def test_a_probed_path_is_taken_once_measured_better() -> None:
     memory = EdgeMemory()
     memory.observe("s", "a", 50_000, 1000.0, now=0.0)
@@ -383,6 +396,30 @@ def test_an_early_move_never_lands_on_an_unmeasured_path() -> None:
     assert scheduler.memory_discredited
     assert scheduler.tick(5.0).path == ("s", "a", "d")
     assert len(scheduler.attempts) == 1
+
+
+def test_a_path_moved_to_between_evaluations_is_judged_as_soon_as_it_has_run_min_attempt_s() -> None:
+    # The early move at 6.5 s (a probe's news) is off the 5-s grid of evaluations. Its attempt may be judged from
+    # 16.5 s, and is then, not at the next look on the grid (20 s): on the emulated Abilene a cold start ran a
+    # lesser path a second longer than min_attempt_s before moving to the chain.
+    memory = EdgeMemory()
+    for (u, v), rate in {("s", "a"): 20, ("a", "d"): 20, ("s", "d"): 5, ("s", "b"): 40}.items():
+        memory.observe(u, v, rate * 1000, 1000.0, now=0.0)
+    scheduler = PathScheduler(VERTICES, "s", "d", memory, replace(PROBING, probes_per_round=1))
+    scheduler.start(0.0)
+    feed(scheduler, ("s", "a", "d"), 20.0, 0.0, 6.0)
+    assert scheduler.tick(5.0).path == ("s", "a", "d")
+    for t in (5.0, 6.0):
+        scheduler.measure(Measurement(("b", "d"), 28, 1.0, t))
+    scheduler.measure(ProbeDone(("b", "d"), 6.2))
+    assert scheduler.tick(6.5).path == ("s", "b", "d")
+    feed(scheduler, ("s", "b", "d"), 15.0, 8.0, 9.0)  # its own samples after the warm-up: 15, under s, a, d's 20
+    assert isinstance(scheduler.tick(10.0), Keep)
+    feed(scheduler, ("s", "b", "d"), 15.0, 9.0, 15.0)
+    assert isinstance(scheduler.tick(16.0), Keep)
+    decision = scheduler.tick(16.5)
+    assert isinstance(decision, Switch)
+    assert (decision.path, decision.reason) == (("s", "a", "d"), "better")
 
 
 def test_a_path_whose_first_samples_read_low_is_not_left_early_for_the_one_it_replaced() -> None:
