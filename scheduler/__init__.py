@@ -178,8 +178,8 @@ Where lnet departs from the seed, and why
    Abilene 32.5 s (it has no round trips: ties among unknown edges fell to the graph's order, which probed Atlanta
    <-> Indianapolis first by luck), shared Abilene 22 s, random 8/16/32 19/65.5/265.5 s (19/65.5/276), and the 600-s
    shared-Abilene cold start left the chain at 525 s after an aged edge's probe (the warm start then began off it:
-   its first 90% at 560 s, against 0.5 s before, and 0.5 s again at `943328c`; before, the warm start made such a move at 310 s instead, after its
-   first 90%). Not taken: a probe round
+   its first 90% at 560 s, against 0.5 s before, and 0.5 s again at `943328c`; before, the warm start made such
+   a move at 310 s instead, after its first 90%). Not taken: a probe round
    chosen by maximum matching (as many probes at once as the hosts allow) measures a four-vertex graph's
    three-hop chain in the first round, but then puts a cold start on that chain before the as-wide two-hop
    path beside it is known, against rule 1's ties. Letting an edge that waits for a probe at one of its ends
