@@ -1178,14 +1178,14 @@ class PathScheduler:
                 return None
             return max(abs(rtt.get(v, 0.0) - rtt.get(u, 0.0)), floor, 1e-4)
 
-        scale = 0.0
+        scale, measured = 0.0, False
         for u, v, attrs in graph.edges(data=True):
-            b = bound(u, v)
-            if THROUGHPUT in attrs and b is not None and (entry := self.memory.entry(u, v)) and entry.samples:
-                scale = max(scale, attrs[THROUGHPUT] * b)
+            if THROUGHPUT in attrs and (entry := self.memory.entry(u, v)) and entry.samples:
+                measured = True
+                if (b := bound(u, v)) is not None:
+                    scale = max(scale, attrs[THROUGHPUT] * b)
         if scale <= 0:
-            if any(THROUGHPUT in attrs and (entry := self.memory.entry(u, v)) and entry.samples
-                   for u, v, attrs in graph.edges(data=True)):
+            if measured:
                 return  # measured edges without round trips: a guess would not be comparable with them
             scale = 1.0  # nothing measured yet: the guesses only rank the unknown edges among themselves
         for u, v, attrs in graph.edges(data=True):
