@@ -180,16 +180,25 @@ def inflight_for(rate_bps: float, delay_s: float, block: int, low: int, high: in
 
 
 class EdgeMeter:
-    """What crossed an edge: bytes over the time it was busy (for the hop's window) and bytes over the seconds
-    each copy took (the per-stream rate the scheduler compares); pure, fed ``now`` by the caller."""
+    """What crossed an edge: bytes over the time it was busy (for the hop's window), bytes over the seconds each
+    copy took (the per-stream rate the scheduler compares) and how many copies ran at once (the hop's depth in
+    use); pure, fed ``now`` by the caller."""
 
-    def __init__(self) -> None:
+    def __init__(self, width: int | None = None) -> None:
         self.in_flight = 0
+        self.width = width
+        """The most copies that stream at once (the hop's depth): a copy queued in the depot's lane beyond it
+        waits, it does not stream. None: every copy in flight streams."""
         self._mark = 0.0
         self._busy = 0.0
         self._bytes = 0
         self._stream_seconds = 0.0
         self._began = math.inf
+        # Copies at once, integrated over the time since the last flush: the seconds any copy was in flight, and
+        # the copy-seconds of the streaming ones.
+        self._tick = 0.0
+        self._open = 0.0
+        self._occupied = 0.0
         self.shortest_cycle_s = math.inf
         self.total_bytes = 0
         self.samples = 0
@@ -198,7 +207,15 @@ class EdgeMeter:
         self._decayed_bytes = 0.0
         self._decayed_seconds = 0.0
 
+    def _advance(self, now: float) -> None:
+        if self.in_flight > 0 and now > self._tick:
+            streaming = self.in_flight if self.width is None else min(self.in_flight, self.width)
+            self._open += now - self._tick
+            self._occupied += streaming * (now - self._tick)
+        self._tick = max(self._tick, now)
+
     def started(self, now: float) -> None:
+        self._advance(now)
         if self.in_flight == 0:
             self._mark = now
         self.in_flight += 1
@@ -208,6 +225,7 @@ class EdgeMeter:
     ) -> None:
         """One copy ended; ``seconds`` is how long it moved data as timed by whoever moved it (a depot's push
         time), else ``now - started``."""
+        self._advance(now)
         self.in_flight -= 1
         if ok:
             self._busy += now - self._mark
@@ -224,19 +242,26 @@ class EdgeMeter:
         """The recent busy-time throughput (bytes/s), 0 before any sample."""
         return self._decayed_bytes / self._decayed_seconds if self._decayed_seconds > 0 else 0.0
 
-    def flush(self) -> tuple[int, float, float, float] | None:
-        """The bytes, stream seconds (the sum of each copy's own time) and busy seconds since the last flush, and
-        when the first of their copies began; None when nothing completed: ``bytes / stream seconds`` is the rate
-        of one stream, however many ran at once, and ``stream seconds / busy seconds`` how many ran at once on
-        average. (The stream seconds of copies side by side add up to more than the time they took: only the
-        start says whether TCP was still warming up.)"""
+    def flush(self, now: float) -> tuple[int, float, float, float] | None:
+        """The bytes and stream seconds (the sum of each copy's own time) of the copies that ended since the last
+        flush, how many copies streamed at once on average over that time, and when the first of those copies
+        began; None when nothing completed. ``bytes / stream seconds`` is the rate of one stream, however many
+        ran at once, and that times the copies at once the hop's aggregate. (The stream seconds of copies side
+        by side add up to more than the time they took: only the start says whether TCP was still warming up.)
+
+        Copies at once is the time-average of those in flight (at most ``width``) while any was, not stream
+        seconds over busy seconds: copies that began before the flush and ended in it bring all their seconds
+        into one flush, and that ratio swung from 2 to 50 between flushes of a hop running 16."""
+        self._advance(now)
         if self._bytes == 0 or self._busy <= 0 or self._stream_seconds <= 0:
             return None
-        sample = (self._bytes, self._stream_seconds, self._busy, self._began)
+        streams = self._occupied / self._open if self._open > 0 else 1.0
+        sample = (self._bytes, self._stream_seconds, max(1.0, streams), self._began)
         self._decayed_bytes = 0.7 * self._decayed_bytes + self._bytes
         self._decayed_seconds = 0.7 * self._decayed_seconds + self._busy
         self.samples += 1
         self._bytes, self._busy, self._stream_seconds, self._began = 0, 0.0, 0.0, math.inf
+        self._open = self._occupied = 0.0
         return sample
 
 
@@ -974,11 +999,11 @@ class Relay:
             now = self.clock()
             adaptive = self.config.min_inflight < self.config.max_inflight
             for edge, meter in self.meters.items():
-                sample = meter.flush()
+                sample = meter.flush(trio.current_time())
                 if sample is not None:
-                    nbytes, stream_s, busy_s, began = sample
+                    nbytes, stream_s, at_once, began = sample
                     # Each hop's depth is its own (``_resize_windows``): say how many copies it ran at once.
-                    self._tell(Measurement(edge, nbytes, stream_s, now, stream_s / busy_s if adaptive else None,
+                    self._tell(Measurement(edge, nbytes, stream_s, now, at_once if adaptive else None,
                                            began=now - (trio.current_time() - began)))
             for path_meter in self._path_meters.values():
                 path_meter.flush(trio.current_time())
@@ -1080,6 +1105,7 @@ class Relay:
                 delay, block = delay + c.window_block / meter.rate_bps, c.window_block
             depth = inflight_for(meter.rate_bps, delay, block, c.min_inflight, c.max_inflight)
             self._depths[edge] = depth
+            meter.width = depth
             tokens = depth + self._extra(edge)
             if tokens != window.total_tokens:
                 window.total_tokens = tokens
@@ -1188,7 +1214,7 @@ class Relay:
         return self.windows[edge]
 
     def _meter(self, edge: Edge) -> EdgeMeter:
-        return self.meters.setdefault(edge, EdgeMeter())
+        return self.meters.setdefault(edge, EdgeMeter(self._depth(edge)))
 
     def _hold(self, node: str) -> float:
         """How long ``node`` holds a block on its way (or a probe's): ``hold_s``, or less where it allows less."""

@@ -53,13 +53,39 @@ def test_edge_meter_reports_stream_seconds_and_keeps_busy_time_for_the_window() 
     meter.finished(100, 0.0, 2.0)  # two copies side by side: 200 bytes in 2 busy seconds, 3 stream seconds
     meter.started(10.0)  # idle from 2 to 10 counts for nothing
     meter.finished(100, 10.0, 11.0, seconds=0.5)  # the depot pushed for half a second of the 1 s request
-    # per stream: 300 bytes over 1 + 2 + 0.5 copy-seconds; 3 busy seconds, so 3.5 / 3 copies at once on average
-    assert meter.flush() == (300, 3.5, 3.0, 0.0)  # the first of the copies began at 0
+    # per stream: 300 bytes over 1 + 2 + 0.5 copy-seconds; 3 seconds with copies in flight: 2 of them for 1 s,
+    # then 1 for 2 s, so 4 / 3 at once on average
+    assert meter.flush(11.0) == (300, 3.5, 4 / 3, 0.0)  # the first of the copies began at 0
     assert meter.rate_bps == 100.0  # the hop's own rate for its window: 300 bytes over 3 busy seconds
-    assert meter.flush() is None
+    assert meter.flush(12.0) is None
     meter.started(20.0)
     meter.finished(100, 20.0, 25.0, ok=False)
-    assert meter.flush() is None  # a failed copy measures nothing
+    assert meter.flush(25.0) is None  # a failed copy measures nothing
+
+
+def test_edge_meter_copies_at_once_hold_steady_when_long_copies_end_in_short_flushes() -> None:
+    """16 copies of 8 s each, staggered by 0.5 s, flushed every 0.5 s: every flush says 16 at once. (Stream
+    seconds over busy seconds said 2 to 50 from one flush to the next, on a testbed hop running 16.)"""
+    meter = EdgeMeter(width=16)
+    for k in range(16):
+        meter.started(k * 0.5 - 8.0)  # the pipeline was full before 0
+    at_once = []
+    for k in range(40):
+        now = k * 0.5
+        meter.finished(MiB, now - 8.0, now)
+        meter.started(now)
+        sample = meter.flush(now + 0.25)
+        assert sample is not None
+        at_once.append(sample[2])
+    assert at_once == [pytest.approx(16.0)] * 40
+
+
+def test_edge_meter_does_not_count_copies_waiting_in_the_depots_lane() -> None:
+    meter = EdgeMeter(width=2)  # the depot streams 2 at once; the client asked for 4 (its lane holds the rest)
+    for _ in range(4):
+        meter.started(0.0)
+    meter.finished(MiB, 0.0, 1.0, seconds=1.0)
+    assert meter.flush(1.0) == (MiB, 1.0, 2.0, 0.0)
 
 
 async def test_pinned_chain_delivers_identical_bytes_and_cleans_up(
