@@ -167,6 +167,10 @@ class Measurement:
     """When the first copy of these bytes began (the clock of ``at``); None: ``at - seconds``. Copies side by side
     add their seconds: ``at - seconds`` is then earlier than any of them began, and the warm-up rule would drop
     every sample of a slow hop (its long copies) while keeping the fast ones."""
+    starved: bool = False
+    """With ``streams``: the hop ran fewer copies than its depth, with none waiting, for most of the time (the
+    transfer's tail, or a hop fed by a slower one). Its aggregate is then what it was given, a floor of what it
+    carries: learnt only where it raises the estimate (theory of operation, 9)."""
 
     def __post_init__(self) -> None:
         if self.bytes < 0 or not self.seconds > 0:
@@ -461,8 +465,10 @@ class PathScheduler:
     def measure(self, event: Event) -> None:
         """Take in one event from the transfer. Cheap; decisions wait for ``tick``."""
         match event:
-            case Measurement(edge=edge, bytes=nbytes, seconds=seconds, at=at, streams=streams, began=began):
-                self._measured(edge, nbytes, seconds, at, streams, began)
+            case Measurement(
+                edge=edge, bytes=nbytes, seconds=seconds, at=at, streams=streams, began=began, starved=starved
+            ):
+                self._measured(edge, nbytes, seconds, at, streams, began, starved=starved)
             case HopFailure(edge=edge, at=at):
                 self._failed(edge, at)
             case ProbeDone(edge=edge):
@@ -521,7 +527,15 @@ class PathScheduler:
     # -- internals ----------------------------------------------------------------------------------------
 
     def _measured(
-        self, edge: Edge, nbytes: int, seconds: float, at: float, streams: float | None, began: float | None
+        self,
+        edge: Edge,
+        nbytes: int,
+        seconds: float,
+        at: float,
+        streams: float | None,
+        began: float | None,
+        *,
+        starved: bool = False,
     ) -> None:
         began = at - seconds if began is None else began
         probe = edge in self._probe_since
@@ -548,6 +562,12 @@ class PathScheduler:
         if since is not None and not probe and began < since + self.config.warmup_s:
             return
         u, v = edge
+        if depth_rule and starved and not probe:
+            # Fewer copies than its depth, for want of work: what it carried is a floor of what it carries.
+            known = self.memory.entry(u, v)
+            if known is not None and not known.failed and known.samples > 0:
+                if nbytes / seconds <= known.throughput_bps:
+                    return
         if edge not in self._confirmed:
             remembered = self.memory.entry(u, v)
             if remembered is not None and not remembered.failed and remembered.samples > 0:

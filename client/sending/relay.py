@@ -47,7 +47,7 @@ from collections.abc import Awaitable, Callable, Container, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
-from typing import Any, TypeGuard
+from typing import Any, NamedTuple, TypeGuard
 
 import trio
 
@@ -179,13 +179,30 @@ def inflight_for(rate_bps: float, delay_s: float, block: int, low: int, high: in
     return max(low, min(high, depth))
 
 
+class HopSample(NamedTuple):
+    """What an edge carried since the last flush (``EdgeMeter.flush``)."""
+
+    bytes: int
+    stream_seconds: float
+    """The sum of each copy's own time: ``bytes / stream_seconds`` is the rate of one stream."""
+    at_once: float
+    """How many copies streamed at once on average while any was in flight."""
+    began: float
+    """When the first of these copies began."""
+    starved: bool
+    """For most of that time the hop ran fewer copies than its depth with none waiting: it had less work than
+    it could carry (a transfer's tail, or a hop fed by a slower one), so its aggregate is only a floor."""
+
+
 class EdgeMeter:
     """What crossed an edge: bytes over the time it was busy (for the hop's window), bytes over the seconds each
     copy took (the per-stream rate the scheduler compares) and how many copies ran at once (the hop's depth in
-    use); pure, fed ``now`` by the caller."""
+    use), and whether the hop had work for all of them; pure, fed ``now`` by the caller."""
 
     def __init__(self, width: int | None = None) -> None:
         self.in_flight = 0
+        self.waiting = 0
+        """Copies waiting for the hop's window."""
         self.width = width
         """The most copies that stream at once (the hop's depth): a copy queued in the depot's lane beyond it
         waits, it does not stream. None: every copy in flight streams."""
@@ -199,6 +216,7 @@ class EdgeMeter:
         self._tick = 0.0
         self._open = 0.0
         self._occupied = 0.0
+        self._starved = 0.0
         self.shortest_cycle_s = math.inf
         self.total_bytes = 0
         self.samples = 0
@@ -212,7 +230,19 @@ class EdgeMeter:
             streaming = self.in_flight if self.width is None else min(self.in_flight, self.width)
             self._open += now - self._tick
             self._occupied += streaming * (now - self._tick)
+            if self.width is not None and self.in_flight < self.width and self.waiting == 0:
+                self._starved += now - self._tick
         self._tick = max(self._tick, now)
+
+    def queued(self, now: float) -> None:
+        """A copy waits for the hop's window."""
+        self._advance(now)
+        self.waiting += 1
+
+    def dequeued(self, now: float) -> None:
+        """A copy got the hop's window (or stopped waiting for it)."""
+        self._advance(now)
+        self.waiting -= 1
 
     def started(self, now: float) -> None:
         self._advance(now)
@@ -242,12 +272,13 @@ class EdgeMeter:
         """The recent busy-time throughput (bytes/s), 0 before any sample."""
         return self._decayed_bytes / self._decayed_seconds if self._decayed_seconds > 0 else 0.0
 
-    def flush(self, now: float) -> tuple[int, float, float, float] | None:
+    def flush(self, now: float) -> HopSample | None:
         """The bytes and stream seconds (the sum of each copy's own time) of the copies that ended since the last
-        flush, how many copies streamed at once on average over that time, and when the first of those copies
-        began; None when nothing completed. ``bytes / stream seconds`` is the rate of one stream, however many
-        ran at once, and that times the copies at once the hop's aggregate. (The stream seconds of copies side
-        by side add up to more than the time they took: only the start says whether TCP was still warming up.)
+        flush, how many copies streamed at once on average over that time, when the first of those copies began, and
+        whether the hop was starved of work for more than half of it; None when nothing completed. ``bytes / stream
+        seconds`` is the rate of one stream, however many ran at once, and that times the copies at once the hop's
+        aggregate. (The stream seconds of copies side by side add up to more than the time they took: only the start
+        says whether TCP was still warming up.)
 
         Copies at once is the time-average of those in flight (at most ``width``) while any was, not stream
         seconds over busy seconds: copies that began before the flush and ended in it bring all their seconds
@@ -256,12 +287,13 @@ class EdgeMeter:
         if self._bytes == 0 or self._busy <= 0 or self._stream_seconds <= 0:
             return None
         streams = self._occupied / self._open if self._open > 0 else 1.0
-        sample = (self._bytes, self._stream_seconds, max(1.0, streams), self._began)
+        starved = self._open > 0 and self._starved > self._open / 2
+        sample = HopSample(self._bytes, self._stream_seconds, max(1.0, streams), self._began, starved)
         self._decayed_bytes = 0.7 * self._decayed_bytes + self._bytes
         self._decayed_seconds = 0.7 * self._decayed_seconds + self._busy
         self.samples += 1
         self._bytes, self._busy, self._stream_seconds, self._began = 0, 0.0, 0.0, math.inf
-        self._open = self._occupied = 0.0
+        self._open = self._occupied = self._starved = 0.0
         return sample
 
 
@@ -772,7 +804,13 @@ class Relay:
         """Carry ``block`` from ``u`` to ``v``; None when, by the time the hop had room, the path went elsewhere."""
         edge = (u, v)
         meter = self._meter(edge)
-        async with self._window(edge):
+        window = self._window(edge)
+        meter.queued(trio.current_time())
+        try:
+            await window.acquire()
+        finally:
+            meter.dequeued(trio.current_time())
+        try:
             if u == self.here and len(block.holders) == 1:
                 self._reconsider(block)
             wanted = self._next_hop(block, u)
@@ -831,6 +869,8 @@ class Relay:
                 raise _HopFailed(f"{u} -> {v}: {exc}") from None
             finally:
                 meter.finished(block.length, started, trio.current_time(), ok=ok, seconds=pushed)
+        finally:
+            window.release()
         return target
 
     async def _verify_at_destination(self, block: _Block) -> None:
@@ -1001,10 +1041,12 @@ class Relay:
             for edge, meter in self.meters.items():
                 sample = meter.flush(trio.current_time())
                 if sample is not None:
-                    nbytes, stream_s, at_once, began = sample
-                    # Each hop's depth is its own (``_resize_windows``): say how many copies it ran at once.
-                    self._tell(Measurement(edge, nbytes, stream_s, now, at_once if adaptive else None,
-                                           began=now - (trio.current_time() - began)))
+                    # Each hop's depth is its own (``_resize_windows``): say how many copies it ran at once, and
+                    # whether it had work for its depth.
+                    self._tell(Measurement(edge, sample.bytes, sample.stream_seconds, now,
+                                           sample.at_once if adaptive else None,
+                                           began=now - (trio.current_time() - sample.began),
+                                           starved=adaptive and sample.starved))
             for path_meter in self._path_meters.values():
                 path_meter.flush(trio.current_time())
             self._sample_timeline()

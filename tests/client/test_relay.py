@@ -55,7 +55,7 @@ def test_edge_meter_reports_stream_seconds_and_keeps_busy_time_for_the_window() 
     meter.finished(100, 10.0, 11.0, seconds=0.5)  # the depot pushed for half a second of the 1 s request
     # per stream: 300 bytes over 1 + 2 + 0.5 copy-seconds; 3 seconds with copies in flight: 2 of them for 1 s,
     # then 1 for 2 s, so 4 / 3 at once on average
-    assert meter.flush(11.0) == (300, 3.5, 4 / 3, 0.0)  # the first of the copies began at 0
+    assert meter.flush(11.0) == (300, 3.5, 4 / 3, 0.0, False)  # the first of the copies began at 0
     assert meter.rate_bps == 100.0  # the hop's own rate for its window: 300 bytes over 3 busy seconds
     assert meter.flush(12.0) is None
     meter.started(20.0)
@@ -85,7 +85,30 @@ def test_edge_meter_does_not_count_copies_waiting_in_the_depots_lane() -> None:
     for _ in range(4):
         meter.started(0.0)
     meter.finished(MiB, 0.0, 1.0, seconds=1.0)
-    assert meter.flush(1.0) == (MiB, 1.0, 2.0, 0.0)
+    assert meter.flush(1.0) == (MiB, 1.0, 2.0, 0.0, False)
+
+
+def test_edge_meter_says_when_the_hop_had_less_work_than_its_depth() -> None:
+    meter = EdgeMeter(width=4)
+    for _ in range(5):  # 4 in the window, 1 waiting for it: the hop has work for its depth
+        meter.queued(0.0)
+    for _ in range(4):
+        meter.dequeued(0.0)
+        meter.started(0.0)
+    meter.finished(MiB, 0.0, 1.0)
+    meter.dequeued(1.0)
+    meter.started(1.0)
+    sample = meter.flush(1.0)
+    assert sample is not None
+    assert not sample.starved
+    # The tail: nothing waits any more, and the copies in flight fall to 1 of the 4 (starved from 1.5 to 4).
+    for t in (1.5, 2.0, 2.5):
+        meter.finished(MiB, 0.0, t)
+    meter.finished(MiB, 1.0, 4.0)
+    sample = meter.flush(4.0)
+    assert sample is not None
+    assert sample.starved
+    assert sample.at_once == pytest.approx((4 * 0.5 + 3 * 0.5 + 2 * 0.5 + 1 * 1.5) / 3)
 
 
 async def test_pinned_chain_delivers_identical_bytes_and_cleans_up(

@@ -67,6 +67,22 @@ def test_a_hop_run_at_its_own_depth_weighs_its_aggregate() -> None:
         Measurement(("s", "d"), 200, 2.0, 5.0, streams=0.0)
 
 
+def test_a_hop_starved_of_work_only_raises_its_estimate() -> None:
+    # The transfer's tail: the hop runs 1 copy of its 8 for want of blocks. Its aggregate then is what it was
+    # given, not what it carries: learnt where it raises the estimate, never where it lowers it.
+    memory = EdgeMemory()
+    scheduler = PathScheduler(["s", "a", "d"], "s", "d", memory, SchedulerConfig(streams=16, probes_per_round=0))
+    scheduler.start(0.0)
+    scheduler.measure(Measurement(("s", "d"), 800, 8.0, 5.0, streams=8.0, began=4.0))  # 8 at once, 100 B/s each
+    assert scheduler.graph().edges["s", "d"]["throughput"] == pytest.approx(800.0)
+    scheduler.measure(Measurement(("s", "d"), 100, 1.0, 6.0, streams=1.0, starved=True))
+    assert scheduler.graph().edges["s", "d"]["throughput"] == pytest.approx(800.0)  # not pulled towards 100
+    scheduler.measure(Measurement(("s", "d"), 1000, 1.0, 7.0, streams=1.0, starved=True))
+    assert scheduler.graph().edges["s", "d"]["throughput"] > 800.0  # 1000 bytes/s from one copy: more than known
+    scheduler.measure(Measurement(("s", "a"), 100, 1.0, 8.0, streams=1.0, starved=True))
+    assert scheduler.graph().edges["s", "a"]["throughput"] == pytest.approx(100.0)  # nothing known: a floor is news
+
+
 def narrow_chain_wide_direct() -> SimNetwork:
     """Direct: 1.25 Mbit/s a stream (its window) on a 30 Mbit/s link, so 16 streams get 20. The chain s -> a -> d:
     6 Mbit/s a stream on 10 Mbit/s links, full with 2 streams. At up to 16 a hop, direct is twice the chain."""
