@@ -228,10 +228,12 @@ async def send(
         if warm:
             now = clock()
             url_to_vertex = overlay.url_to_vertex()
+            adaptive = relay_config.min_inflight < relay_config.max_inflight
+            depth = (relay_config.min_inflight, relay_config.max_inflight) if adaptive else None
             for name, status in statuses.items():
                 links = status.get("links")
                 if isinstance(links, list):
-                    memory.seed_from_links(name, links, url_to_vertex, now)
+                    memory.seed_from_links(name, links, url_to_vertex, now, depth=depth)
         scheduler = None
         if pinned is None:
             vertices = [overlay.here, *(name for name in clients if alive[name] and name not in excluded)]

@@ -206,6 +206,29 @@ def test_seed_from_links_takes_per_stream_weather_and_skips_small_pushes_and_fai
     assert memory.estimate("atl", "den") == 6 * 2**20
 
 
+def test_seed_from_links_with_the_depth_rule_weighs_the_pushes_that_ran_not_the_most_a_hop_may_run() -> None:
+    # A transfer that keeps 2 to 16 blocks a hop: a weight is what a hop carried at its own depth, spread over 16.
+    urls = {"http://den:6714": "den", "http://kc:6714": "kc"}
+    links = [
+        # One push at a time, 1 MiB/s: one stream's worth (a floor), two streams' worth its ceiling.
+        {"to": "http://den:6714", "bytes": 4 * 2**20, "seconds": 4.0, "at": 900.0, "streams": 1.0},
+        # Four at once, 1 MiB/s each: four streams' worth, no ceiling above it. Old depots do not say: one.
+        {"to": "http://kc:6714", "bytes": 4 * 2**20, "seconds": 4.0, "at": 900.0, "streams": 4.0},
+    ]
+    memory = EdgeMemory()
+    assert memory.seed_from_links("atl", links, urls, now=1000.0, depth=(2, 16)) == [("atl", "den"), ("atl", "kc")]
+    den, kc = memory.entry("atl", "den"), memory.entry("atl", "kc")
+    assert den is not None
+    assert kc is not None
+    assert den.throughput_bps == pytest.approx(2**20 / 16)  # x 16 in the graph: 1 MiB/s, not 16
+    assert den.ceiling_bps == pytest.approx(2 * 2**20 / 16)
+    assert kc.throughput_bps == pytest.approx(4 * 2**20 / 16)
+    assert kc.ceiling_bps is None
+    plain = EdgeMemory()  # a fixed number a hop: the per-stream rate, as before
+    plain.seed_from_links("atl", links, urls, now=1000.0)
+    assert plain.estimate("atl", "den") == 2**20
+
+
 def test_a_ceiling_marks_a_floor_until_a_sample_without_one(tmp_path: Path) -> None:
     memory = EdgeMemory()
     memory.observe("a", "b", 100, 1.0, 0.0, ceiling_bps=250.0)
