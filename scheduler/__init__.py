@@ -132,18 +132,22 @@ Where lnet departs from the seed, and why
      carried at the depth it chose, exactly C on a full link. (Until 2026-11-26 the engine said stream-seconds over
      busy seconds per half-second flush; 8-s copies ending in one flush made that 2 to 50 on a hop running 16, and
      the emulated Abilene's direct route, 18.6 Mbit/s pinned, was weighed from 3.4 to 16 from one flush to the next:
-     cold starts left it for 4-Mbit/s paths.) A probe (one stream, ``streams=1``) weighs that one stream, a *floor*,
-     with ``min_streams`` of them (the fewest copies the engine runs on any hop, lnet-send's 2) as its *ceiling*: a
-     window- or loss-limited edge gives at least that many streams' worth wherever the transfer runs it, a
-     link-limited one no more than its one stream, and which it is the probe cannot tell. The loop tries a path on
-     ceilings once in a transfer, as below; deeper than ``min_streams`` only the transfer's own samples show.
-     Per-stream figures times 16 made a warm start on the emulated Abilene choose chains whose hops had filled at
-     2-4 copies (4 Mbit/s where direct gave 18.7); a probe's stream times 16 as its weight made every probed path
-     look wider than the measured direct route (on the simulated Abilene a cold start moved 6 to 8 times in 120 s);
-     and 16 of them as its ceiling made a 3.5 Mbit/s link, whose one stream read 4, a 64 Mbit/s hope: on the testbed
-     a warm start tried Atlanta, Washington, Denver, and the blocks it left 16 deep on that link timed out and
-     stalled the transfer for 20 s (7.6 Mbit/s where direct gave 18.7). At 2 copies a slow link is no lure, and a
-     chain of window-limited hops whose two streams beat the path is still tried (``test_shared_links.py``).
+     cold starts left it for 4-Mbit/s paths.) A hop that runs fewer copies than its depth with none waiting (a
+     transfer's tail, or a hop fed by a slower one) carried only what it was given: the engine says so
+     (``Measurement.starved``), and its aggregate is then a floor, learnt only where it raises the estimate (a cold
+     start's last seconds had left the direct route remembered at 3.1 Mbit/s, and the warm start went elsewhere). A
+     probe (one stream, ``streams=1``) weighs that one stream, a *floor*, with ``min_streams`` of them (the fewest
+     copies the engine runs on any hop, lnet-send's 2) as its *ceiling*: a window- or loss-limited edge gives at
+     least that many streams' worth wherever the transfer runs it, a link-limited one no more than its one stream,
+     and which it is the probe cannot tell. The loop tries a path on ceilings once in a transfer, as below; deeper
+     than ``min_streams`` only the transfer's own samples show. Per-stream figures times 16 made a warm start on the
+     emulated Abilene choose chains whose hops had filled at 2-4 copies (4 Mbit/s where direct gave 18.7); a probe's
+     stream times 16 as its weight made every probed path look wider than the measured direct route (on the
+     simulated Abilene a cold start moved 6 to 8 times in 120 s); and 16 of them as its ceiling made a 3.5 Mbit/s
+     link, whose one stream read 4, a 64 Mbit/s hope: on the testbed a warm start tried Atlanta, Washington, Denver,
+     and the blocks it left 16 deep on that link timed out and stalled the transfer for 20 s (7.6 Mbit/s where
+     direct gave 18.7). At 2 copies a slow link is no lure, and a chain of window-limited hops whose two streams
+     beat the path is still tried (``test_shared_links.py``).
    - The regime changes the answer, not the rule. At a fixed 2 blocks a hop (``--max-inflight 2``, the seed's
      setting) the long direct route is window-limited, and short hops win: on the emulated Abilene the
      four-depot chain fills the Denver-Sunnyvale link at 20 Mbit/s where direct gets 10. With the default
@@ -187,9 +191,12 @@ Where lnet departs from the seed, and why
    path beside it is known, against rule 1's ties. Letting an edge that waits for a probe at one of its ends
    hold that end against less promising probes, alone, made the simulator's cold starts slower (Abilene 31 s,
    shared Abilene never, measured before this session); with the ties broken by the guesses it is the rule above.
-11. Depots' weather: a depot publishes what its own pushes measured, per peer, in the same per-stream unit,
-   with the age and the number of streams (``/v1/status`` ``links``); a first transfer on a new client starts
-   warm from it (``EdgeMemory.seed_from_links``), and the mismatch rule (6) guards against stale weather.
+11. Depots' weather: a depot publishes what its own pushes measured, per peer, in the same per-stream unit, with the
+   age and the number of streams (``/v1/status`` ``links``); a first transfer on a new client starts warm from it
+   (``EdgeMemory.seed_from_links``), and the mismatch rule (6) guards against stale weather. With the default
+   in-flight rule a link is learnt as 9 says of the transfer's hops and probes: the pushes that ran at once, spread
+   over ``streams``, a floor with ``min_streams``' worth as its ceiling (as one push's rate x 16, a probe's push
+   over a 3.5 Mbit/s link weighed 43 Mbit/s, and a warm start began there).
 12. Path sets (issue 12, ``max_paths`` > 1; with 1 nothing below happens). The seed runs one path; where the
    overlay has routes that do not share a physical bottleneck, a transfer striped over several moves at close
    to the sum of their rates (MDTP, seed 000, does the same with replicas; the engine shares blocks among the
