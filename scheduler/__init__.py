@@ -127,27 +127,28 @@ Where lnet departs from the seed, and why
    - With the default in-flight rule the engine chooses each hop's depth (seed 002's pipelining depth, from
      ``min_inflight`` up to ``streams``): a hop stops at the copies that fill it, so a link full at 2 copies reports
      C / 2 a stream, and ``streams`` (16) x that would weigh it at 8 C. The engine therefore tells the loop how many
-     copies ran at once (``Measurement.streams``: the time-average of the copies in flight, at most the hop's depth,
-     while any was), and the loop learns that hop's aggregate spread over ``streams``: its weight is what the hop
+     copies ran at once (``Measurement.streams``: over each copy's life, the copies streaming beside it, at most the
+     hop's depth), and the loop learns that hop's aggregate spread over ``streams``: its weight is what the hop
      carried at the depth it chose, exactly C on a full link. (Until 2026-11-26 the engine said stream-seconds over
      busy seconds per half-second flush; 8-s copies ending in one flush made that 2 to 50 on a hop running 16, and
      the emulated Abilene's direct route, 18.6 Mbit/s pinned, was weighed from 3.4 to 16 from one flush to the next:
-     cold starts left it for 4-Mbit/s paths.) A hop that runs fewer copies than its depth with none waiting (a
-     transfer's tail, or a hop fed by a slower one) carried only what it was given: the engine says so
-     (``Measurement.starved``), and its aggregate is then a floor, learnt only where it raises the estimate (a cold
-     start's last seconds had left the direct route remembered at 3.1 Mbit/s, and the warm start went elsewhere). A
-     probe (one stream, ``streams=1``) weighs that one stream, a *floor*, with ``min_streams`` of them (the fewest
-     copies the engine runs on any hop, lnet-send's 2) as its *ceiling*: a window- or loss-limited edge gives at
-     least that many streams' worth wherever the transfer runs it, a link-limited one no more than its one stream,
-     and which it is the probe cannot tell. The loop tries a path on ceilings once in a transfer, as below; deeper
-     than ``min_streams`` only the transfer's own samples show. Per-stream figures times 16 made a warm start on the
-     emulated Abilene choose chains whose hops had filled at 2-4 copies (4 Mbit/s where direct gave 18.7); a probe's
-     stream times 16 as its weight made every probed path look wider than the measured direct route (on the
-     simulated Abilene a cold start moved 6 to 8 times in 120 s); and 16 of them as its ceiling made a 3.5 Mbit/s
-     link, whose one stream read 4, a 64 Mbit/s hope: on the testbed a warm start tried Atlanta, Washington, Denver,
-     and the blocks it left 16 deep on that link timed out and stalled the transfer for 20 s (7.6 Mbit/s where
-     direct gave 18.7). At 2 copies a slow link is no lure, and a chain of window-limited hops whose two streams
-     beat the path is still tried (``test_shared_links.py``).
+     cold starts left it for 4-Mbit/s paths. An average over the flush alone multiplied a copy begun at depth 4 by
+     the 13 the hop had grown to: 40 Mbit/s, which discredited a warm start's memory.) A hop that runs fewer copies
+     than its depth with none waiting (a transfer's tail, or a hop fed by a slower one) carried only what it was
+     given: the engine says so (``Measurement.starved``), and its aggregate is then a floor, learnt only where it
+     raises the estimate (a cold start's last seconds had left the direct route remembered at 3.1 Mbit/s, and the
+     warm start went elsewhere). A probe (one stream, ``streams=1``) weighs that one stream, a *floor*, with
+     ``min_streams`` of them (the fewest copies the engine runs on any hop, lnet-send's 2) as its *ceiling*: a
+     window- or loss-limited edge gives at least that many streams' worth wherever the transfer runs it, a
+     link-limited one no more than its one stream, and which it is the probe cannot tell. The loop tries a path on
+     ceilings once in a transfer, as below; deeper than ``min_streams`` only the transfer's own samples show.
+     Per-stream figures times 16 made a warm start on the emulated Abilene choose chains whose hops had filled at
+     2-4 copies (4 Mbit/s where direct gave 18.7); a probe's stream times 16 as its weight made every probed path
+     look wider than the measured direct route (on the simulated Abilene a cold start moved 6 to 8 times in 120 s);
+     and 16 of them as its ceiling made a 3.5 Mbit/s link, whose one stream read 4, a 64 Mbit/s hope: on the testbed
+     a warm start tried Atlanta, Washington, Denver, and the blocks it left 16 deep on that link timed out and
+     stalled the transfer for 20 s (7.6 Mbit/s where direct gave 18.7). At 2 copies a slow link is no lure, and a
+     chain of window-limited hops whose two streams beat the path is still tried (``test_shared_links.py``).
    - The regime changes the answer, not the rule. At a fixed 2 blocks a hop (``--max-inflight 2``, the seed's
      setting) the long direct route is window-limited, and short hops win: on the emulated Abilene the
      four-depot chain fills the Denver-Sunnyvale link at 20 Mbit/s where direct gets 10. With the default

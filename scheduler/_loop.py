@@ -152,8 +152,8 @@ class Measurement:
     operation, "Comparable measurements").
 
     ``streams``, from an engine that chooses each hop's depth itself (up to the config's ``streams``), is how many
-    copies streamed at once on average while the edge carried these bytes (the time-average of the copies in flight,
-    at most the hop's depth, over the time any was): the loop then learns the hop's own aggregate, ``streams`` x the
+    copies streamed at once on average while the edge carried these bytes (over each copy's life, the copies
+    streaming beside it, at most the hop's depth): the loop then learns the hop's own aggregate, ``streams`` x the
     per-stream rate, spread over the config's ``streams`` (theory of operation, 9). None: the engine ran the
     config's ``streams`` on every hop (and one on a probe), and the per-stream rate stands.
     """

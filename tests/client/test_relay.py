@@ -80,6 +80,22 @@ def test_edge_meter_copies_at_once_hold_steady_when_long_copies_end_in_short_flu
     assert at_once == [pytest.approx(16.0)] * 40
 
 
+def test_edge_meter_multiplies_each_copy_by_the_company_it_had() -> None:
+    """A copy begun when the hop ran 4 and ended just after it grew to 12 had 4 beside it most of its life: its
+    rate times 12 would read the hop three times too fast (40 Mbit/s on an 18 Mbit/s testbed route)."""
+    meter = EdgeMeter(width=16)
+    marks = [meter.started(0.0) for _ in range(4)]
+    meter.finished(MiB, 0.0, 2.9, mark=marks[1])
+    assert meter.flush(2.9) is not None
+    more = [meter.started(3.0) for _ in range(9)]
+    meter.finished(MiB, 0.0, 3.5, mark=marks[0])
+    sample = meter.flush(3.5)
+    assert sample is not None
+    # its life: 4 streaming for 2.9 s, 3 for 0.1 s, 12 for 0.5 s (the average over the flush alone: 10.5)
+    assert sample.at_once == pytest.approx((4 * 2.9 + 3 * 0.1 + 12 * 0.5) / 3.5)
+    assert len(more) == 9
+
+
 def test_edge_meter_does_not_count_copies_waiting_in_the_depots_lane() -> None:
     meter = EdgeMeter(width=2)  # the depot streams 2 at once; the client asked for 4 (its lane holds the rest)
     for _ in range(4):
