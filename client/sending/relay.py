@@ -1351,7 +1351,8 @@ class Relay:
                                     "seconds": round(event.seconds, 4), "streams": event.streams,
                                     "probe": event.edge in self._probing,
                                     "mbps_per_stream": round(event.bytes * 8 / event.seconds / 1e6, 3),
-                                    "began": None if event.began is None else round(t - (event.at - event.began), 3)}
+                                    "began": None if event.began is None else round(t - (event.at - event.began), 3),
+                                    "starved": event.starved}
             self.on_event(Traced("measure", data, event.at))
         elif isinstance(event, DepotFailure):
             self.on_event(Traced("failure", {"t": t, "depot": event.depot}, event.at))
