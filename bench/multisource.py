@@ -748,10 +748,10 @@ async def bench(args: argparse.Namespace, the_plan: Plan, say: Callable[[str], N
                                 own = f", lnet's own {record['own_s']:.2f} s" if "own_s" in record else ""
                                 text = (f"{record['wall_s']:7.2f} s ({size * 8 / record['wall_s'] / 1e6:6.1f} Mbit/s,"
                                         f" {limit_s / record['wall_s']:.0%} of limit{own}), nginx shares {sh} %")
-                            if "change" in record:
-                                text += f"; at {record['changed_at_s']:.2f} s: {record['change']}"
                             else:
                                 text = f"FAILED: {record['error'][:300]}"
+                            if "change" in record:
+                                text += f"; at {record['changed_at_s']:.2f} s: {record['change']}"
                             say(f"[{len(runs):>3}/{total}] {scenario:<9} {label:>7} {competitor:<10} rep {rep}: {text}")
             await set_scenario(tb, "normal", base.delay_ms, base.rate_mbit)
             result["emulator"] = {k: v for k, v in (await tb.status()).items() if k not in ("hosts", "links")}
