@@ -562,18 +562,16 @@ class PathScheduler:
         if since is not None and not probe and began < since + self.config.warmup_s:
             return
         u, v = edge
-        if depth_rule and starved and not probe:
-            # Fewer copies than its depth, for want of work: what it carried is a floor of what it carries.
-            known = self.memory.entry(u, v)
-            if known is not None and not known.failed and known.samples > 0:
-                if nbytes / seconds <= known.throughput_bps:
-                    return
+        known = self.memory.entry(u, v)
+        if known is not None and (known.failed or known.samples == 0):
+            known = None  # no rate to compare with
+        if depth_rule and starved and not probe and known is not None and nbytes / seconds <= known.throughput_bps:
+            return  # fewer copies than its depth, for want of work: what it carried is a floor of what it carries
         if edge not in self._confirmed:
-            remembered = self.memory.entry(u, v)
-            if remembered is not None and not remembered.failed and remembered.samples > 0:
+            if known is not None:
                 rate = nbytes / seconds
-                low = remembered.throughput_bps * (1 - self.config.memory_mismatch)
-                if not low <= rate <= remembered.throughput_bps / (1 - self.config.memory_mismatch):
+                low = known.throughput_bps * (1 - self.config.memory_mismatch)
+                if not low <= rate <= known.throughput_bps / (1 - self.config.memory_mismatch):
                     self._memory_discredited = True
                     self.memory.forget(u, v)
             self._confirmed.add(edge)

@@ -39,11 +39,12 @@ report. One path is the case of a set of one: everything above reduces to the si
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import math
 import os
 import secrets
-from collections.abc import Awaitable, Callable, Container, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Container, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
@@ -157,6 +158,11 @@ class RelayConfig:
     trace: bool = False
     """Tell ``on_event`` what the scheduler is told and decides (``Traced``, ``lnet-send --trace``)."""
 
+    @property
+    def adaptive(self) -> bool:
+        """Each hop chooses its own depth, from ``min_inflight`` to ``max_inflight`` (the default in-flight rule)."""
+        return self.min_inflight < self.max_inflight
+
     def __post_init__(self) -> None:
         if self.block_size < 1:
             raise ValueError("block_size must be at least one byte")
@@ -224,7 +230,7 @@ class EdgeMeter:
         # the last flush, the seconds any copy was in flight and those the hop was starved of work.
         self._tick = 0.0
         self._integral = 0.0
-        self._window_integral = 0.0
+        self._flushed_integral = 0.0
         self._shared = 0.0
         self._lived = 0.0
         self._open = 0.0
@@ -242,7 +248,6 @@ class EdgeMeter:
             streaming = self.in_flight if self.width is None else min(self.in_flight, self.width)
             self._open += now - self._tick
             self._integral += streaming * (now - self._tick)
-            self._window_integral += streaming * (now - self._tick)
             if self.width is not None and self.in_flight < self.width and self.waiting == 0:
                 self._starved += now - self._tick
         self._tick = max(self._tick, now)
@@ -317,7 +322,7 @@ class EdgeMeter:
         if self._lived > 0:
             streams = self._shared / self._lived
         else:
-            streams = self._window_integral / self._open if self._open > 0 else 1.0
+            streams = (self._integral - self._flushed_integral) / self._open if self._open > 0 else 1.0
         starved = self._open > 0 and self._starved > self._open / 2
         sample = HopSample(self._bytes, self._stream_seconds, max(1.0, streams), self._began, starved)
         self._decayed_bytes = 0.7 * self._decayed_bytes + self._bytes
@@ -325,7 +330,7 @@ class EdgeMeter:
         self.samples += 1
         self._bytes, self._busy, self._stream_seconds, self._began = 0, 0.0, 0.0, math.inf
         self._open = self._starved = self._shared = self._lived = 0.0
-        self._window_integral = 0.0
+        self._flushed_integral = self._integral
         return sample
 
 
@@ -836,13 +841,7 @@ class Relay:
         """Carry ``block`` from ``u`` to ``v``; None when, by the time the hop had room, the path went elsewhere."""
         edge = (u, v)
         meter = self._meter(edge)
-        window = self._window(edge)
-        meter.queued(trio.current_time())
-        try:
-            await window.acquire()
-        finally:
-            meter.dequeued(trio.current_time())
-        try:
+        async with self._windowed(edge, meter):
             if u == self.here and len(block.holders) == 1:
                 self._reconsider(block)
             wanted = self._next_hop(block, u)
@@ -901,8 +900,6 @@ class Relay:
                 raise _HopFailed(f"{u} -> {v}: {exc}") from None
             finally:
                 meter.finished(block.length, started, trio.current_time(), ok=ok, seconds=pushed, mark=mark)
-        finally:
-            window.release()
         return target
 
     async def _verify_at_destination(self, block: _Block) -> None:
@@ -1069,7 +1066,7 @@ class Relay:
             self._start_probes(nursery)
             await trio.sleep(self.config.tick_s)
             now = self.clock()
-            adaptive = self.config.min_inflight < self.config.max_inflight
+            adaptive = self.config.adaptive
             for edge, meter in self.meters.items():
                 sample = meter.flush(trio.current_time())
                 if sample is not None:
@@ -1252,7 +1249,7 @@ class Relay:
                     samples.append(copied.seconds if copied.seconds > 0 else trio.current_time() - begun)
         if self._done.is_set():
             return
-        one = 1.0 if self.config.min_inflight < self.config.max_inflight else None  # as the flushes say streams
+        one = 1.0 if self.config.adaptive else None  # as the flushes say streams
         if not samples:
             # Not one copy in twice the probe's time: tell the scheduler the most this edge can be doing.
             self._tell(Measurement(edge, size, trio.current_time() - started, self.clock(), one))
@@ -1286,6 +1283,20 @@ class Relay:
         if edge not in self.windows:
             self.windows[edge] = trio.CapacityLimiter(self._depth(edge) + self._extra(edge))
         return self.windows[edge]
+
+    @contextlib.asynccontextmanager
+    async def _windowed(self, edge: Edge, meter: EdgeMeter) -> AsyncIterator[None]:
+        """Hold a place in ``edge``'s window, the meter told how long the copy waited for it."""
+        window = self._window(edge)
+        meter.queued(trio.current_time())
+        try:
+            await window.acquire()
+        finally:
+            meter.dequeued(trio.current_time())
+        try:
+            yield
+        finally:
+            window.release()
 
     def _meter(self, edge: Edge) -> EdgeMeter:
         return self.meters.setdefault(edge, EdgeMeter(self._depth(edge)))

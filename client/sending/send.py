@@ -228,8 +228,7 @@ async def send(
         if warm:
             now = clock()
             url_to_vertex = overlay.url_to_vertex()
-            adaptive = relay_config.min_inflight < relay_config.max_inflight
-            depth = (relay_config.min_inflight, relay_config.max_inflight) if adaptive else None
+            depth = (relay_config.min_inflight, relay_config.max_inflight) if relay_config.adaptive else None
             for name, status in statuses.items():
                 links = status.get("links")
                 if isinstance(links, list):
