@@ -281,7 +281,7 @@ from ._loop import (
     SwitchReason,
     edges_of,
 )
-from ._memory import Edge, EdgeEstimate, EdgeMemory
+from ._memory import Edge, EdgeEstimate, EdgeMemory, Overlap
 from ._paths import adds_enough, extra_path, keeps_adding, path_set, set_total
 from ._widest import THROUGHPUT, NoPathError, path_throughput, widest_path
 
@@ -298,6 +298,7 @@ __all__ = [
     "Keep",
     "Measurement",
     "NoPathError",
+    "Overlap",
     "Path",
     "PathAttempt",
     "PathScheduler",

@@ -453,7 +453,7 @@ class PathScheduler:
         ``max_paths`` > 1, every further path the remembered weights predict to add joins it at once, on trial."""
         if self._attempt is not None:
             raise RuntimeError("the scheduler has already started")
-        self._last_evaluation = now
+        self._last_evaluation = self._now = now
         choice = self._choose()
         assert choice is not None  # with no current path, something is always chosen
         path, predicted, reason = choice
@@ -889,7 +889,8 @@ class PathScheduler:
             if not self._trial.predicted:
                 self._trial = None
         if ban:
-            self._bans[extra.path] = _Ban(now, self._ban_width(extra.path) or 0.0)
+            ban_ = self._bans[extra.path] = _Ban(now, self._ban_width(extra.path) or 0.0)
+            self._remember_ban(extra.path, ban_)
 
     def _drop_broken(self, now: float) -> bool:
         """Extras with a failed hop leave (no ban: the failure's weight of 0 keeps them out until aging)."""
@@ -958,19 +959,33 @@ class PathScheduler:
         never lifts a ban: it makes the path no more worth a trial. Reports that arrive in the first
         ``min_attempt_s`` after the path left (its last blocks) only raise the width it is held to."""
         margin = self.config.path_margin
+        if self._attempt is not None:  # what earlier transfers learnt beside this primary (``_remember_ban``)
+            remembered = self.memory.overlaps(self._attempt.path, now=self._now, max_age_s=self.config.age_after_s)
+            for record in remembered:
+                self._bans.setdefault(record.path, _Ban(record.at, record.width_bps))
         for path, ban in list(self._bans.items()):
             width = self._ban_width(path)
             settled = self._now - ban.since > self.config.min_attempt_s
             if width is None or (settled and width > ban.width * (1 + margin)):
                 del self._bans[path]
+                self.memory.forget_overlap(path)
         return {edge for path in self._bans for edge in edges_of(path)}
 
     def _settle_bans(self) -> None:
         """At every tick: paths that left in the last ``min_attempt_s`` are held to the widest figure seen since."""
         for path, ban in self._bans.items():
             width = self._ban_width(path)
-            if width is not None and self._now - ban.since <= self.config.min_attempt_s:
-                ban.width = max(ban.width, width)
+            if width is not None and self._now - ban.since <= self.config.min_attempt_s and width > ban.width:
+                ban.width = width
+                self._remember_ban(path, ban)
+
+    def _remember_ban(self, path: Path, ban: _Ban) -> None:
+        """Keep a ban in the memory beside the primary, for later transfers: a warm start over the same primary
+        then does not pay the trial again (on the testbed's shared bottleneck, a path crossing it twice held
+        the set to half its rate for the trial's 10 s, every warm start). It is kept ``age_after_s``, the time
+        after which a weight gets its second chance, and lifted in the memory when it is lifted here."""
+        if self._attempt is not None:
+            self.memory.note_overlap(path, self._attempt.path, ban.width, ban.since)
 
     def _join(self, now: float) -> bool:
         """Add every path the measured graph predicts to add, greedily (``_paths.extend_set``: the widest path

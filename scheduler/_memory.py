@@ -12,7 +12,7 @@ import logging
 import math
 import os
 import tempfile
-from collections.abc import Collection, Iterable, Iterator, Mapping
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -30,6 +30,7 @@ __all__ = [
     "Edge",
     "EdgeEstimate",
     "EdgeMemory",
+    "Overlap",
 ]
 
 log = logging.getLogger(__name__)
@@ -84,14 +85,32 @@ class EdgeEstimate:
         return self.boost != 1.0 and not self.failed
 
 
+@dataclass(frozen=True, slots=True)
+class Overlap:
+    """A path that joined a set beside ``beside`` (the set's primary then) and did not add rate, or stopped
+    adding: the two share a bottleneck the edge weights cannot show (theory of operation, 12).
+
+    ``width_bps`` is the path's predicted rate (per stream, the weights' unit) when it left; ``at`` is when (Unix
+    seconds). A later transfer over the same primary keeps the path out from its first second, as the transfer
+    that learnt it did, until the path is predicted wider by the margin or the record is ``age_after_s`` old.
+    """
+
+    path: tuple[str, ...]
+    beside: tuple[str, ...]
+    width_bps: float
+    at: float
+
+
 class EdgeMemory:
-    """Edge estimates keyed by ordered vertex pairs, persisted as JSON for the next transfer's warm start."""
+    """Edge estimates keyed by ordered vertex pairs, persisted as JSON for the next transfer's warm start, and
+    the paths found to share a bottleneck with another (``Overlap``)."""
 
     def __init__(self, *, smoothing_s: float = DEFAULT_SMOOTHING_S) -> None:
         if not smoothing_s > 0:
             raise ValueError(f"smoothing_s must be positive, not {smoothing_s!r}")
         self.smoothing_s = smoothing_s
         self._edges: dict[Edge, EdgeEstimate] = {}
+        self._overlaps: dict[tuple[tuple[str, ...], tuple[str, ...]], Overlap] = {}
 
     # -- reading ------------------------------------------------------------------------------------------
 
@@ -113,6 +132,17 @@ class EdgeMemory:
     def snapshot(self) -> dict[Edge, EdgeEstimate]:
         """A copy of every record, for comparisons and reports."""
         return dict(self._edges)
+
+    def overlaps(
+        self, beside: Sequence[str] | None = None, *, now: float | None = None, max_age_s: float = math.inf
+    ) -> list[Overlap]:
+        """The paths remembered not to add beside the path ``beside`` (every record when None), leaving out
+        records more than ``max_age_s`` older than ``now``."""
+        return [
+            record
+            for record in self._overlaps.values()
+            if (beside is None or record.beside == tuple(beside)) and (now is None or now - record.at <= max_age_s)
+        ]
 
     def to_graph(self, vertices: Iterable[str], *, with_aging: bool = True) -> nx.DiGraph:
         """A full mesh over ``vertices`` (in their order, which breaks ties in ``widest_path``).
@@ -178,6 +208,20 @@ class EdgeMemory:
 
     def clear(self) -> None:
         self._edges.clear()
+        self._overlaps.clear()
+
+    def note_overlap(self, path: Sequence[str], beside: Sequence[str], width_bps: float, at: float) -> Overlap:
+        """Remember that ``path`` did not add beside ``beside`` (replacing an earlier record of the pair)."""
+        if not (math.isfinite(width_bps) and width_bps >= 0) or not math.isfinite(at):
+            raise ValueError(f"an overlap needs a finite width >= 0 and time, not {width_bps!r}, {at!r}")
+        record = Overlap(tuple(path), tuple(beside), width_bps, at)
+        self._overlaps[(record.path, record.beside)] = record
+        return record
+
+    def forget_overlap(self, path: Sequence[str]) -> None:
+        """``path`` is worth a trial again, beside any path."""
+        for key in [key for key in self._overlaps if key[0] == tuple(path)]:
+            del self._overlaps[key]
 
     def age_stale_weights(
         self,
@@ -194,7 +238,10 @@ class EdgeMemory:
         failed edge gets back its estimate from before the failure, raised the same way, or becomes unknown if
         it never had one. The raise is kept apart from the measured estimate (``EdgeEstimate.boost``) until the
         next measurement replaces both. ``among`` limits aging to edges between those vertices (one transfer's graph).
+        Overlaps older than ``after_s`` are forgotten: the path gets its trial again.
         """
+        for key in [key for key, record in self._overlaps.items() if now - record.at > after_s]:
+            del self._overlaps[key]
         stale = [
             (entry.measured_at, edge)
             for edge, entry in self._edges.items()
@@ -291,6 +338,11 @@ class EdgeMemory:
                 for (u, v), entry in sorted(self._edges.items())
             ],
         }
+        if self._overlaps:  # absent when empty, so a file an older lnet wrote is one this lnet writes
+            document["overlaps"] = [
+                {"path": list(r.path), "beside": list(r.beside), "width_bps": r.width_bps, "at": r.at}
+                for _, r in sorted(self._overlaps.items())
+            ]
         fd, temporary = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
         try:
             with os.fdopen(fd, "w", encoding="utf-8") as stream:
@@ -318,7 +370,8 @@ class EdgeMemory:
             log.warning("ignoring the edge memory %s: cannot read it (%s)", path, error)
             return memory
         try:
-            memory._edges = _parse(json.loads(text))
+            memory._edges, overlaps = _parse(json.loads(text))
+            memory._overlaps = {(record.path, record.beside): record for record in overlaps}
         except (ValueError, TypeError, KeyError) as error:
             log.warning("ignoring the edge memory %s: not an lnet edge memory (%s)", path, error)
         return memory
@@ -330,7 +383,7 @@ def _finite(value: object) -> float:
     return float(value)
 
 
-def _parse(document: object) -> dict[Edge, EdgeEstimate]:
+def _parse(document: object) -> tuple[dict[Edge, EdgeEstimate], list[Overlap]]:
     if not isinstance(document, dict) or document.get("format") != _FORMAT:
         raise ValueError("no lnet-edge-memory format tag")
     if document.get("version") != _VERSION:
@@ -353,7 +406,21 @@ def _parse(document: object) -> dict[Edge, EdgeEstimate]:
         if ceiling is not None and (ceiling := _finite(ceiling)) < 0:
             raise ValueError(f"negative ceiling {ceiling!r}")
         edges[(u, v)] = EdgeEstimate(throughput, _finite(item["measured_at"]), samples, failed, boost, ceiling)
-    return edges
+    return edges, [_parse_overlap(item) for item in document.get("overlaps", [])]
+
+
+def _parse_overlap(item: object) -> Overlap:
+    """An ``overlaps`` entry (absent from files older than the record; an older lnet ignores the key)."""
+    if not isinstance(item, dict):
+        raise ValueError(f"malformed overlap {item!r}")
+    path, beside = item["path"], item["beside"]
+    for vertices in (path, beside):
+        if not isinstance(vertices, list) or len(vertices) < 2 or not all(isinstance(v, str) for v in vertices):
+            raise ValueError(f"malformed overlap path {vertices!r}")
+    width = _finite(item["width_bps"])
+    if width < 0:
+        raise ValueError(f"negative overlap width {width!r}")
+    return Overlap(tuple(path), tuple(beside), width, _finite(item["at"]))
 
 
 MIN_WEATHER_BLOCK = 256 * 1024

@@ -119,6 +119,39 @@ def test_save_and_load_round_trip_atomically(tmp_path: Path) -> None:
     assert loaded.snapshot()[("atlanta", "denver")] == EdgeEstimate(0.0, 1001.0, 0, failed=True)
 
 
+def test_overlaps_round_trip_are_found_beside_their_primary_and_age_out(tmp_path: Path) -> None:
+    memory = EdgeMemory()
+    memory.observe("s", "a", 1000, 1.0, now=0.0)
+    memory.note_overlap(("s", "b", "d"), ("s", "a", "d"), 500.0, at=100.0)
+    memory.note_overlap(("s", "d"), ("s", "a", "d"), 300.0, at=50.0)
+    memory.note_overlap(("s", "d"), ("s", "a", "d"), 400.0, at=110.0)  # the pair's newer record replaces it
+    memory.save(tmp_path / "edges.json")
+    loaded = EdgeMemory.load(tmp_path / "edges.json")
+    assert loaded.overlaps() == memory.overlaps()
+    assert {(r.path, r.width_bps, r.at) for r in loaded.overlaps(["s", "a", "d"])} == {
+        (("s", "b", "d"), 500.0, 100.0),
+        (("s", "d"), 400.0, 110.0),
+    }
+    assert loaded.overlaps(["s", "d"]) == []
+    assert [r.path for r in loaded.overlaps(["s", "a", "d"], now=405.0, max_age_s=300.0)] == [("s", "d")]
+    loaded.age_stale_weights(405.0, after_s=300.0)  # aging forgets what is older than its horizon
+    assert [r.path for r in loaded.overlaps()] == [("s", "d")]
+    loaded.forget_overlap(("s", "d"))
+    assert loaded.overlaps() == []
+    with pytest.raises(ValueError, match="finite width"):
+        loaded.note_overlap(("s", "d"), ("s", "a", "d"), math.nan, at=0.0)
+
+
+def test_a_file_from_before_overlaps_loads_with_none(tmp_path: Path) -> None:
+    path = tmp_path / "edges.json"
+    path.write_text(json.dumps({"format": "lnet-edge-memory", "version": 2, "edges": [
+        {"from": "a", "to": "b", "throughput_bps": 5.0, "measured_at": 1.0, "samples": 1, "failed": False}]}))
+    memory = EdgeMemory.load(path)
+    assert (memory.estimate("a", "b"), memory.overlaps()) == (5.0, [])
+    memory.save(path)
+    assert "overlaps" not in json.loads(path.read_text())  # an older lnet reads what this one writes
+
+
 def test_a_missing_file_is_an_empty_memory_without_a_warning(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     with caplog.at_level(logging.WARNING):
         assert len(EdgeMemory.load(tmp_path / "absent.json")) == 0
@@ -135,6 +168,9 @@ def test_a_missing_file_is_an_empty_memory_without_a_warning(tmp_path: Path, cap
         '{"format": "lnet-edge-memory", "version": 1, "edges": [{"from": "a", "to": "b", "throughput_bps": NaN,'
         ' "measured_at": 0, "samples": 1, "failed": false}]}',
         json.dumps({"format": "lnet-edge-memory", "version": 1, "edges": "abc"}),
+        json.dumps({"format": "lnet-edge-memory", "version": 2, "edges": [], "overlaps": [{"path": ["a"]}]}),
+        json.dumps({"format": "lnet-edge-memory", "version": 2, "edges": [],
+                    "overlaps": [{"path": ["a", "b"], "beside": ["a", "c", "b"], "width_bps": -1, "at": 0}]}),
     ],
 )
 def test_a_corrupt_or_foreign_file_is_reported_and_ignored(
@@ -151,8 +187,10 @@ def test_a_corrupt_or_foreign_file_is_reported_and_ignored(
 def test_clear_forgets_everything() -> None:
     memory = EdgeMemory()
     memory.observe("a", "b", 1, 1.0, now=0.0)
+    memory.note_overlap(("a", "b"), ("a", "c", "b"), 1.0, at=0.0)
     memory.clear()
     assert len(memory) == 0
+    assert memory.overlaps() == []
     assert memory.estimate("a", "b") is None
 
 

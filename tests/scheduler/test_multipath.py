@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import replace
+from pathlib import Path
 
 import networkx as nx
 import pytest
@@ -205,6 +206,46 @@ def test_a_path_that_shares_the_bottleneck_is_dropped_and_not_proposed_again_unt
     again = scheduler.tick(70.0)
     assert isinstance(again, Switch)
     assert (again.reason, again.all_paths) == ("join", (VIA_A, VIA_B))
+
+
+def test_a_ban_is_remembered_beside_its_primary_and_a_later_transfer_keeps_the_path_out(tmp_path: Path) -> None:
+    memory, _ = dropped_shared_path()
+    assert [(r.path, r.beside, r.at) for r in memory.overlaps(VIA_A)] == [(VIA_B, VIA_A, 20.0)]
+    memory.save(tmp_path / "edges.json")
+    # The next transfer, from the saved memory: the path through b is still predicted to add (50 beside 100),
+    # but it starts with the one path, and b does not join while its figure stands.
+    later = PathScheduler(VERTICES, "s", "d", EdgeMemory.load(tmp_path / "edges.json"), HAND)
+    assert later.start(30.0).all_paths == (VIA_A,)
+    feed(later, {VIA_A: 100}, 30.0, 80.0)
+    for t in (40.0, 50.0, 60.0, 70.0, 80.0):
+        assert later.tick(t).all_paths == (VIA_A,)
+    # The same memory without the record: b joins from the first second, as before this was remembered.
+    forgetful = EdgeMemory.load(tmp_path / "edges.json")
+    forgetful.forget_overlap(VIA_B)
+    assert PathScheduler(VERTICES, "s", "d", forgetful, HAND).start(30.0).all_paths == (VIA_A, VIA_B)
+
+
+def test_a_remembered_ban_lapses_with_age_and_holds_only_beside_its_primary() -> None:
+    memory, _ = dropped_shared_path()
+    lapsed = 20.0 + HAND.age_after_s + 1.0
+    assert PathScheduler(VERTICES, "s", "d", memory, HAND).start(lapsed).all_paths == (VIA_A, VIA_B)
+    # Beside another primary (here the direct path, remembered widest) the record says nothing.
+    elsewhere = known(s_a=100, a_d=100, s_b=90, b_d=90, s_d=150)
+    elsewhere.note_overlap(VIA_B, VIA_A, 50_000.0, 20.0)
+    scheduler = PathScheduler(VERTICES, "s", "d", elsewhere, replace(HAND, max_paths=3))
+    assert scheduler.start(30.0).all_paths == (("s", "d"), VIA_A, VIA_B)
+
+
+def test_a_ban_lifted_by_a_wider_figure_is_forgotten_in_the_memory_too() -> None:
+    memory, scheduler = dropped_shared_path()
+    feed(scheduler, {VIA_A: 100}, 20.0, 65.0)
+    for t in (30.0, 40.0, 50.0, 60.0, 65.0):
+        assert scheduler.tick(t).all_paths == (VIA_A,)
+    assert [record.path for record in memory.overlaps(VIA_A)] == [VIA_B]
+    learn_b(memory, 90.0, at=66.0)  # both its hops measured well above what it was held to
+    feed(scheduler, {VIA_A: 100}, 65.0, 70.0)
+    assert scheduler.tick(70.0).all_paths == (VIA_A, VIA_B)
+    assert memory.overlaps() == []
 
 
 def test_what_a_dropped_path_s_last_blocks_report_does_not_lift_its_ban() -> None:
@@ -440,6 +481,24 @@ def test_a_warm_start_through_one_bottleneck_ends_with_one_path_and_loses_little
     assert len(multi.samples[0].paths) == max_paths  # the memory predicted them all to add
     assert len(multi.final_paths) == 1
     assert multi.mean_rate(0.0) >= 0.95 * single.mean_rate(0.0)
+
+
+def test_a_transfer_through_one_bottleneck_after_one_that_learnt_it_pays_no_trial() -> None:
+    network = one_bottleneck()
+    memory = EdgeMemory()
+    first = warm(network, memory, MULTI, 120.0)  # a cold start: it tries the other routes and drops them
+    assert changes(first, "drop")
+    banned = {record.path for record in memory.overlaps(first.final_paths[0])}
+    assert banned
+    # The next transfer over the same primary, from that memory, keeps every banned path out from its first
+    # second (the testbed's shared bottleneck: a warm start's trial of them cost 8% of a 45-s transfer).
+    second = warm(network, memory, MULTI, 120.0)
+    single = warm(network, remembered(network), replace(MULTI, max_paths=1), 120.0)
+    print(f"\nafter a transfer that learnt the bottleneck: {second.mean_rate(0.0) * 8e-6:.2f} Mbit/s, one path "
+          f"{single.mean_rate(0.0) * 8e-6:.2f}; changes {[(t, d.reason) for t, d in second.decisions]}")
+    assert second.samples[0].paths[0] == first.final_paths[0]
+    assert not banned & set(second.samples[0].paths)
+    assert not any(banned & set(d.all_paths) for _, d in second.decisions)
 
 
 HAND3 = replace(HAND, max_paths=3)
