@@ -251,6 +251,14 @@ Where lnet departs from the seed, and why
      (6) looks the same as paths that all share one bottleneck, and its newcomers leave, banned until aging.
      Leaving them unbanned, to be tried again on a measured total, cost every warm start through a shared
      bottleneck a second trial.
+   - Remembered: a ban is also kept in the memory (``EdgeMemory.note_overlap``: the path, the primary it did not
+     add beside, the width it is held to, when), and a later transfer whose primary is that path keeps it out
+     from its first decision, under the same rule (lifted when predicted wider by the margin, and then
+     forgotten in the memory too), for ``age_after_s``, the time after which a weight gets its second chance:
+     then aging forgets the record and the path is tried again. Without it each warm start paid the trial the
+     transfer before it had already paid: on the testbed's dumbbell a path crossing the bottleneck twice held
+     the set to half its rate for the trial's 10 s, 8% of a 45-s transfer. A trial's verdict is a measurement
+     like an edge's, and remembered like one.
    - Stability: any change of the set (primary switch, join, drop) starts a new period in which nothing but a
      failure is judged for ``min_attempt_s``, so each change is measured before the next, one trial (of one
      or several newcomers) at a time, and the primary's estimates, depressed by a newcomer that shared its
