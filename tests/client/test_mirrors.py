@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import sys
 from collections.abc import Awaitable, Callable
 from functools import partial
 from pathlib import Path
@@ -313,3 +314,23 @@ def test_send_wants_a_file_or_sources_not_both(tmp_path: Path, capsys: pytest.Ca
     assert "not both" in capsys.readouterr().err
     assert send.main([*base, "--source", "ftp://x/f"]) == ExitCode.USAGE
     assert "not an http(s) URL" in capsys.readouterr().err
+
+
+async def test_lnet_get_without_a_progress_bar_never_loads_rich(tmp_path: Path) -> None:
+    """The command as a user runs it, in a process of its own: with ``--no-progress --json`` it loads no terminal
+    UI (rich cost about a tenth of a second of every download's start before the bar was made only when shown)."""
+    out = tmp_path / "out.bin"
+    async with replicas(Replica(DATA), Replica(DATA)) as servers:
+        argv = [*(server.url for server in servers), "-o", str(out), "--no-progress", "--json"]
+        code = (
+            "import json, sys\n"
+            "from lnet.client.commands.get import main\n"
+            f"code = main({argv!r})\n"
+            "print(json.dumps({'exit': code, 'rich': sorted(m for m in sys.modules if m.split('.')[0] == 'rich')}))\n"
+        )
+        done = await trio.run_process([sys.executable, "-c", code], capture_stdout=True, capture_stderr=True)
+    assert done.returncode == 0, done.stderr.decode()
+    lines = done.stdout.decode().splitlines()
+    assert json.loads(lines[0])["ok"] is True  # --json's outcome
+    assert json.loads(lines[-1]) == {"exit": 0, "rich": []}
+    assert out.read_bytes() == DATA
