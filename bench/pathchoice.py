@@ -2,7 +2,8 @@
 networks whose best chain is known?
 
     flock /tmp/lnet-testbed.lock .venv/bin/python bench/pathchoice.py [--topologies abilene,detour,...]
-        [--size SIZE] [--runs 3] [--max-inflight 2|default] [--block-size 1MiB] [--seed 11] [--out DIR] [--quick]
+        [--size SIZE] [--runs 3] [--max-inflight 2|default] [--max-paths 1] [--block-size 1MiB] [--seed 11]
+        [--out DIR] [--quick]
 
 Needs root (the testbed). Seven topologies (docs/scheduler.md, "Path choice on the testbed", describes each):
   abilene  deploy/topologies/abilene.toml, seed 003's experiment (window-limited hosts, a four-depot chain)
@@ -569,12 +570,14 @@ class Settings:
     runs: int
     quick: bool
     size: int | None
+    max_paths: int = 1  # of the cold and warm runs (this benchmark's --max-paths; bench/multipath.py sets its own)
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> Settings:
         """From the options this benchmark and bench/multipath.py share."""
         return cls(args.block_size, parse_size(args.block_size), args.max_inflight, 1 if args.quick else args.runs,
-                   args.quick, parse_size(args.size) if args.size is not None else None)
+                   args.quick, parse_size(args.size) if args.size is not None else None,
+                   getattr(args, "lnet_max_paths", 1))
 
     @property
     def design_inflight(self) -> int:
@@ -692,8 +695,9 @@ async def measure_case(case: Case, settings: Settings, out: Path, payloads: Payl
             main_depots = fleet.depots_file(out / "depots.toml", case.source, case.depots)
             memory = out / f"rep{rep}-edges.json"
             memory.unlink(missing_ok=True)
-            plan = [("direct", ["--path", case.dest, "--cold"], scratch), ("cold", ["--cold"], memory),
-                    ("warm", [], memory)]
+            paths = ["--max-paths", str(settings.max_paths)] if settings.max_paths != 1 else []
+            plan = [("direct", ["--path", case.dest, "--cold"], scratch), ("cold", ["--cold", *paths], memory),
+                    ("warm", paths, memory)]
             for kind, extra, memory_file in plan:
                 record = await lnet_send(tb, case.source, main_depots, payload, case.dest, extra,
                                          out / f"rep{rep}-{kind}", memory_file, settings, timeout)
@@ -749,6 +753,8 @@ def mark(check: bool | None) -> str:
 
 def print_table(results: Sequence[dict[str, Any]], settings: Settings) -> None:
     inflight = f"{settings.inflight} in flight per hop" if settings.inflight else "lnet-send's own in-flight rule"
+    if settings.max_paths != 1:
+        inflight += f", cold and warm with --max-paths {settings.max_paths}"
     print()
     print(f"path choice on the testbed: {settings.block} blocks, {inflight}, {settings.runs} run(s) of each "
           f"(medians); Mbit/s is size over lnet-send's seconds")
@@ -818,6 +824,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--max-inflight", type=parse_inflight, default=2, metavar="N|default",
                         help="blocks in flight per hop (default 2, the seed's setting); 'default': lnet-send's rule")
     parser.add_argument("--block-size", default="1MiB")
+    parser.add_argument("--max-paths", type=int, default=1, dest="lnet_max_paths", metavar="N",
+                        help="lnet-send --max-paths of the cold and warm runs (default 1; the oracle and direct are "
+                        "single paths)")
     parser.add_argument("--seed", type=int, default=DEFAULT_SEED, help="seed of the generated topologies (11)")
     parser.add_argument("--out", type=Path, default=Path(tempfile.gettempdir()) / "lnet-bench-pathchoice")
     parser.add_argument("--quick", action="store_true", help="a smoke test: tiny sizes, one run")
@@ -903,7 +912,8 @@ async def main(argv: list[str] | None = None) -> int:
     print_table(results, settings)
     print(f"\nsaved {args.out / 'pathchoice.json'} ({document['minutes']:.1f} minutes)")
     line = {"bench": "pathchoice", "block": settings.block, "inflight": settings.inflight or "default",
-            "runs": settings.runs, "topologies": {r["topology"]: r["figures"] for r in results}}
+            "max_paths": settings.max_paths, "runs": settings.runs,
+            "topologies": {r["topology"]: r["figures"] for r in results}}
     print(json.dumps(line, default=str))
     failed = sum(1 for r in results for run in [*r["runs"], *r["widest"]] if not run["ok"])
     return 1 if failed else 0
@@ -925,7 +935,8 @@ def refigure(out: Path) -> int:
         return 2
     print_table(results, settings)
     line = {"bench": "pathchoice", "block": settings.block, "inflight": settings.inflight or "default",
-            "runs": settings.runs, "topologies": {r["topology"]: r["figures"] for r in results}}
+            "max_paths": settings.max_paths, "runs": settings.runs,
+            "topologies": {r["topology"]: r["figures"] for r in results}}
     print(json.dumps(line, default=str))
     return 0
 
