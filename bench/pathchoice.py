@@ -926,7 +926,7 @@ def refigure(out: Path) -> int:
         saved = document["args"]
         inflight = None if saved["max_inflight"] == "None" else int(saved["max_inflight"])
         settings = Settings(saved["block_size"], parse_size(saved["block_size"]), inflight, int(saved["runs"]),
-                            saved["quick"] == "True", None)
+                            saved["quick"] == "True", None, int(saved.get("lnet_max_paths", 1)))
         results = document["topologies"]
         for result in results:
             result["figures"] = figures_of(CASES[result["topology"]](int(saved["seed"])), result)
