@@ -318,6 +318,8 @@ class _Ban:
 
     since: float
     width: float
+    beside: Path
+    """The primary when it left: what the memory keeps it beside (``_remember_ban``)."""
 
 
 @dataclass(slots=True)
@@ -889,7 +891,8 @@ class PathScheduler:
             if not self._trial.predicted:
                 self._trial = None
         if ban:
-            ban_ = self._bans[extra.path] = _Ban(now, self._ban_width(extra.path) or 0.0)
+            assert self._attempt is not None  # an extra leaves a set that has a primary
+            ban_ = self._bans[extra.path] = _Ban(now, self._ban_width(extra.path) or 0.0, self._attempt.path)
             self._remember_ban(extra.path, ban_)
 
     def _drop_broken(self, now: float) -> bool:
@@ -962,7 +965,7 @@ class PathScheduler:
         if self._attempt is not None:  # what earlier transfers learnt beside this primary (``_remember_ban``)
             remembered = self.memory.overlaps(self._attempt.path, now=self._now, max_age_s=self.config.age_after_s)
             for record in remembered:
-                self._bans.setdefault(record.path, _Ban(record.at, record.width_bps))
+                self._bans.setdefault(record.path, _Ban(record.at, record.width_bps, record.beside))
         for path, ban in list(self._bans.items()):
             width = self._ban_width(path)
             settled = self._now - ban.since > self.config.min_attempt_s
@@ -984,8 +987,7 @@ class PathScheduler:
         then does not pay the trial again (on the testbed's shared bottleneck, a path crossing it twice held
         the set to half its rate for the trial's 10 s, every warm start). It is kept ``age_after_s``, the time
         after which a weight gets its second chance, and lifted in the memory when it is lifted here."""
-        if self._attempt is not None:
-            self.memory.note_overlap(path, self._attempt.path, ban.width, ban.since)
+        self.memory.note_overlap(path, ban.beside, ban.width, ban.since)
 
     def _join(self, now: float) -> bool:
         """Add every path the measured graph predicts to add, greedily (``_paths.extend_set``: the widest path
