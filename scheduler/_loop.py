@@ -834,6 +834,7 @@ class PathScheduler:
             self._extras = []
             self._trial = None
             self._attempt = _Attempt(path, now, reason, predicted)
+        self._recall_bans(now)
         # A hop the new set keeps is already warm.
         self._edge_since = {edge: self._edge_since.get(edge, now) for p in self.current_paths for edge in edges_of(p)}
         self._changed_at = now
@@ -962,10 +963,6 @@ class PathScheduler:
         never lifts a ban: it makes the path no more worth a trial. Reports that arrive in the first
         ``min_attempt_s`` after the path left (its last blocks) only raise the width it is held to."""
         margin = self.config.path_margin
-        if self._attempt is not None:  # what earlier transfers learnt beside this primary (``_remember_ban``)
-            remembered = self.memory.overlaps(self._attempt.path, now=self._now, max_age_s=self.config.age_after_s)
-            for record in remembered:
-                self._bans.setdefault(record.path, _Ban(record.at, record.width_bps, record.beside))
         for path, ban in list(self._bans.items()):
             width = self._ban_width(path)
             settled = self._now - ban.since > self.config.min_attempt_s
@@ -981,6 +978,13 @@ class PathScheduler:
             if width is not None and self._now - ban.since <= self.config.min_attempt_s and width > ban.width:
                 ban.width = width
                 self._remember_ban(path, ban)
+
+    def _recall_bans(self, now: float) -> None:
+        """What earlier transfers learnt beside the primary (``_remember_ban``), as this transfer's bans: once, when
+        the primary is chosen."""
+        assert self._attempt is not None
+        for record in self.memory.overlaps(self._attempt.path, now=now, max_age_s=self.config.age_after_s):
+            self._bans.setdefault(record.path, _Ban(record.at, record.width_bps, record.beside))
 
     def _remember_ban(self, path: Path, ban: _Ban) -> None:
         """Keep a ban in the memory beside the primary, for later transfers: a warm start over the same primary

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, TypeVar
 from lnet.client.commands import replica_options
 from lnet.client.commands.clientio import ClientIO
 from lnet.client.commands.outcome import Failed, Outcome, finish
-from lnet.client.commands.output import CommandOutput, QuietProgress, parse_arguments, transfer_progress
+from lnet.client.commands.output import CommandOutput, QuietProgress, parse_arguments
 from lnet.client.commands.replica_options import ReplicaArgs
 from lnet.client.exits import EXIT_CODES_HELP, ExitCode, Failure, is_interrupt
 from lnet.units import parse_duration
@@ -189,8 +189,7 @@ async def _from_depots(args: GetArgs, out: CommandOutput, io: ClientIO, path: Pa
         tokens = depot_tokens(args.depots)
     except OverlayError as exc:
         return Failed(ExitCode.USAGE, str(exc))
-    shown = out.show_progress(args.no_progress)
-    progress = transfer_progress(out.err if shown else None, enabled=shown)
+    progress = out.progress(args.no_progress)
     task = progress.add_task(manifest.name, total=manifest.size)
 
     def on_progress(nbytes: int) -> None:
@@ -234,8 +233,7 @@ async def _from_replicas(args: GetArgs, out: CommandOutput, io: ClientIO) -> Out
             parse_url(url)
         except ValueError as exc:
             return Failed(ExitCode.USAGE, str(exc))
-    shown = out.show_progress(args.no_progress)
-    progress = transfer_progress(out.err if shown else None, enabled=shown)
+    progress = out.progress(args.no_progress)
     tasks: dict[int, TaskID] = {}
 
     def on_start(size: int, shown: list[str]) -> None:

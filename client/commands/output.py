@@ -53,6 +53,11 @@ class CommandOutput:
         """A line on stderr that is not a failure (a warning the command goes on after)."""
         self.err.print(f"{self.prog}: {message}", markup=False, soft_wrap=True)
 
+    def progress(self, no_progress: bool) -> Progress | QuietProgress:
+        """The command's progress bar on stderr when ``show_progress`` says so, else a ``QuietProgress`` (and rich
+        is never loaded for it)."""
+        return transfer_progress(self.err) if self.show_progress(no_progress) else QuietProgress()
+
     def show_progress(self, no_progress: bool) -> bool:
         """Bars only on a terminal, and never with ``--no-progress``."""
         return not no_progress and self.err.is_terminal
@@ -79,10 +84,10 @@ class QuietProgress:
 
 
 def transfer_progress(
-    console: Console | None, *labels: str, enabled: bool = True, transient: bool = False
+    console: Console, *labels: str, enabled: bool = True, transient: bool = False
 ) -> Progress | QuietProgress:
     """The one progress bar of lnet's commands: the ``labels`` (rich text columns over a task's description and
-    fields), then bar, bytes, rate and time left. Not ``enabled``: a ``QuietProgress`` (``console`` unused)."""
+    fields), then bar, bytes, rate and time left. Not ``enabled``: a ``QuietProgress``."""
     if not enabled:
         return QuietProgress()
     from rich.progress import (
