@@ -49,7 +49,8 @@ rate; 0 skips; r1 again in each changed scenario), and the sum is shown as the r
 Every replica's share of each run comes from its nginx access log ($body_bytes_sent of the requests that run
 made), the same measure for all competitors; the bytes all replicas sent over the file's size is the over-fetch
 (aborted or duplicated requests; bytes still in socket buffers when a client hangs up count as sent). lnet's own
-per-replica report is recorded too.
+per-replica report is recorded too, with its --trace (every range request: sent, first and last byte, how it
+ended) and, on the run's line, how close together the replicas' last bytes came (MDTP wants them together).
 
 Targets (issue 14), for lnet mdtp in each scenario and size: never slower than aria2 fair; >= 1.15x aria2 fair
 where aria2 fair reaches less than 85% of the physical limit; >= 1.25x aria2 default; in normal, >= 97% of the
@@ -446,7 +447,25 @@ def competitor_argv(competitor: str, urls: list[str], out: Path, sha256: str, to
     # the remembered throughputs live with this benchmark, not in the user's cache
     history = out.parent.parent / "replicas-history.json"
     return [str(lnet_get), *urls, "-o", str(out), "--strategy", strategy, "--sha256", sha256, "--json",
-            "--no-progress", "--history", str(history), *lnet_args, *extra]
+            "--no-progress", "--history", str(history), "--trace", str(trace_path(out)), *lnet_args, *extra]
+
+
+def trace_path(out: Path) -> Path:
+    """Where an lnet run writes its --trace (beside the download; read into the run's record, then removed)."""
+    return out.with_name(out.name + ".trace.jsonl")
+
+
+def read_trace(path: Path) -> list[dict[str, Any]]:
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def finish_spread(record: dict[str, Any]) -> float | None:
+    """Seconds between the first and the last replica's last byte (lnet's report): MDTP wants them together."""
+    ends = [r["last_byte_s"] for r in (record.get("lnet") or {}).get("replicas", [])
+            if r.get("last_byte_s") is not None]
+    return max(ends) - min(ends) if len(ends) > 1 else None
 
 
 async def one_run(tb: Testbed, servers: Replicas, competitor: str, urls: list[str], out: Path, size: int,
@@ -487,6 +506,7 @@ async def one_run(tb: Testbed, servers: Replicas, competitor: str, urls: list[st
             except ValueError:
                 report = {"ok": False, "unparsed_stdout": done.stdout.decode(errors="replace")[-1500:]}
             record["lnet"] = report
+            record["trace"] = await trio.to_thread.run_sync(read_trace, trace_path(out))
             if report.get("seconds") is not None:
                 record["own_s"] = float(report["seconds"])
         wrong = await trio.to_thread.run_sync(check_output, out, size, sha256)
@@ -746,6 +766,8 @@ async def bench(args: argparse.Namespace, the_plan: Plan, say: Callable[[str], N
                             sh = "/".join(f"{100 * v:.0f}" for v in shares(record["nginx"]).values())
                             if record["ok"]:
                                 own = f", lnet's own {record['own_s']:.2f} s" if "own_s" in record else ""
+                                if (spread := finish_spread(record)) is not None:
+                                    own += f", last bytes within {spread:.2f} s"
                                 text = (f"{record['wall_s']:7.2f} s ({size * 8 / record['wall_s'] / 1e6:6.1f} Mbit/s,"
                                         f" {limit_s / record['wall_s']:.0%} of limit{own}), nginx shares {sh} %")
                             else:

@@ -72,6 +72,11 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print one JSON object with the outcome at the end")
     p.add_argument("--no-progress", action="store_true", help="no progress bar (it shows only on a terminal)")
     replica_options.add_arguments(p)
+    p.add_argument(
+        "--trace", type=Path, metavar="FILE",
+        help="URL mode: write every range request, once it is over, to FILE, one JSON object a line (replica, "
+        "range, when it was sent, its first and last byte, how it ended): where a download's time went",
+    )
     return p
 
 
@@ -107,11 +112,12 @@ class GetArgs:
     json: bool
     no_progress: bool
     replica: ReplicaArgs
+    trace: Path | None = None
 
     @classmethod
     def from_namespace(cls, ns: argparse.Namespace) -> GetArgs:
         return cls(tuple(ns.sources), ns.output, ns.parallel, ns.timeout, ns.depots, ns.json, ns.no_progress,
-                   ReplicaArgs.from_namespace(ns))
+                   ReplicaArgs.from_namespace(ns), ns.trace)
 
 
 def main(argv: list[str] | None = None, *, io: ClientIO | None = None) -> int:
@@ -150,6 +156,8 @@ async def _get(args: GetArgs, out: CommandOutput, io: ClientIO) -> int:
         outcome = await _from_replicas(args, out, io)
     elif len(args.sources) > 1:
         outcome = Failed(ExitCode.USAGE, "give one manifest, or the URLs of one or more replicas")
+    elif args.trace is not None:
+        outcome = Failed(ExitCode.USAGE, "--trace records the requests to replicas: give their URLs, not a manifest")
     else:
         outcome = await _from_depots(args, out, io, Path(args.sources[0]))
     return finish(out, outcome, as_json=args.json)
@@ -223,6 +231,9 @@ async def _from_replicas(args: GetArgs, out: CommandOutput, io: ClientIO) -> Out
         return Failed(ExitCode.USAGE, str(exc))
     if args.output.is_dir():
         return Failed(ExitCode.USAGE, f"{args.output} is a directory: give the file's path")
+    if args.trace is not None and (args.trace.is_dir() or not args.trace.parent.is_dir()):
+        where = "is a directory" if args.trace.is_dir() else f"is in {args.trace.parent}, which is not a directory"
+        return Failed(ExitCode.USAGE, f"--trace {args.trace}: {where}; name a file in an existing directory")
     from lnet.client.commands.outcome import ReplicasFetched
     from lnet.client.fetching.mirrors import fetch_mirrors
     from lnet.client.fetching.partfile import part_path
@@ -249,7 +260,7 @@ async def _from_replicas(args: GetArgs, out: CommandOutput, io: ClientIO) -> Out
         return await fetch_mirrors(
             args.sources, args.output, config=config, timeout_s=args.timeout, sha256=sha256,
             check_validators=not args.replica.ignore_validators, history=args.replica.history_file(),
-            on_start=on_start, on_progress=on_progress, connect=io.connect)
+            trace=args.trace, on_start=on_start, on_progress=on_progress, connect=io.connect)
 
     result = await _fetch(progress, fetch, f"what arrived is kept in {part_path(args.output)}: run the same "
                           "command to resume")

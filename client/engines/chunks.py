@@ -36,6 +36,12 @@ least at its bandwidth-delay product; every chunk here is at least ``rate x rtt`
   ``T = L / rate_fastest`` for the large chunk ``L``, and ``chunk_i = T x rate_i``: every replica's chunk takes
   about ``T``, so rounds end together. The seed picks ``L`` by hand per file size; here ``L`` defaults to
   ``rate_fastest x round_s``, with the round ``round_s`` a sixteenth of the expected download time, within 1-8 s.
+  **The last round**: once a replica's next chunk would be more than its share of what is left, the free bytes
+  are shared by water-filling. Replica ``i`` could start streaming new bytes in ``start_i`` seconds (a round
+  trip, or what it still has queued if that is longer); it gets ``rate_i x (T - start_i)``, nothing if
+  ``start_i >= T``, with ``T`` chosen so that the shares add up to the free bytes. So every replica finishes at
+  ``T``, whatever it had queued, and no tail split is needed: on a real network a split costs the owner's
+  connection (an HTTP response cannot be cut short otherwise) and a new connection's handshake and slow start.
 - ``static`` (seed 004's conservative load balancing, MDTP's static chunking): equal chunks, the next to whoever
   has room.
 - ``brute`` (seed 004): ``size / n`` to each replica, once.
@@ -43,11 +49,12 @@ least at its bandwidth-delay product; every chunk here is at least ``rate x rtt`
 - ``aggressive`` (seed 004): equal chunks to start; a replica whose chunk beat the running maximum rate gets its
   chunk doubled (and the maximum reset), one far below it (under ``drop_ratio``) is no longer used.
 
-**The tail** (``tail``): when a replica is idle and nothing is free, ``split`` cuts the remainder of the replica
-with the most work left so both finish at the same moment (the owner stops at the cut, the idle replica takes the
-rest); ``hedge`` asks the idle replica for the same remainder and stops whichever is still going when the other
-finishes; ``none`` waits (the seed-004 baselines as published). Both act only if the idle replica would finish
-the remainder sooner than its owner. A replica whose request has had no byte for ``LIVE_RATE_AFTER_S`` (a far
+**The tail** (``tail``): when a replica has room in its pipe (fewer than ``depth`` requests) and nothing is
+free, ``split`` cuts the remainder of the replica with the most work left so both finish at the same moment (the
+owner stops at the cut, the other replica takes the rest after what it still has queued: its pipe never runs
+dry); ``hedge`` asks it for the same remainder and stops whichever is still going when the other finishes;
+``none`` waits (the seed-004 baselines as published). Both act only if the replica with room would finish the
+remainder sooner than its owner. A replica whose request has had no byte for ``LIVE_RATE_AFTER_S`` (a far
 one that has not answered yet, or one gone silent) counts as rate 0 there: the idle replica takes all of it. An
 idle replica takes a tail only once it has delivered a byte (since its latest failure, if any).
 
@@ -75,6 +82,7 @@ __all__ = [
     "PlanConfig",
     "PlanError",
     "ReplicaStats",
+    "RequestRecord",
     "Stop",
 ]
 
@@ -162,6 +170,25 @@ class Drop:
 Decision = Fetch | Stop | Drop
 
 
+@dataclass(frozen=True)
+class RequestRecord:
+    """One request, once it is over (``ChunkPlanner(record=True)``, ``take_records``): what it asked for, what
+    came, when, and how it ended: ``done``, ``stopped`` (cut short: a split gave its rest to another replica, or
+    its hedge twin won), ``taken back`` (its replica failed, stalled or was dropped, or a request before it on the
+    connection was stopped) or ``void`` (past the file's end). Times are the planner's ``now``."""
+
+    request: int
+    replica: int
+    start: int
+    end: int  # where it ended up ending (a stop moves it)
+    received: int
+    issued: float
+    first_byte: float | None
+    last_byte: float | None
+    hedge: bool
+    outcome: str
+
+
 @dataclass
 class _Request:
     id: int
@@ -175,6 +202,8 @@ class _Request:
     last_byte: float | None = None
     hedge_of: int | None = None  # this request duplicates the remainder of that one
     hedged_by: int | None = None
+    hedge: bool = False
+    stopped: bool = False
 
     @property
     def partner(self) -> int | None:
@@ -192,6 +221,8 @@ class ReplicaStats:
     failures: int = 0
     state: str = "ok"  # ok, backoff, dead, refused, dropped
     reason: str = ""
+    first_byte: float | None = None  # when its first byte arrived (the planner's now)
+    last_byte: float | None = None  # ... and its last
 
     @property
     def rate(self) -> float:
@@ -235,10 +266,12 @@ class ChunkPlanner:
         *,
         history: Sequence[float | None] | None = None,
         have: Sequence[tuple[int, int]] = (),
+        record: bool = False,
     ) -> None:
         """``size``: the file's length, or None until the first answer gives it (``sized``); ``history``:
         remembered rates (bytes/s) per replica, for ``history``; ``have``: byte ranges already in place (a resumed
-        download, whose size is known), which are never asked for."""
+        download, whose size is known), which are never asked for; ``record``: keep a ``RequestRecord`` of every
+        request that ends, for ``take_records``."""
         if size is not None and size < 0:
             raise PlanError("size must not be negative")
         if size is None and have:
@@ -258,6 +291,7 @@ class ChunkPlanner:
         self._running_max = 0.0  # aggressive
         self._ranges_given = False  # brute and history give their one range each once
         self._outbox: list[Decision] = []
+        self._records: list[RequestRecord] | None = [] if record else None
         self._now = 0.0
         for start, end in have:  # (have needs a size: checked above)
             self._remove(max(0, start), min(size or 0, end))
@@ -281,7 +315,9 @@ class ChunkPlanner:
             if req.idle_line and (rep.rtt is None or now - req.issued < rep.rtt):
                 rep.rtt = now - req.issued
         req.pos += nbytes
-        req.last_byte = rep.last_byte = now
+        req.last_byte = rep.last_byte = rep.stats.last_byte = now
+        if rep.stats.first_byte is None:
+            rep.stats.first_byte = now
         rep.stats.bytes += nbytes
         rep.failures_in_row = 0
         if req.pos >= req.end:
@@ -325,7 +361,7 @@ class ChunkPlanner:
         self._give_back(min(self._first_end, size), size)
         for req in list(self._requests.values()):
             if req.start >= size:
-                self._forget(req)  # past the end: its answer (416) has nothing to write
+                self._forget(req, "void")  # past the end: its answer (416) has nothing to write
             elif req.end > size:
                 req.end = size  # its answer ends at the file's end
 
@@ -367,6 +403,13 @@ class ChunkPlanner:
     def stats(self) -> list[ReplicaStats]:
         return [rep.stats for rep in self._replicas]
 
+    def take_records(self) -> list[RequestRecord]:
+        """The records of the requests that ended since the last call (none unless made with ``record=True``)."""
+        if not self._records:
+            return []
+        records, self._records = self._records, []
+        return records
+
     def outstanding(self, replica: int) -> list[tuple[int, int, int]]:
         """The replica's requests as ``(id, pos, end)``, in the order sent."""
         return [(r, self._requests[r].pos, self._requests[r].end) for r in self._replicas[replica].queue]
@@ -399,12 +442,12 @@ class ChunkPlanner:
         while progress and self._free:
             progress = False
             for rep in ready:
-                if len(rep.queue) < self.config.depth and self._free:
-                    self._issue(rep, self._take(self._chunk_for(rep)), now)
+                if len(rep.queue) < self.config.depth and self._free and (chunk := self._chunk_for(rep)) > 0:
+                    self._issue(rep, self._take(chunk), now)
                     progress = True
         if not self._free and self.config.tail != "none":
             for rep in ready:
-                if not rep.queue and rep.state == "ok":
+                if len(rep.queue) < self.config.depth and rep.state == "ok":
                     self._tail(rep, now)
         decisions, self._outbox = self._outbox, []
         return decisions
@@ -412,6 +455,7 @@ class ChunkPlanner:
     # -- sizing ---------------------------------------------------------------------------------------------
 
     def _chunk_for(self, rep: _ReplicaPlan) -> int:
+        """The size of ``rep``'s next request; 0: none now (mdtp's last round leaves the rest to the others)."""
         cfg = self.config
         if cfg.strategy == "mdtp":
             chunk = self._mdtp_chunk(rep)
@@ -422,7 +466,39 @@ class ChunkPlanner:
         rate = self._current_rate(rep)
         if rate is not None and rep.rtt is not None:
             chunk = max(chunk, int(rate * rep.rtt))  # never less than the pipe holds (TCP-PARIS)
-        return max(cfg.min_chunk, min(cfg.max_chunk, chunk))
+        chunk = max(cfg.min_chunk, min(cfg.max_chunk, chunk))
+        if cfg.strategy == "mdtp" and rate:
+            share = self._last_round_share(rep)
+            if share is not None and share < chunk:
+                return max(share, cfg.min_chunk // 4) if share > 0 else 0
+        return chunk
+
+    def _start_s(self, rep: _ReplicaPlan) -> float:
+        """Seconds from now until a request sent to ``rep`` now could start streaming: its first byte takes a
+        round trip, and a pipelined request waits for everything queued before it."""
+        return max(rep.rtt or 0.0, self._work_s(rep) if rep.queue else 0.0)
+
+    def _last_round_share(self, rep: _ReplicaPlan) -> int | None:
+        """mdtp's last round: the free bytes shared by water-filling, each usable replica ``i`` taking
+        ``rate_i x (T - start_i)`` (none if it starts after ``T``), with ``T`` the moment at which they are all
+        done; so every replica, whatever it already has queued, finishes at ``T``. ``rep``'s share, or None when
+        ``rep``'s rate is not known."""
+        rate = self._current_rate(rep)
+        if not rate:
+            return None
+        lanes = sorted(
+            (self._start_s(r), r_rate) for r in self._replicas
+            if r.state == "ok" and (r_rate := self._rate_of(r)) > 0
+        )
+        left, rates, starts = float(self.free_bytes), 0.0, 0.0
+        finish = math.inf
+        for i, (start, r_rate) in enumerate(lanes):
+            rates += r_rate
+            starts += r_rate * start  # with lanes[:i+1] taking part: T = (left + sum(rate x start)) / sum(rate)
+            finish = (left + starts) / rates
+            if i + 1 == len(lanes) or finish <= lanes[i + 1][0]:
+                break
+        return max(0, int(rate * (finish - self._start_s(rep))))
 
     def _current_rate(self, rep: _ReplicaPlan) -> float | None:
         """Its latest chunk's rate, or the streaming chunk's so far once that is clearly lower (or nothing else is
@@ -513,7 +589,8 @@ class ChunkPlanner:
 
     def _issue(self, rep: _ReplicaPlan, span: tuple[int, int], now: float, *, hedge_of: int | None = None) -> None:
         start, end = span
-        req = _Request(self._next_id, rep.index, start, end, start, now, idle_line=not rep.queue, hedge_of=hedge_of)
+        req = _Request(self._next_id, rep.index, start, end, start, now, idle_line=not rep.queue, hedge_of=hedge_of,
+                       hedge=hedge_of is not None)
         self._next_id += 1
         self._requests[req.id] = req
         rep.queue.append(req.id)
@@ -523,7 +600,7 @@ class ChunkPlanner:
 
     def _complete(self, req: _Request) -> None:
         rep = self._replicas[req.replica]
-        self._forget(req)
+        self._forget(req, "stopped" if req.stopped else "done")
         if req.first_byte is not None and req.last_byte is not None:
             busy = max(req.last_byte - req.first_byte, 1e-6)
             rep.stats.busy_s += busy
@@ -556,18 +633,21 @@ class ChunkPlanner:
             self._release(self._requests[rid])
         if give_back:
             self._give_back(at, req.end)
-        req.end = at
+        req.end, req.stopped = at, True
         self._outbox.append(Stop(req.id, rep.index, at))
         if req.pos >= req.end:
             self._complete(req)
 
-    def _forget(self, req: _Request) -> None:
+    def _forget(self, req: _Request, outcome: str) -> None:
         del self._requests[req.id]
         self._replicas[req.replica].queue.remove(req.id)
+        if self._records is not None:
+            self._records.append(RequestRecord(req.id, req.replica, req.start, req.end, req.pos - req.start,
+                                               req.issued, req.first_byte, req.last_byte, req.hedge, outcome))
 
     def _release(self, req: _Request) -> None:
         """Take ``req`` back: its unreceived bytes return to ``free``, unless its hedge twin still covers them."""
-        self._forget(req)
+        self._forget(req, "taken back")
         partner = self._requests.get(req.partner) if req.partner is not None else None
         if partner is None:
             self._give_back(req.pos, req.end)
@@ -642,16 +722,16 @@ class ChunkPlanner:
             return
         silent = owner_rate <= 0  # nothing from the owner for a while (far, or gone): the idle one takes it all
         ahead = 0.0 if silent else self._work_s(owner) - remaining / owner_rate  # the owner's work before it
-        rtt = idle.rtt or 0.0
+        begin = self._start_s(idle)  # a round trip, or (its pipe not yet empty) the work it still has
         if self.config.tail == "hedge":
-            if not silent and rtt + remaining / idle_rate >= ahead + remaining / owner_rate:
+            if not silent and begin + remaining / idle_rate >= ahead + remaining / owner_rate:
                 return
             start = max(req.start, self._align_down(req.pos))
             self._issue(idle, (start, req.end), now, hedge_of=req.id)
             req.hedged_by = self._next_id - 1
             return
         # split: the owner keeps x bytes and the idle replica takes the rest, so both finish at the same moment
-        x = 0.0 if silent else (rtt + remaining / idle_rate - ahead) / (1 / owner_rate + 1 / idle_rate)
+        x = 0.0 if silent else (begin + remaining / idle_rate - ahead) / (1 / owner_rate + 1 / idle_rate)
         cut = self._align_up(req.pos + max(0, min(remaining, int(x))))
         if req.end - cut < max(1, self.config.min_chunk // 4):
             return

@@ -21,6 +21,11 @@ the planner's range requests are pipelined, so that each replica's pipe stays fu
 3. **Finish**: the SHA-256 of the file, computed over the growing prefix while the download runs, is checked
    against ``--sha256`` if given; then the part file is renamed to ``OUT``. ``OUT.lnet-part.state`` records the
    byte ranges in place, so the same command resumes an interrupted download with what it already has.
+
+``--trace FILE`` (``trace=``) writes every range request, once it is over, as one JSON object a line: the
+replica, the range, when it was sent, its first and last byte (seconds from the download's start) and how it
+ended (``RequestRecord``). A first line names the replicas (redacted) and the plan. The report's per-replica
+``first_byte_s`` and ``last_byte_s`` show how close to each other the replicas finished.
 """
 
 from __future__ import annotations
@@ -37,7 +42,7 @@ from urllib.parse import urlsplit
 
 import trio
 
-from lnet.client.engines.chunks import ChunkPlanner, Drop, Fetch, PlanConfig, ReplicaStats
+from lnet.client.engines.chunks import ChunkPlanner, Drop, Fetch, PlanConfig, ReplicaStats, RequestRecord
 from lnet.client.exits import ExitCode, Failure
 from lnet.client.fetching.partfile import (
     PartFile,
@@ -141,6 +146,8 @@ class ReplicaReport:
     share: float
     state: str
     reason: str
+    first_byte_s: float | None = None  # seconds from the download's start
+    last_byte_s: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         chunks = sorted(self.chunks)
@@ -156,7 +163,42 @@ class ReplicaReport:
             "share": round(self.share, 4),
             "state": self.state,
             "reason": self.reason,
+            "first_byte_s": _rounded(self.first_byte_s),
+            "last_byte_s": _rounded(self.last_byte_s),
         }
+
+
+def _rounded(seconds: float | None) -> float | None:
+    return None if seconds is None else round(seconds, 3)
+
+
+class _Trace:
+    """``--trace``: every request once it is over, one JSON object a line, times from the download's start."""
+
+    def __init__(self, path: Path, started: float) -> None:
+        try:
+            self._file = path.open("w", encoding="utf-8")
+        except OSError as exc:
+            raise MirrorError(f"cannot write the trace {path}: {exc.strerror or exc}", ExitCode.USAGE) from None
+        self._started = started
+
+    def write(self, document: dict[str, Any]) -> None:
+        self._file.write(json.dumps(document, separators=(",", ":")) + "\n")
+
+    def requests(self, records: list[RequestRecord]) -> None:
+        for r in records:
+            self.write({
+                "event": "request", "request": r.request, "replica": r.replica, "start": r.start, "end": r.end,
+                "received": r.received, "issued_s": self._at(r.issued), "first_byte_s": self._at(r.first_byte),
+                "last_byte_s": self._at(r.last_byte), "hedge": r.hedge, "outcome": r.outcome,
+            })
+        self._file.flush()
+
+    def _at(self, when: float | None) -> float | None:
+        return None if when is None else round(when - self._started, 4)
+
+    def close(self) -> None:
+        self._file.close()
 
 
 @dataclass
@@ -338,6 +380,7 @@ class _Download:
     preset: bool = False  # the reference is a resumed state's or an earlier attempt's, not a first answer's
     may_restart: bool = True
     on_write: Callable[[], None] = lambda: None
+    trace: _Trace | None = None
     agreeing: set[int] = field(default_factory=set)  # replicas that answered with the reference file
     disagreeing: dict[int, Validators] = field(default_factory=dict)  # refused: the file each serves instead
     restart: Validators | None = None  # start over with this file (more replicas serve it than the reference)
@@ -498,7 +541,9 @@ class _Download:
                 return None
             if self.restart is not None:
                 return self.restart
-            for decision in self.planner.poll(trio.current_time()):
+            decisions = self.planner.poll(trio.current_time())
+            self.flush_trace()
+            for decision in decisions:
                 if isinstance(decision, Fetch):
                     self.replicas[decision.replica].send.send_nowait(decision)
                 elif isinstance(decision, Drop):
@@ -525,6 +570,10 @@ class _Download:
             with trio.move_on_at(wakeup if wakeup is not None else math.inf):
                 await self.wake.wait()
             self.wake = trio.Event()
+
+    def flush_trace(self) -> None:
+        if self.trace is not None:
+            self.trace.requests(self.planner.take_records())
 
     def _reasons(self) -> str:
         return "; ".join(f"{rep.shown}: {stat.state}, {stat.reason or 'no reason'}"
@@ -568,6 +617,7 @@ class _Job:
     sha256: str | None
     check_validators: bool
     history: Path | None
+    trace: _Trace | None
     on_start: Callable[[int, list[str]], None]
     on_progress: Callable[[int, int], None]
     watcher: Watcher | None
@@ -584,19 +634,19 @@ async def fetch_mirrors(
     sha256: str | None = None,
     check_validators: bool = True,
     history: Path | None = None,
+    trace: Path | None = None,
     on_start: Callable[[int, list[str]], None] = lambda size, urls: None,
     on_progress: Callable[[int, int], None] = lambda replica, nbytes: None,
     watcher: Watcher | None = None,
     connect: Connector | None = None,
 ) -> MirrorResult:
     """Download one file from ``urls`` (replicas of it) into ``out``; see the module's docstring. ``connect`` opens
-    the byte stream to a replica (None: TCP; tests pass an emulated network)."""
+    the byte stream to a replica (None: TCP; tests pass an emulated network); ``trace``: where to write every
+    request once it is over (the module's docstring)."""
     if not urls:
         raise MirrorError("no replica URL given", ExitCode.USAGE)
     if len(set(urls)) != len(urls):
         raise MirrorError("a replica URL is given twice", ExitCode.USAGE)
-    job = _Job(list(urls), out, config or PlanConfig(), timeout_s, sha256, check_validators, history, on_start,
-               on_progress, watcher, connect, trio.current_time())
     fresh = not part_path(out).exists()
     try:
         part = PartFile.open(out)
@@ -604,8 +654,15 @@ async def fetch_mirrors(
         raise MirrorError(str(exc), ExitCode.USAGE) from None
     except PartFileError as exc:
         raise MirrorError(str(exc)) from None
-    finished = False
+    finished, tracer = False, None
     try:
+        started = trio.current_time()
+        tracer = None if trace is None else _Trace(trace, started)
+        job = _Job(list(urls), out, config or PlanConfig(), timeout_s, sha256, check_validators, history, tracer,
+                   on_start, on_progress, watcher, connect, started)
+        if tracer is not None:
+            tracer.write({"event": "download", "replicas": [redact_url(url) for url in job.urls],
+                          "strategy": job.config.strategy, "tail": job.config.tail, "depth": job.config.depth})
         known, resumed = _resumable(StateFile(part.state_path, lambda: None).read(), part.size())
         preset, attempts = known is not None, 1
         while True:
@@ -619,6 +676,8 @@ async def fetch_mirrors(
         if not finished and fresh and part.size() == 0:
             part.path.unlink(missing_ok=True)  # no replica answered: leave no empty part file behind
         part.close()
+        if tracer is not None:
+            tracer.close()
 
 
 async def _attempt(
@@ -632,7 +691,8 @@ async def _attempt(
         send, receive = trio.open_memory_channel[Fetch](CHANNEL_SIZE)
         replicas.append(_ReplicaWorker(i, url, redact_url(url), send, receive, job.connect))
     planner = ChunkPlanner(known.length if known is not None else None, len(replicas), job.config,
-                           history=load_history(job.history, job.urls), have=resumed)
+                           history=load_history(job.history, job.urls), have=resumed, record=job.trace is not None)
+    trace = job.trace
     have = _Have(resumed)
     resumed_bytes = have.total
     hashers: list[PrefixHasher] = []
@@ -667,7 +727,10 @@ async def _attempt(
     # with a watcher, a relay may already be sending what arrived: never start over under it
     run = _Download(planner, replicas, part, job.timeout_s, job.check_validators, job.on_progress, have, begin,
                     reference=known, preset=preset, may_restart=may_restart and job.watcher is None,
-                    on_write=written)
+                    on_write=written, trace=trace)
+    if trace is not None:  # an attempt (the replicas may outvote the first answer's file: a second one)
+        trace.write({"event": "attempt", "size": known.length if known is not None else None,
+                     "resumed_bytes": have.total})
     if known is not None:
         begin(known)
     outcome: Validators | None = None
@@ -684,6 +747,7 @@ async def _attempt(
     finally:
         if run.reference is not None:
             state.save(trio.current_time())
+        run.flush_trace()
     if run.failure is not None:
         raise run.failure
     if outcome is not None:
@@ -702,9 +766,13 @@ async def _attempt(
     stats = planner.stats()
     save_history(job.history, job.urls, stats)
     fetched = sum(stat.bytes for stat in stats) or 1
+    def since_start(when: float | None) -> float | None:
+        return None if when is None else when - job.started
+
     reports = [
         ReplicaReport(rep.shown, stat.bytes, stat.requests, list(stat.chunks), stat.rate * 8 / 1e6,
-                      stat.bytes / fetched, stat.state, stat.reason)
+                      stat.bytes / fetched, stat.state, stat.reason, since_start(stat.first_byte),
+                      since_start(stat.last_byte))
         for rep, stat in zip(replicas, stats, strict=True)
     ]
     return MirrorResult(job.out, ref.length, seconds, job.config.strategy, job.config.tail, digest, resumed_bytes,

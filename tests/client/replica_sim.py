@@ -3,8 +3,9 @@
 Each replica serves the requests sent on its connection in order at its rate; the first byte of a request sent on
 an idle connection arrives one round trip after it was sent (two on a new connection: the handshake), and a
 request queued behind another streams the moment that one ends, as HTTP/1.1 pipelining does. A ``Stop`` that is
-reached closes the connection; a replica can die (stop sending, as a stalled server; ``back_at``: until then),
-fail (an error) at a time, or change its rate. A planner started without the file's size learns it (``sized``)
+reached closes the connection, and what was sent after it and is still wanted goes again on a new one. A
+replica can die (stop sending, as a stalled server; ``back_at``: until then), fail (an error) at a time, or
+change its rate. A planner started without the file's size learns it (``sized``)
 when the first byte of any answer arrives, as the I/O shell reads it from the first ``Content-Range``; a request
 that then lies past the end is answered with nothing (a 416) and its connection goes on.
 """
@@ -73,6 +74,17 @@ def simulate(
         replicas[i].queue.clear()
         replicas[i].connected = False
 
+    def reconnect(i: int) -> None:
+        """Closed on purpose (a request stopped short): what the planner still wants, sent after the stop, goes
+        again on a new connection, as the I/O shell does."""
+        rep = replicas[i]
+        live = [q for q in rep.queue[1:] if planner.limit(int(q[0])) is not None]
+        close(i)
+        ready = now + 2 * rep.rtt
+        for q in live:
+            rep.queue.append([q[0], ready, q[2], q[3]])
+        rep.connected = bool(live)
+
     def apply(decisions: list[Fetch | Stop | Drop]) -> None:
         for d in decisions:
             if isinstance(d, Fetch):
@@ -124,7 +136,7 @@ def simulate(
                         rep.queue[0][1] = max(rep.queue[0][1], now)
                     continue
                 if limit is None or pos >= limit:  # void, or stopped where it is: the connection closes
-                    close(i)
+                    reconnect(i)
                     break
                 n = int(min(budget, limit - pos))
                 if n <= 0:
@@ -142,7 +154,7 @@ def simulate(
                     if rep.queue:
                         rep.queue[0][1] = max(rep.queue[0][1], now)
                 elif planner.limit(request) is None:  # stopped short of its end: the rest is never read
-                    close(i)
+                    reconnect(i)
                     break
         apply(planner.poll(now))
     result.seconds = now

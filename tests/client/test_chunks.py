@@ -409,6 +409,83 @@ def test_brute_with_unknown_size_splits_what_the_first_ranges_left() -> None:
     assert result.overlap(30 * MiB) == 0
 
 
+# -- the last round and the tail: every replica finishes at the same moment ---------------------------------------
+
+
+@pytest.mark.parametrize("size", [64 * MiB, 1024 * MiB])
+def test_mdtp_last_round_ends_every_replica_together_without_cutting_a_request(size: int) -> None:
+    planner = ChunkPlanner(None, 6)
+    result = simulate(planner, replicas_testbed(), size=size)
+    assert result.overlap(size) == 0
+    assert result.stops == []  # shared by water-filling: no split, so no connection closed
+    lasts = [stats.last_byte for stats in planner.stats()]
+    assert None not in lasts
+    assert max(lasts) - min(lasts) <= 0.02  # type: ignore[type-var, operator]
+    # the rest of the gap to the ideal is the start: a handshake and a round trip before each replica's first byte
+    assert result.seconds <= ideal(size, RATES) + 2 * max(RTTS)
+
+
+@pytest.mark.parametrize("depth", [2, 3])
+def test_the_last_round_counts_what_each_replica_still_has_queued(depth: int) -> None:
+    # the deeper the pipe, the more each replica has queued when the free bytes run out; the shares make up for it
+    size = 64 * MiB
+    planner = ChunkPlanner(None, 6, PlanConfig(depth=depth))
+    result = simulate(planner, replicas_testbed(), size=size)
+    assert result.overlap(size) == 0
+    lasts = [stats.last_byte or 0.0 for stats in planner.stats()]
+    assert max(lasts) - min(lasts) <= 0.05
+    assert result.seconds <= ideal(size, RATES) + 2 * max(RTTS)
+
+
+def test_the_tail_splits_before_the_replica_with_room_runs_dry() -> None:
+    # brute: a third each; the slow replica's remainder is cut while the fast ones still stream their own
+    replicas = [SimReplica(4 * MB, 0.05), SimReplica(4 * MB, 0.05), SimReplica(0.5 * MB, 0.05)]
+    size = 30 * MiB
+    planner = ChunkPlanner(size, 3, PlanConfig(strategy="brute", tail="split", depth=2))
+    result = simulate(planner, replicas)
+    assert result.overlap(size) == 0
+    stop_at = min(t for f, t in zip(result.fetches, result.fetched_at, strict=True) if f.start >= size // 3 * 2
+                  and f.replica != 2)
+    # a piece of the slow one's share goes to a fast replica once their rates are known (a second of bytes), not
+    # once the fast one has run dry (10 MiB at 4 MB/s: 2.7 s)
+    assert stop_at < 1.5
+    assert result.seconds <= ideal(size, [4 * MB, 4 * MB, 0.5 * MB]) * 1.1
+
+
+def test_records_say_how_each_request_ended() -> None:
+    planner = ChunkPlanner(None, 2, PlanConfig(initial_chunk=MiB, tail="none"), record=True)
+    a, b = fetches(planner.poll(0.0))
+    planner.sized(MiB + 10)  # b's first range lies across the end: cut to it
+    planner.received(a.request, MiB, 0.4)
+    planner.failed(1, 0.5, "connection reset")  # b, not started, is taken back
+    records = {r.request: r for r in planner.take_records()}
+    assert records[a.request].outcome == "done"
+    assert (records[a.request].first_byte, records[a.request].last_byte, records[a.request].received) == (
+        0.4, 0.4, MiB)
+    assert records[b.request].outcome == "taken back"
+    assert (records[b.request].end, records[b.request].received) == (MiB + 10, 0)
+    assert planner.take_records() == []  # each record is given once
+    assert ChunkPlanner(MiB, 1).take_records() == []  # not recording: nothing kept
+
+
+def test_records_of_a_split_and_a_void_first_range() -> None:
+    planner = ChunkPlanner(None, 3, PlanConfig(initial_chunk=MiB), record=True)
+    first = fetches(planner.poll(0.0))
+    planner.sized(MiB)  # the second and third first ranges lie past the end
+    assert sorted(r.outcome for r in planner.take_records()) == ["void", "void"]
+    planner = ChunkPlanner(8 * MiB, 2, PlanConfig(strategy="brute", min_chunk=64 * 1024), record=True)
+    a, b = fetches(planner.poll(0.0))
+    planner.received(a.request, a.end - a.start, 1.0)  # replica 0 is done; replica 1 has not started
+    planner.received(b.request, 1024, 1.0)
+    planner.received(b.request, 1024, 2.5)
+    planner.poll(2.5)  # replica 0 takes most of replica 1's remainder
+    for request, _, end in planner.outstanding(1):
+        planner.received(request, end - b.start - 2048, 3.0)
+    outcomes = {r.request: r.outcome for r in planner.take_records()}
+    assert outcomes[b.request] == "stopped"
+    assert first
+
+
 # -- under change: a replica slowing down, going silent, coming back --------------------------------------------
 
 

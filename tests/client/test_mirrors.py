@@ -224,6 +224,38 @@ async def test_the_command_prints_a_json_report(
     assert [s.requests > 1 for s in servers] == [True, True]  # both replicas served ranges through the seam
 
 
+async def test_the_trace_holds_every_request_and_the_report_when_each_replica_started_and_ended(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], autojump_clock: trio.abc.Clock
+) -> None:
+    out, trace = tmp_path / "file.bin", tmp_path / "trace.jsonl"
+    async with emulated(*throttled(8e6, 4e6)) as (servers, connect):
+        args = [s.url for s in servers] + ["-o", str(out), "--json", "--no-progress", "--trace", str(trace),
+                                          "--history", str(tmp_path / "h.json"), "--initial-chunk", "256KiB"]
+        code = await get.run(args, io=ClientIO(connect=connect))
+    assert code == ExitCode.OK
+    assert out.read_bytes() == DATA
+    report = json.loads(capsys.readouterr().out)
+    lines = [json.loads(line) for line in trace.read_text().splitlines()]
+    assert lines[0]["event"] == "download"
+    assert lines[0]["replicas"] == [r["url"] for r in report["replicas"]]
+    assert lines[1]["event"] == "attempt"
+    requests = [line for line in lines if line["event"] == "request"]
+    assert len(requests) == sum(s.requests for s in servers)  # every request the replicas answered
+    kept = sorted((r["start"], r["start"] + r["received"]) for r in requests)
+    at = 0
+    for start, end in kept:  # what arrived covers the file once (a split cuts a request, it does not copy it)
+        assert start == at
+        at = end
+    assert at == len(DATA)
+    for r in requests:
+        assert r["outcome"] in ("done", "stopped")
+        assert 0 <= r["issued_s"] <= r["first_byte_s"] <= r["last_byte_s"] <= report["seconds"]
+    for i, replica in enumerate(report["replicas"]):
+        mine = [r for r in requests if r["replica"] == i]
+        assert replica["first_byte_s"] == pytest.approx(min(r["first_byte_s"] for r in mine), abs=1e-3)
+        assert replica["last_byte_s"] == pytest.approx(max(r["last_byte_s"] for r in mine), abs=1e-3)
+
+
 async def test_the_command_prints_the_per_replica_table_and_a_closing_line(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, autojump_clock: trio.abc.Clock
 ) -> None:
@@ -268,6 +300,11 @@ def test_the_command_refuses_bad_input(tmp_path: Path, capsys: pytest.CaptureFix
     assert get.main(["http://127.0.0.1:1/x", "http://127.0.0.1:1/x", "-o", out]) == ExitCode.USAGE
     assert "a replica URL is given twice" in capsys.readouterr().err
     assert get.main(["http://127.0.0.1:1/x", "-o", out, "--strategy", "fastest"]) == ExitCode.USAGE
+    capsys.readouterr()
+    assert get.main(["http://127.0.0.1:1/x", "-o", out, "--trace", str(tmp_path / "no" / "t")]) == ExitCode.USAGE
+    assert "not a directory" in capsys.readouterr().err
+    assert get.main(["m.json", "-o", out, "--trace", str(tmp_path / "t")]) == ExitCode.USAGE
+    assert "--trace records the requests to replicas" in capsys.readouterr().err
 
 
 async def test_send_with_replicas_feeding_the_first_hop(
