@@ -695,7 +695,7 @@ async def measure_case(case: Case, settings: Settings, out: Path, payloads: Payl
             main_depots = fleet.depots_file(out / "depots.toml", case.source, case.depots)
             memory = out / f"rep{rep}-edges.json"
             memory.unlink(missing_ok=True)
-            paths = ["--max-paths", str(settings.max_paths)] if settings.max_paths != 1 else []
+            paths = ["--max-paths", str(settings.max_paths)]  # always: lnet-send's own default is 3
             plan = [("direct", ["--path", case.dest, "--cold"], scratch), ("cold", ["--cold", *paths], memory),
                     ("warm", paths, memory)]
             for kind, extra, memory_file in plan:
@@ -825,8 +825,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="blocks in flight per hop (default 2, the seed's setting); 'default': lnet-send's rule")
     parser.add_argument("--block-size", default="1MiB")
     parser.add_argument("--max-paths", type=int, default=1, dest="lnet_max_paths", metavar="N",
-                        help="lnet-send --max-paths of the cold and warm runs (default 1; the oracle and direct are "
-                        "single paths)")
+                        help="lnet-send --max-paths of the cold and warm runs, always passed (default 1: does lnet "
+                        "find the best single chain; lnet-send's own default is 3); the oracle and direct are single "
+                        "paths")
     parser.add_argument("--seed", type=int, default=DEFAULT_SEED, help="seed of the generated topologies (11)")
     parser.add_argument("--out", type=Path, default=Path(tempfile.gettempdir()) / "lnet-bench-pathchoice")
     parser.add_argument("--quick", action="store_true", help="a smoke test: tiny sizes, one run")

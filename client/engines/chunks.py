@@ -55,7 +55,7 @@ owner stops at the cut, the other replica takes the rest after what it still has
 dry); ``hedge`` asks it for the same remainder and stops whichever is still going when the other finishes;
 ``none`` waits (the seed-004 baselines as published). Both act only if the replica with room would finish the
 remainder sooner than its owner. A replica whose request has had no byte for ``LIVE_RATE_AFTER_S`` (a far
-one that has not answered yet, or one gone silent) counts as rate 0 there: the idle replica takes all of it. An
+one that has not answered yet, or one gone silent) counts as rate 0 there: the idle replica takes all of it, however little. An
 idle replica takes a tail only once it has delivered a byte (since its latest failure, if any).
 
 **Failures.** A replica that errors, or stalls (no byte for ``stall_s`` while it has a request; a request
@@ -713,14 +713,15 @@ class ChunkPlanner:
         if not busy:
             return
         owner = max(busy, key=self._work_s)
-        req = self._requests[owner.queue[-1]]
+        owner_rate, idle_rate = self._rate_of(owner), self._rate_of(idle)
+        silent = owner_rate <= 0  # nothing from the owner for a while (far, or gone): the idle one takes it all
+        req = self._requests[owner.queue[-1]]  # a silent owner's others go too, one by one, whatever their size
         if req.partner is not None:
             return
         remaining = req.end - req.pos
-        owner_rate, idle_rate = self._rate_of(owner), self._rate_of(idle)
-        if idle_rate <= 0 or remaining < max(1, self.config.min_chunk // 4):
+        small = max(1, self.config.min_chunk // 4)  # not worth a request, unless its owner is silent
+        if idle_rate <= 0 or remaining < (1 if silent else small):
             return
-        silent = owner_rate <= 0  # nothing from the owner for a while (far, or gone): the idle one takes it all
         ahead = 0.0 if silent else self._work_s(owner) - remaining / owner_rate  # the owner's work before it
         begin = self._start_s(idle)  # a round trip, or (its pipe not yet empty) the work it still has
         if self.config.tail == "hedge":
@@ -733,7 +734,7 @@ class ChunkPlanner:
         # split: the owner keeps x bytes and the idle replica takes the rest, so both finish at the same moment
         x = 0.0 if silent else (begin + remaining / idle_rate - ahead) / (1 / owner_rate + 1 / idle_rate)
         cut = self._align_up(req.pos + max(0, min(remaining, int(x))))
-        if req.end - cut < max(1, self.config.min_chunk // 4):
+        if req.end - cut < (1 if silent else small):
             return
         end = req.end
         self._stop(req, cut)

@@ -581,11 +581,11 @@ def test_max_paths_reaches_the_scheduler_and_its_help_teaches(capsys: pytest.Cap
     args = send.SendArgs.parse(["f", "--to", "c", "--max-paths", "3"])
     assert send_transfer.scheduler_config(args).max_paths == 3
     assert send_transfer.scheduler_config(send.SendArgs.parse(["f", "--to", "c"])).max_paths == send.DEFAULT_MAX_PATHS
-    assert send.DEFAULT_MAX_PATHS == 1
+    assert send.DEFAULT_MAX_PATHS == 3
     with pytest.raises(SystemExit):
         send.main(["--help"])
     text = " ".join(capsys.readouterr().out.split())
-    assert "--max-paths N use up to N chains at once (1)" in text
+    assert "--max-paths N use up to N chains at once (3)" in text
     assert "shares no overlay link" in text
 
 
