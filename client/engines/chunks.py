@@ -55,8 +55,8 @@ owner stops at the cut, the other replica takes the rest after what it still has
 dry); ``hedge`` asks it for the same remainder and stops whichever is still going when the other finishes;
 ``none`` waits (the seed-004 baselines as published). Both act only if the replica with room would finish the
 remainder sooner than its owner. A replica whose request has had no byte for ``LIVE_RATE_AFTER_S`` (a far
-one that has not answered yet, or one gone silent) counts as rate 0 there: the idle replica takes all of it, however little. An
-idle replica takes a tail only once it has delivered a byte (since its latest failure, if any).
+one that has not answered yet, or one gone silent) counts as rate 0 there: the other takes all of it, however
+little. A replica takes a tail only once it has delivered a byte (since its latest failure, if any).
 
 **Failures.** A replica that errors, or stalls (no byte for ``stall_s`` while it has a request; a request
 pipelined behind another waits from the moment that one ended), gives its unreceived bytes back to ``free`` and
