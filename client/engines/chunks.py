@@ -242,6 +242,7 @@ class _ReplicaPlan:
     chunk: int = 0  # aggressive: its current chunk
     failures_in_row: int = 0
     retry_at: float = 0.0
+    new_line_after: int | None = None  # requests after this one go on a new connection (a stop closes it, or a failure)
     state: str = "ok"
     stats: ReplicaStats = field(default_factory=ReplicaStats)
 
@@ -314,6 +315,8 @@ class ChunkPlanner:
             req.first_byte = now
             if req.idle_line and (rep.rtt is None or now - req.issued < rep.rtt):
                 rep.rtt = now - req.issued
+            if rep.new_line_after is not None and req.id > rep.new_line_after:
+                rep.new_line_after = None  # the new connection is up
         req.pos += nbytes
         req.last_byte = rep.last_byte = rep.stats.last_byte = now
         if rep.stats.first_byte is None:
@@ -330,6 +333,7 @@ class ChunkPlanner:
             return
         self._release_all(rep)
         rep.failed_at = now
+        rep.new_line_after = self._next_id - 1
         rep.failures_in_row += 1
         rep.stats.failures += 1
         if rep.failures_in_row >= self.config.max_failures:
@@ -475,8 +479,13 @@ class ChunkPlanner:
 
     def _start_s(self, rep: _ReplicaPlan) -> float:
         """Seconds from now until a request sent to ``rep`` now could start streaming: its first byte takes a
-        round trip, and a pipelined request waits for everything queued before it."""
-        return max(rep.rtt or 0.0, self._work_s(rep) if rep.queue else 0.0)
+        round trip, and a pipelined request waits for everything queued before it; after a stop (or a failure)
+        its connection closes, and a new one costs a handshake first."""
+        work = self._work_s(rep) if rep.queue else 0.0
+        rtt = rep.rtt or 0.0
+        if rep.new_line_after is not None:
+            return work + 2 * rtt
+        return max(rtt, work)
 
     def _last_round_share(self, rep: _ReplicaPlan) -> int | None:
         """mdtp's last round: the free bytes shared by water-filling, each usable replica ``i`` taking
@@ -634,6 +643,7 @@ class ChunkPlanner:
         if give_back:
             self._give_back(at, req.end)
         req.end, req.stopped = at, True
+        rep.new_line_after = max(req.id, rep.new_line_after or -1)
         self._outbox.append(Stop(req.id, rep.index, at))
         if req.pos >= req.end:
             self._complete(req)
