@@ -87,7 +87,8 @@ async def test_a_cold_start_leaves_a_narrow_direct_link_for_the_detour(requires_
     memory = tmp_path / "edges.json"
     assert not memory.exists()  # a fresh memory, and --cold: nothing known at the start
     async with depots_on(TOPOLOGY, bed_name, tmp_path, "src") as bed:
-        argv = bed.send_argv(payload, "dst", memory, "--cold", "--max-inflight", "2",
+        # one chain (issue 11's choice; lnet-send's default runs up to 3, and its path attempts interleave)
+        argv = bed.send_argv(payload, "dst", memory, "--cold", "--max-inflight", "2", "--max-paths", "1",
                              "--report", str(tmp_path / "report.json"))
         summary = await send_until(bed, argv, tmp_path / "send.log", DEADLINE_S)
         assert moved_to_the_detour(summary) == []
