@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, TypeVar
 from lnet.client.commands import replica_options
 from lnet.client.commands.clientio import ClientIO
 from lnet.client.commands.outcome import Failed, Outcome, finish
-from lnet.client.commands.output import CommandOutput, QuietProgress, parse_arguments
+from lnet.client.commands.output import CommandOutput, QuietProgress, file_option_problem, parse_arguments
 from lnet.client.commands.replica_options import ReplicaArgs
 from lnet.client.exits import EXIT_CODES_HELP, ExitCode, Failure, is_interrupt
 from lnet.units import parse_duration
@@ -231,9 +231,8 @@ async def _from_replicas(args: GetArgs, out: CommandOutput, io: ClientIO) -> Out
         return Failed(ExitCode.USAGE, str(exc))
     if args.output.is_dir():
         return Failed(ExitCode.USAGE, f"{args.output} is a directory: give the file's path")
-    if args.trace is not None and (args.trace.is_dir() or not args.trace.parent.is_dir()):
-        where = "is a directory" if args.trace.is_dir() else f"is in {args.trace.parent}, which is not a directory"
-        return Failed(ExitCode.USAGE, f"--trace {args.trace}: {where}; name a file in an existing directory")
+    if (problem := file_option_problem("--trace", args.trace)) is not None:
+        return Failed(ExitCode.USAGE, problem)
     from lnet.client.commands.outcome import ReplicasFetched
     from lnet.client.fetching.mirrors import fetch_mirrors
     from lnet.client.fetching.partfile import part_path

@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from rich.console import Console
     from rich.progress import Progress, TaskID
 
-__all__ = ["CommandOutput", "QuietProgress", "parse_arguments", "transfer_progress"]
+__all__ = ["CommandOutput", "QuietProgress", "file_option_problem", "parse_arguments", "transfer_progress"]
 
 Options = TypeVar("Options")
 
@@ -61,6 +61,15 @@ class CommandOutput:
     def show_progress(self, no_progress: bool) -> bool:
         """Bars only on a terminal, and never with ``--no-progress``."""
         return not no_progress and self.err.is_terminal
+
+
+def file_option_problem(option: str, path: Path | None) -> str | None:
+    """What is wrong with ``path`` as the file an option (``--trace``) writes, or None: it must not be a
+    directory, and its directory must exist (said before anything is sent or fetched)."""
+    if path is None or not (path.is_dir() or not path.parent.is_dir()):
+        return None
+    where = "is a directory" if path.is_dir() else f"is in {path.parent}, which is not a directory"
+    return f"{option} {path}: {where}; name a file in an existing directory"
 
 
 class QuietProgress:

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from lnet.client.commands import replica_options
 from lnet.client.commands.clientio import ClientIO
+from lnet.client.commands.output import file_option_problem
 from lnet.client.commands.replica_options import ReplicaArgs
 from lnet.client.exits import EXIT_CODES_HELP
 
@@ -158,9 +159,8 @@ class SendArgs:
         """``argv`` parsed (argparse exits on ``--help`` and on a usage error, as the command does)."""
         parser = _parser()
         ns = parser.parse_args(argv)
-        if ns.trace is not None and (ns.trace.is_dir() or not ns.trace.parent.is_dir()):
-            where = "is a directory" if ns.trace.is_dir() else f"is in {ns.trace.parent}, which is not a directory"
-            parser.error(f"--trace {ns.trace}: {where}; name a file in an existing directory")
+        if (problem := file_option_problem("--trace", ns.trace)) is not None:
+            parser.error(problem)
         return cls.from_namespace(ns)
 
 
