@@ -472,8 +472,8 @@ class ChunkPlanner:
             chunk = max(chunk, int(rate * rep.rtt))  # never less than the pipe holds (TCP-PARIS)
         chunk = max(cfg.min_chunk, min(cfg.max_chunk, chunk))
         if cfg.strategy == "mdtp" and rate:
-            share = self._last_round_share(rep)
-            if share is not None and share < chunk:
+            share = self._last_round_share(rep, rate)
+            if share < chunk:
                 return max(share, cfg.min_chunk // 4) if share > 0 else 0
         return chunk
 
@@ -487,14 +487,11 @@ class ChunkPlanner:
             return work + 2 * rtt
         return max(rtt, work)
 
-    def _last_round_share(self, rep: _ReplicaPlan) -> int | None:
+    def _last_round_share(self, rep: _ReplicaPlan, rate: float) -> int:
         """mdtp's last round: the free bytes shared by water-filling, each usable replica ``i`` taking
         ``rate_i x (T - start_i)`` (none if it starts after ``T``), with ``T`` the moment at which they are all
-        done; so every replica, whatever it already has queued, finishes at ``T``. ``rep``'s share, or None when
-        ``rep``'s rate is not known."""
-        rate = self._current_rate(rep)
-        if not rate:
-            return None
+        done; so every replica, whatever it already has queued, finishes at ``T``. ``rep``'s share, at ``rate``
+        (its current rate)."""
         lanes = sorted(
             (self._start_s(r), r_rate) for r in self._replicas
             if r.state == "ok" and (r_rate := self._rate_of(r)) > 0

@@ -186,6 +186,8 @@ class _Trace:
         self._file.write(json.dumps(document, separators=(",", ":")) + "\n")
 
     def requests(self, records: list[RequestRecord]) -> None:
+        if not records:
+            return
         for r in records:
             self.write({
                 "event": "request", "request": r.request, "replica": r.replica, "start": r.start, "end": r.end,
