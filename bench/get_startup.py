@@ -34,21 +34,29 @@ from lnet.units import parse_size  # noqa: E402
 async def measure(runs: int, size: int, count: int) -> dict[str, float]:
     data = os.urandom(size)
     lnet_get = Path(sys.executable).parent / "lnet-get"
-    walls, owns = [], []
+    walls, owns, firsts, dials = [], [], [], []
     with tempfile.TemporaryDirectory(prefix="lnet-get-startup-") as scratch:
         async with replicas(*(Replica(data) for _ in range(count))) as servers:
             for i in range(runs):
                 out = Path(scratch) / f"out-{i}.bin"
                 argv = [str(lnet_get), *(s.url for s in servers), "-o", str(out), "--json", "--no-progress"]
+                for server in servers:
+                    server.first_request_at = server.first_connection_at = None
                 started = time.monotonic()
                 done = await trio.run_process(argv, capture_stdout=True)
                 walls.append(time.monotonic() - started)
+                firsts.append(min(s.first_request_at for s in servers if s.first_request_at is not None) - started)
+                dials.append(min(s.first_connection_at for s in servers if s.first_connection_at is not None)
+                             - started)
                 owns.append(json.loads(done.stdout)["seconds"])
                 if out.read_bytes() != data:
                     raise SystemExit(f"run {i}: the bytes differ")
                 out.unlink()
     return {"wall_median_s": statistics.median(walls), "wall_min_s": min(walls), "wall_max_s": max(walls),
-            "own_median_s": statistics.median(owns)}
+            "own_median_s": statistics.median(owns), "first_request_median_s": statistics.median(firsts),
+            "first_request_min_s": min(firsts), "first_request_max_s": max(firsts),
+            "first_connection_median_s": statistics.median(dials), "first_connection_min_s": min(dials),
+            "first_connection_max_s": max(dials)}
 
 
 def main() -> None:
@@ -60,7 +68,11 @@ def main() -> None:
     result = trio.run(measure, args.runs, args.size, args.replicas)
     print(f"lnet-get, {args.runs} runs, {args.size} bytes from {args.replicas} loopback replicas: process start to "
           f"exit {result['wall_median_s']:.3f} s median ({result['wall_min_s']:.3f}-{result['wall_max_s']:.3f}), "
-          f"its own seconds {result['own_median_s']:.3f}")
+          f"its own seconds {result['own_median_s']:.3f}; a replica accepted the first connection "
+          f"{result['first_connection_median_s']:.3f} s after the start ({result['first_connection_min_s']:.3f}-"
+          f"{result['first_connection_max_s']:.3f}) and read the first request after "
+          f"{result['first_request_median_s']:.3f} s ({result['first_request_min_s']:.3f}-"
+          f"{result['first_request_max_s']:.3f})")
     print(json.dumps({"bench": "get_startup", "runs": args.runs, **result}))
 
 

@@ -4,7 +4,8 @@ HTTP replicas at once (``URL ...``), written to ``OUT.lnet-part`` and renamed in
 Parses its arguments once into ``GetArgs``, calls ``lnet.client.fetching`` (``get_file``, ``get_directory``,
 ``fetch_mirrors``) with them and the command's ``ClientIO`` (how it reaches the network), and hands the outcome to
 ``commands.outcome.finish`` (output and exit code). Only argparse and the exit codes are loaded before parsing;
-the libraries, trio and rich are loaded after it (``--help`` answers at once). ``run`` is ``main`` for a caller
+the libraries, trio and rich are loaded after it (``--help`` answers at once). With URLs, the replicas are dialled
+(``wire.predial``) before trio is loaded, so the handshakes travel while it loads. ``run`` is ``main`` for a caller
 already in a trio loop.
 """
 
@@ -126,6 +127,12 @@ def main(argv: list[str] | None = None, *, io: ClientIO | None = None) -> int:
     if isinstance(parsed, int):
         return parsed
     args, out = parsed
+    predial = None
+    if io is None and all(replica_options.is_url(source) for source in args.sources):
+        from lnet.client.wire.predial import Predial
+
+        predial = Predial.start(args.sources, args.timeout)  # the handshakes travel while trio loads
+        io = ClientIO(connect=predial.connect)
     import trio
 
     try:
@@ -135,6 +142,9 @@ def main(argv: list[str] | None = None, *, io: ClientIO | None = None) -> int:
             raise
         return finish(out, Failed(ExitCode.INTERRUPTED, "interrupted; run the same command to resume"),
                       as_json=args.json)
+    finally:
+        if predial is not None:
+            predial.close()
 
 
 async def run(argv: list[str], *, io: ClientIO | None = None) -> int:

@@ -11,6 +11,7 @@ throttled replica's seconds pass in no wall time.
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -39,6 +40,8 @@ class Replica:
     requests: int = 0
     connections: int = 0
     ranges: list[tuple[int, int]] = field(default_factory=list)
+    first_connection_at: float | None = None  # time.monotonic() when the first connection was accepted
+    first_request_at: float | None = None  # time.monotonic() when the first request's head arrived
     _scope: trio.CancelScope | None = None
     _connections: trio.Nursery = field(init=False)
 
@@ -74,6 +77,8 @@ class Replica:
 
     async def _connection(self, stream: trio.abc.Stream) -> None:
         self.connections += 1
+        if self.first_connection_at is None:
+            self.first_connection_at = time.monotonic()
         conn = h11.Connection(h11.SERVER)
         answered = 0
         async with stream:
@@ -82,6 +87,8 @@ class Replica:
                     request = await self._next(conn, stream)
                     if not isinstance(request, h11.Request):
                         return
+                    if self.first_request_at is None:
+                        self.first_request_at = time.monotonic()
                     while not isinstance(await self._next(conn, stream), h11.EndOfMessage):
                         pass
                     self.requests += 1
