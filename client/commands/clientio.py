@@ -13,6 +13,7 @@ if TYPE_CHECKING:
     import httpx
 
     from lnet.client.sending.relay import Offload
+    from lnet.client.wire.predial import Predial
     from lnet.client.wire.range_connection import Connector
 
 __all__ = ["ClientIO"]
@@ -24,8 +25,11 @@ class ClientIO:
     or in-process depots'). ``connect``: how the byte stream to a replica (``lnet-get URL ...``,
     ``lnet-send --source``) is opened (None: TCP; tests pass an in-memory replica network). ``offload``: how
     lnet-send runs the reads and hashes of what it sends (None: in worker threads; tests on trio's mock clock run
-    them inline, since the clock may jump while a worker thread runs)."""
+    them inline, since the clock may jump while a worker thread runs). ``early``: the replicas' connections
+    ``lnet-get URL ...`` dialled before trio was loaded (``wire.predial``), taken by the download's first
+    connections."""
 
     transport: httpx.AsyncBaseTransport | None = None
     connect: Connector | None = None
     offload: Offload | None = None
+    early: Predial | None = None

@@ -5,8 +5,8 @@ Parses its arguments once into ``GetArgs``, calls ``lnet.client.fetching`` (``ge
 ``fetch_mirrors``) with them and the command's ``ClientIO`` (how it reaches the network), and hands the outcome to
 ``commands.outcome.finish`` (output and exit code). Only argparse and the exit codes are loaded before parsing;
 the libraries, trio and rich are loaded after it (``--help`` answers at once). With URLs, the replicas are dialled
-(``wire.predial``) before trio is loaded, so the handshakes travel while it loads. ``run`` is ``main`` for a caller
-already in a trio loop.
+and asked for their first ranges (``wire.predial``) before trio is loaded, so that all travels while it loads.
+``run`` is ``main`` for a caller already in a trio loop.
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ if TYPE_CHECKING:
 
     from lnet.client.fetching.blocks import GetResult
     from lnet.client.fetching.mirrors import MirrorResult
+    from lnet.client.wire.predial import Predial
 
 __all__ = ["DEFAULT_PARALLEL", "DEFAULT_TIMEOUT_S", "MAX_PARALLEL", "GetArgs", "main", "run"]
 
@@ -129,10 +130,8 @@ def main(argv: list[str] | None = None, *, io: ClientIO | None = None) -> int:
     args, out = parsed
     predial = None
     if io is None and all(replica_options.is_url(source) for source in args.sources):
-        from lnet.client.wire.predial import Predial
-
-        predial = Predial.start(args.sources, args.timeout)  # the handshakes travel while trio loads
-        io = ClientIO(connect=predial.connect)
+        predial = _predial(args)
+        io = ClientIO(early=predial)
     import trio
 
     try:
@@ -145,6 +144,23 @@ def main(argv: list[str] | None = None, *, io: ClientIO | None = None) -> int:
     finally:
         if predial is not None:
             predial.close()
+
+
+def _predial(args: GetArgs) -> Predial:
+    """Dial the replicas and, for a download that is not a resumed one, ask each for its first range at once: the
+    handshakes and the first answers travel while trio and the download stack load."""
+    from lnet.client.engines.chunks import first_ranges
+    from lnet.client.fetching.part_names import state_path
+    from lnet.client.wire.predial import Predial
+
+    first = None
+    try:
+        config = args.replica.plan_config(args.timeout)
+    except ValueError:
+        config = None  # the download reports it; nothing is asked for
+    if config is not None and not state_path(args.output).exists() and len(set(args.sources)) == len(args.sources):
+        first = first_ranges(config, len(args.sources))
+    return Predial.start(args.sources, args.timeout, first)
 
 
 async def run(argv: list[str], *, io: ClientIO | None = None) -> int:
@@ -269,7 +285,7 @@ async def _from_replicas(args: GetArgs, out: CommandOutput, io: ClientIO) -> Out
         return await fetch_mirrors(
             args.sources, args.output, config=config, timeout_s=args.timeout, sha256=sha256,
             check_validators=not args.replica.ignore_validators, history=args.replica.history_file(),
-            trace=args.trace, on_start=on_start, on_progress=on_progress, connect=io.connect)
+            trace=args.trace, on_start=on_start, on_progress=on_progress, connect=io.connect, early=io.early)
 
     result = await _fetch(progress, fetch, f"what arrived is kept in {part_path(args.output)}: run the same "
                           "command to resume")

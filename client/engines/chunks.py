@@ -84,6 +84,7 @@ __all__ = [
     "ReplicaStats",
     "RequestRecord",
     "Stop",
+    "first_ranges",
 ]
 
 Strategy = Literal["mdtp", "static", "brute", "history", "aggressive"]
@@ -256,6 +257,18 @@ class _ReplicaPlan:
             self.stats.reason = reason
 
 
+def first_ranges(config: PlanConfig, replicas: int) -> list[tuple[int, int]]:
+    """The range each replica is asked for first in a download whose size is unknown (not a resumed one), in the
+    order of the replicas: what ``ChunkPlanner.poll`` issues first, so that ``wire.predial`` can request them
+    before the planner exists."""
+    length = _first_length(config)
+    return [(i * length, (i + 1) * length) for i in range(replicas)]
+
+
+def _first_length(config: PlanConfig) -> int:
+    return -(-config.initial_chunk // config.align) * config.align
+
+
 class ChunkPlanner:
     """Decide, as bytes arrive, the next byte range for each replica; see the module's theory of operation."""
 
@@ -325,6 +338,18 @@ class ChunkPlanner:
         rep.failures_in_row = 0
         if req.pos >= req.end:
             self._complete(req)
+
+    def sent_early(self, request: int, rtt: float | None = None) -> None:
+        """``request`` went out before it was issued here (``wire.predial`` writes the first ranges on connections
+        dialled before the event loop runs): its first byte measures no round trip. ``rtt``: one measured on its
+        connection instead (its TCP handshake)."""
+        req = self._requests.get(request)
+        if req is None:
+            raise PlanError(f"unknown request {request}")
+        req.idle_line = False
+        rep = self._replicas[req.replica]
+        if rtt is not None and rtt > 0 and (rep.rtt is None or rtt < rep.rtt):
+            rep.rtt = rtt
 
     def failed(self, replica: int, now: float, reason: str) -> None:
         """The replica's connection failed (error, timeout, closed): its unreceived bytes go back to ``free``."""
@@ -566,7 +591,7 @@ class ChunkPlanner:
     def _first_range(self) -> tuple[int, int]:
         """Size unknown: ``initial_chunk`` bytes (rounded up to ``align``) at an offset of its own; a range given
         back by a failure goes out again first, else the next one after every range handed out so far."""
-        length = self._align_up(self.config.initial_chunk)
+        length = _first_length(self.config)
         if self._free:
             start, end = self._free[0]
             stop = min(end, start + length)

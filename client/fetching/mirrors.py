@@ -37,7 +37,7 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 import trio
@@ -63,6 +63,9 @@ from lnet.client.wire.range_connection import (
     ReplicaRefused,
     redact_url,
 )
+
+if TYPE_CHECKING:
+    from lnet.client.wire.predial import Early, Predial
 
 __all__ = [
     "MirrorError",
@@ -383,6 +386,7 @@ class _Download:
     may_restart: bool = True
     on_write: Callable[[], None] = lambda: None
     trace: _Trace | None = None
+    early: Predial | None = None  # connections dialled before the event loop ran: each replica's first takes its own
     agreeing: set[int] = field(default_factory=set)  # replicas that answered with the reference file
     disagreeing: dict[int, Validators] = field(default_factory=dict)  # refused: the file each serves instead
     restart: Validators | None = None  # start over with this file (more replicas serve it than the reference)
@@ -407,7 +411,8 @@ class _Download:
             try:
                 with trio.CancelScope() as rep.scope:
                     conn = RangeConnection(rep.url, self.timeout_s, connect=rep.connect)
-                    await conn.__aenter__()
+                    early = await self._early(rep, pending[0])
+                    await (conn.open(early.stream, early.sent) if early is not None else conn.open())
                     on_wire, answering = trio.open_memory_channel[Fetch](CHANNEL_SIZE)
                     async with trio.open_nursery() as nursery:
                         nursery.start_soon(self._sender, rep, conn, pending, on_wire)
@@ -428,6 +433,18 @@ class _Download:
                     await conn.aclose()
             if rep.refused:
                 return
+
+    async def _early(self, rep: _ReplicaWorker, first: Fetch) -> Early | None:
+        """The connection ``predial`` opened to this replica, the first time it is asked: taken if the range it asked
+        for already is this connection's first request (else closed: that answer is not wanted)."""
+        early = await self.early.take(rep.url) if self.early is not None else None
+        if early is None or early.sent is None:
+            return early
+        if early.sent != (first.start, first.end):
+            await trio.aclose_forcefully(early.stream)
+            return None
+        self.planner.sent_early(first.request, early.handshake_s)  # its first byte measures no round trip
+        return early
 
     async def _sender(
         self, rep: _ReplicaWorker, conn: RangeConnection, pending: deque[Fetch], on_wire: trio.MemorySendChannel[Fetch],
@@ -625,6 +642,7 @@ class _Job:
     watcher: Watcher | None
     connect: Connector | None
     started: float
+    early: Predial | None = None
 
 
 async def fetch_mirrors(
@@ -641,10 +659,12 @@ async def fetch_mirrors(
     on_progress: Callable[[int, int], None] = lambda replica, nbytes: None,
     watcher: Watcher | None = None,
     connect: Connector | None = None,
+    early: Predial | None = None,
 ) -> MirrorResult:
     """Download one file from ``urls`` (replicas of it) into ``out``; see the module's docstring. ``connect`` opens
     the byte stream to a replica (None: TCP; tests pass an emulated network); ``trace``: where to write every
-    request once it is over (the module's docstring)."""
+    request once it is over (the module's docstring); ``early``: connections dialled, and first ranges asked
+    for, before the event loop ran (``wire.predial``): each replica's first connection takes its own."""
     if not urls:
         raise MirrorError("no replica URL given", ExitCode.USAGE)
     if len(set(urls)) != len(urls):
@@ -661,7 +681,7 @@ async def fetch_mirrors(
         started = trio.current_time()
         tracer = None if trace is None else _Trace(trace, started)
         job = _Job(list(urls), out, config or PlanConfig(), timeout_s, sha256, check_validators, history, tracer,
-                   on_start, on_progress, watcher, connect, started)
+                   on_start, on_progress, watcher, connect, started, early)
         if tracer is not None:
             tracer.write({"event": "download", "replicas": [redact_url(url) for url in job.urls],
                           "strategy": job.config.strategy, "tail": job.config.tail, "depth": job.config.depth})
@@ -729,7 +749,7 @@ async def _attempt(
     # with a watcher, a relay may already be sending what arrived: never start over under it
     run = _Download(planner, replicas, part, job.timeout_s, job.check_validators, job.on_progress, have, begin,
                     reference=known, preset=preset, may_restart=may_restart and job.watcher is None,
-                    on_write=written, trace=trace)
+                    on_write=written, trace=trace, early=job.early)
     if trace is not None:  # an attempt (the replicas may outvote the first answer's file: a second one)
         trace.write({"event": "attempt", "size": known.length if known is not None else None,
                      "resumed_bytes": have.total})

@@ -21,6 +21,7 @@ from typing import Any
 
 import trio
 
+from lnet.client.fetching.part_names import part_path, state_path
 from lnet.client.formats.documents import write_private_file
 from lnet.client.formats.manifest import block_hasher
 
@@ -43,14 +44,6 @@ HASH_CHUNK = 4 * 1024 * 1024
 STATE_SAVE_INTERVAL_S = 0.5
 """The resume state is rewritten at most this often while bytes land (and always at the end, however the run
 ends): a crash loses at most this much bookkeeping, never correctness, since what it lists is checked again."""
-
-
-def part_path(out: Path) -> Path:
-    return out.with_name(out.name + ".lnet-part")
-
-
-def state_path(out: Path) -> Path:
-    return out.with_name(out.name + ".lnet-part.state")
 
 
 def write_at(fd: int, data: bytes | bytearray | memoryview, offset: int) -> None:

@@ -17,11 +17,11 @@ import ssl
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import cast
-from urllib.parse import urlsplit
 
 import h11
 import trio
 
+from lnet.client.wire.range_request import parse_url, range_request, redact_url
 from lnet.depot.h11_receive import install_http_patches
 
 __all__ = ["ConnectionEnded", "Head", "RangeConnection", "ReplicaError", "ReplicaRefused", "parse_url", "redact_url"]
@@ -30,7 +30,6 @@ Connector = Callable[[str, int], Awaitable[trio.abc.Stream]]
 """Opens the byte stream to ``(host, port)``: ``trio.open_tcp_stream`` unless a test gives an emulated one."""
 RECEIVE_SIZE = 256 * 1024
 MAX_HEADER_BYTES = 64 * 1024
-USER_AGENT = "lnet-get"
 # At most 18 ASCII digits a number: an int64, and never near int()'s 4300-digit limit (a ValueError, not a
 # ReplicaError, would end the whole download instead of this replica's attempt).
 _CONTENT_RANGE = re.compile(r"bytes (?:([0-9]{1,18})-([0-9]{1,18})|\*)/([0-9]{1,18}|\*)")
@@ -61,41 +60,6 @@ class Head:
     keep_alive: bool
 
 
-@dataclass(frozen=True)
-class _Target:
-    scheme: str
-    host: str
-    port: int
-    target: str  # path and query
-    host_header: str
-
-
-def parse_url(url: str) -> _Target:
-    parts = urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ValueError(f"not an http(s) URL: {redact_url(url)}")
-    default = 443 if parts.scheme == "https" else 80
-    try:
-        port = parts.port or default
-    except ValueError:
-        raise ValueError(f"bad port in {redact_url(url)}") from None
-    host = parts.hostname
-    shown = f"[{host}]" if ":" in host else host
-    host_header = shown if port == default else f"{shown}:{port}"
-    target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
-    return _Target(parts.scheme, host, port, target, host_header)
-
-
-def redact_url(url: str) -> str:
-    """The URL with its path's last long segment cut short: a depot's read URL holds a capability."""
-    parts = urlsplit(url)
-    segments = parts.path.split("/")
-    if segments and len(segments[-1]) > 24:
-        segments[-1] = segments[-1][:6] + "…"
-    query = "?…" if parts.query else ""
-    return f"{parts.scheme}://{parts.netloc}{'/'.join(segments)}{query}"
-
-
 class RangeConnection:
     """``async with RangeConnection(url, timeout) as conn``: send range requests, read the responses in order."""
 
@@ -113,12 +77,22 @@ class RangeConnection:
         self.in_response = False  # a response's body is being read
         self.sent = 0
         self.answered = 0
+        self._on_wire: tuple[int, int] | None = None  # a range request written before this connection took it
 
     async def __aenter__(self) -> RangeConnection:
+        return await self.open()
+
+    async def open(self, tcp: trio.abc.Stream | None = None, sent: tuple[int, int] | None = None) -> RangeConnection:
+        """Connect (``async with`` does this), or take ``tcp``, a connection opened already (``predial``) on which
+        the request for the range ``sent`` may have been written already: ``send`` of that range is then its
+        first, and writes nothing."""
         t = self._target
+        if sent is not None and t.scheme == "https":
+            raise ValueError("a request cannot have been written before the TLS handshake")
         try:
             with trio.fail_after(self.timeout):
-                tcp = await self._connect(t.host, t.port)
+                if tcp is None:
+                    tcp = await self._connect(t.host, t.port)
                 stream: trio.abc.Stream = tcp
                 if t.scheme == "https":
                     context = self._ssl_context or ssl.create_default_context()
@@ -129,6 +103,7 @@ class RangeConnection:
         except (OSError, trio.BrokenResourceError, ssl.SSLError) as exc:
             raise ReplicaError(f"cannot connect: {exc}") from None
         self._stream = stream
+        self._on_wire = sent
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -142,14 +117,17 @@ class RangeConnection:
 
     def request_bytes(self, start: int, end: int, method: str = "GET") -> bytes:
         """A ``Range`` request for bytes ``[start, end)`` (``end`` > ``start``)."""
-        return (
-            f"{method} {self._target.target} HTTP/1.1\r\nHost: {self._target.host_header}\r\n"
-            f"Range: bytes={start}-{end - 1}\r\nUser-Agent: {USER_AGENT}\r\nAccept-Encoding: identity\r\n\r\n"
-        ).encode("latin-1")
+        return range_request(self._target, start, end, method)
 
     async def send(self, start: int, end: int) -> None:
         """Write one range request; its response comes after those of the requests sent before."""
         assert self._stream is not None
+        if self._on_wire is not None:
+            if self._on_wire != (start, end):
+                raise ValueError(f"the first request on this connection was for {self._on_wire}, not {(start, end)}")
+            self._on_wire = None
+            self.sent += 1
+            return
         data = self.request_bytes(start, end)
         try:
             with trio.fail_after(self.timeout):
