@@ -87,6 +87,29 @@ async def test_the_prefix_hasher_hashes_only_what_is_in_place_and_all_of_it_at_t
         os.close(fd)
 
 
+async def test_the_prefix_hasher_starts_writing_back_what_it_has_hashed_and_nothing_beyond(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """What is hashed is final: its writeback starts at once (so ``commit``'s fsync has little left to do), and
+    never for bytes past the prefix, which may still change."""
+    advised: list[tuple[int, int, int]] = []
+    real = os.posix_fadvise
+    monkeypatch.setattr(os, "posix_fadvise", lambda fd, offset, length, advice: (
+        advised.append((offset, length, advice)), real(fd, offset, length, advice))[1])
+    data = os.urandom(9 * MiB + 5)
+    path = tmp_path / "p"
+    path.write_bytes(data)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        hasher = PrefixHasher(fd, len(data), "sha256", lambda: 6 * MiB)
+        with trio.move_on_after(0.5):
+            await hasher.run()
+        assert hasher.hashed == 6 * MiB
+        assert advised == [(0, 4 * MiB, os.POSIX_FADV_DONTNEED), (4 * MiB, 2 * MiB, os.POSIX_FADV_DONTNEED)]
+    finally:
+        os.close(fd)
+
+
 async def test_two_replica_downloads_to_the_same_output_cannot_both_write_it(
     tmp_path: Path, autojump_clock: trio.abc.Clock
 ) -> None:
