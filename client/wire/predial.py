@@ -45,8 +45,7 @@ class Early:
 class _Dial:
     """One early connection: dialled by its thread, then taken by the download or closed."""
 
-    def __init__(self, url: str, target: Target, first: tuple[int, int] | None) -> None:
-        self.url = url
+    def __init__(self, target: Target, first: tuple[int, int] | None) -> None:
         self.target = target
         self.first = first if target.scheme == "http" else None  # HTTPS: nothing is written before TLS
         self.done = threading.Event()
@@ -108,7 +107,7 @@ class Predial:
             if (target.host, target.port) in hosts or url in predial._dials:
                 continue
             hosts.add((target.host, target.port))
-            dial = predial._dials[url] = _Dial(url, target, first[i] if first is not None else None)
+            dial = predial._dials[url] = _Dial(target, first[i] if first is not None else None)
             threading.Thread(target=dial.run, args=(timeout,), name=f"lnet-predial-{target.host}",
                              daemon=True).start()
         return predial

@@ -123,7 +123,7 @@ async def test_a_take_cancelled_while_it_waits_for_the_handshake_closes_the_earl
 
 
 def test_a_dial_that_lands_after_it_was_abandoned_closes_its_connection(listener: socket.socket) -> None:
-    dial = _Dial("http://x/f", parse_url(f"http://127.0.0.1:{listener.getsockname()[1]}/f"), (0, 10))
+    dial = _Dial(parse_url(f"http://127.0.0.1:{listener.getsockname()[1]}/f"), (0, 10))
     dial.abandon()
     dial.run(5)
     early = accepted(listener)
