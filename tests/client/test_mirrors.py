@@ -56,10 +56,11 @@ async def test_identical_bytes_from_every_replica_over_one_connection_each(tmp_p
     assert result.replicas[0].bytes > result.replicas[2].bytes  # the faster, the larger its share
     assert sum(r.bytes for r in result.replicas) == len(DATA)
     for server, report in zip(servers, result.replicas, strict=True):
-        # no probe: the first request is already a chunk, and every request is one the planner made (one it took
-        # back before it was written, its whole range given to a replica with room, never reaches the server)
+        # no probe: the first request is already a chunk, and every request is one the planner made (those it took
+        # back before they were written, their ranges given to a replica with room, never reach the server: one
+        # or two, with depth 2, as the loopback's timing falls; a full suite on two cores saw 7 made, 5 served)
         assert server.ranges[0][1] - server.ranges[0][0] == CONFIG.initial_chunk
-        assert report.requests - 1 <= server.requests <= report.requests
+        assert report.requests - CONFIG.depth <= server.requests <= report.requests
         assert server.connections < server.requests  # connections are kept and reused
 
 
