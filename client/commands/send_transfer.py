@@ -7,6 +7,7 @@ from the relay's events while it runs.
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import json
 import shutil
@@ -134,6 +135,9 @@ def main_parsed(args: SendArgs, argv: list[str], io: ClientIO) -> int:
     """``lnet-send`` once its arguments are parsed: ``transfer`` in its own trio loop. Ctrl-C during a transfer
     is answered there (with what was delivered and how to resume); before or after one, here."""
     out = CommandOutput("lnet-send")
+    # What the imports made lives as long as the process: out of the collector's way, so that its full
+    # collections during a transfer do not walk it again and again (2.4% of lnet-send's samples on the chain).
+    gc.freeze()
     try:
         return trio.run(transfer, args, argv, io, out)
     except BaseException as exc:

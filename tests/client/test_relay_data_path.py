@@ -14,7 +14,8 @@ import pytest
 import trio
 import trio.testing
 
-from lnet.client.sending.relay import Relay, RelayConfig, _ReadBuffers, _WholeHash
+from lnet.client.sending.relay import DRAIN_AT_ONCE, BlockDelivered, Relay, RelayConfig, _Pool, _ReadBuffers, _WholeHash
+from lnet.client.wire.depot_client import Allocation, DepotUnreachable
 
 from .network import MiB, Network, depots, inline
 
@@ -57,6 +58,99 @@ async def test_an_intermediate_allocation_carries_later_blocks(tmp_path: Path, a
             status = await clients[name].status()
             assert (status["used"], status["allocations"]) == (0, 0), (name, seen)  # nothing left behind
         assert (await clients["dst"].status())["allocations"] == len(result.blocks)  # the destination keeps them
+
+
+class _SlowFrees:
+    """A depot client whose every free takes a second; the third one fails as a vanished depot would."""
+
+    def __init__(self) -> None:
+        self.freed: list[str] = []
+        self.at_once = self.most_at_once = 0
+
+    async def free(self, manage: str) -> None:
+        self.at_once += 1
+        self.most_at_once = max(self.most_at_once, self.at_once)
+        try:
+            await trio.sleep(1)
+            if manage == "m2":
+                raise DepotUnreachable("http://a", "gone")
+            self.freed.append(manage)
+        finally:
+            self.at_once -= 1
+
+
+async def test_the_pools_left_at_the_end_are_freed_several_at_a_time(autojump_clock: trio.abc.Clock) -> None:
+    client = _SlowFrees()
+    count = 2 * DRAIN_AT_ONCE + 3
+    pool = _Pool(client, MiB, 60.0, batch=4, patience_s=1.0, keep=count)  # type: ignore[arg-type]
+    for i in range(count):
+        assert pool.give_back(Allocation("http://a", f"r{i}", f"w{i}", f"m{i}", MiB, expires=1e9), now=0.0)
+    started = trio.current_time()
+    await pool.drain()
+    assert trio.current_time() - started == pytest.approx(3.0)  # in three waves, not 19 seconds one by one
+    assert client.most_at_once == DRAIN_AT_ONCE
+    assert sorted(client.freed) == sorted(f"m{i}" for i in range(count) if i != 2)  # one failure stops no other
+    await pool.drain()  # nothing is freed twice
+    assert len(client.freed) == count - 1
+
+
+class _Allocations:
+    """A depot client that grants whatever is asked."""
+
+    def __init__(self) -> None:
+        self.asked: list[int] = []
+
+    async def allocate(self, size: int, duration: float, *, count: int = 1) -> list[Allocation]:
+        self.asked.append(count)
+        made = sum(self.asked)
+        return [Allocation("http://a", f"r{made - i}", f"w{made - i}", f"m{made - i}", size, 1e9) for i in range(count)]
+
+
+async def test_a_pool_takes_and_keeps_no_more_than_the_blocks_left_can_use() -> None:
+    client = _Allocations()
+    pool = _Pool(client, MiB, 60.0, batch=8, patience_s=1.0, keep=64, blocks_left=11)  # type: ignore[arg-type]
+    taken = [await pool.take() for _ in range(11)]
+    assert client.asked == [8, 3]  # the second batch is what the last three blocks need, not eight
+    assert pool.blocks_left == 0
+    # every block has its allocation: one coming back now would wait for a block that never comes
+    assert not pool.give_back(taken[0], now=0.0)
+    unbounded = _Pool(client, MiB, 60.0, batch=8, patience_s=1.0, keep=64)  # type: ignore[arg-type]
+    assert unbounded.give_back(taken[1], now=0.0)  # no bound given: kept up to ``keep``
+    left = _Pool(client, MiB, 60.0, batch=8, patience_s=1.0, keep=64, blocks_left=2)  # type: ignore[arg-type]
+    assert left.give_back(taken[2], now=0.0)
+    assert left.give_back(taken[3], now=0.0)
+    assert not left.give_back(taken[4], now=0.0)  # two kept for the two blocks left; the third is freed
+    assert [await left.take(), await left.take()] == [taken[3], taken[2]]
+    assert len(client.asked) == 2
+
+
+async def test_a_long_path_ends_with_its_last_block_not_a_free_per_allocation_left(
+    tmp_path: Path, autojump_clock: trio.abc.Clock
+) -> None:
+    # 100 ms round trips: the allocations left at a and b at the end (about as many as the blocks in flight),
+    # freed one by one after the last block, kept lnet-send waiting a round trip each.
+    network = Network(default_rate=40 * MiB, latency_s=0.05)
+    data = os.urandom(24 * MiB)
+    path = tmp_path / "payload.bin"
+    path.write_bytes(data)
+    config = RelayConfig(block_size=MiB, min_inflight=8, initial_inflight=8, max_inflight=8)
+    delivered: list[float] = []
+
+    def seen(event: object) -> None:
+        if isinstance(event, BlockDelivered):
+            delivered.append(trio.current_time())
+
+    async with depots(network, ["a", "b", "dst"], tmp_path) as clients:
+        relay = Relay(path, "here", "dst", clients, pinned=["here", "a", "b", "dst"], config=config, offload=inline,
+                      on_event=seen)
+        result = await relay.run()
+        ended = trio.current_time()
+        assert len(delivered) == 24
+        assert result.file_hash == hashlib.sha256(data).hexdigest()
+        assert ended - max(delivered) <= 2 * 0.1  # at most a free's round trip or two, whatever was left
+        for name in ("a", "b"):
+            status = await clients[name].status()
+            assert (status["used"], status["allocations"]) == (0, 0), name  # and still nothing left behind
 
 
 async def _feed(whole: _WholeHash, data: bytes, spans: list[tuple[int, int]], order: list[int]) -> None:
