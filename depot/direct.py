@@ -16,8 +16,17 @@ hypercorn's ``read_timeout``; then h11 is told the body is complete) or leaves i
 usual. ``serving`` releases the reading task whatever the application does, so a connection is never left
 waiting.
 
-It touches h11 and hypercorn internals (``Connection._reader``, ``_receive_buffer``, ``H11Protocol``), so it is
-installed only for the versions it was checked against; with others every body goes the usual way.
+Answers go the other way the same way. Through hypercorn a read's body is sliced out of the allocation into a
+``bytes`` per MiB (ASGI bodies are bytes; hypercorn copies anything else with ``bytes()``), then travels as an
+ASGI message, a hypercorn event and an h11 event to the socket. For a ``GET /v1/data/...`` the application is
+offered a ``DirectReply`` instead: once hypercorn has sent the response's head, the application sends the body
+from views of the allocation with the socket's own ``send`` (under hypercorn's send lock, each wait bounded by
+``read_timeout``), tells h11 how many bytes went, and ends the response the usual way, so that keep-alive and
+the next request are hypercorn's as before. A client that stops taking bytes, or goes, has its connection closed.
+
+It touches h11 and hypercorn internals (``Connection._reader``, ``_receive_buffer``, ``_writer``,
+``H11Protocol``, ``TCPServer``), so it is installed only for the versions it was checked against; with others
+every body goes the usual way.
 """
 
 from __future__ import annotations
@@ -31,8 +40,11 @@ from typing import Any
 import h11
 import trio
 from h11._readers import ContentLengthReader
+from h11._writers import ContentLengthWriter
 
-__all__ = ["CHECKED_HYPERCORN", "MIN_BODY", "DirectBody", "current", "install", "installed", "serving"]
+__all__ = [
+    "CHECKED_HYPERCORN", "MIN_BODY", "DirectBody", "DirectReply", "current", "install", "installed", "reply", "serving",
+]
 
 log = logging.getLogger("lnet.depot.direct")
 
@@ -45,6 +57,7 @@ Scope = MutableMapping[str, Any]
 ASGIApp = Callable[[Scope, Any, Any], Awaitable[None]]
 
 bodies_taken = 0  # bodies received this way since the process started (the tests check the path was taken)
+replies_sent = 0  # answers' bodies sent this way since the process started
 
 _current: contextvars.ContextVar[DirectBody | None] = contextvars.ContextVar("lnet_direct_body", default=None)
 
@@ -52,6 +65,11 @@ _current: contextvars.ContextVar[DirectBody | None] = contextvars.ContextVar("ln
 def current() -> DirectBody | None:
     """The body this request's application task may take, if any (None in process, under ``ASGITransport``)."""
     return _current.get()
+
+
+def reply() -> DirectReply | None:
+    """How this request's application task may send its answer's body, if it may (None in process)."""
+    return _reply.get()
 
 
 class DirectBody:
@@ -133,6 +151,65 @@ async def _fill(stream: Any, target: memoryview, position: int, wait_s: float) -
     return position
 
 
+class DirectReply:
+    """One answer's body, sent by the application from its own buffer straight to the connection's socket."""
+
+    def __init__(self, server: Any, connection: h11.Connection) -> None:
+        self._server = server
+        self._connection = connection
+
+    def ready(self, length: int) -> bool:
+        """Whether hypercorn has sent a head announcing exactly ``length`` body bytes, none of them sent yet: only
+        then may ``send`` be used (else the application sends the body the usual way)."""
+        writer = self._connection._writer
+        return isinstance(writer, ContentLengthWriter) and writer._length == length
+
+    async def send(self, buffer: Any, start: int, end: int) -> bool:
+        """Send ``buffer[start:end]`` (after ``ready``) and account it to h11; False when the client went away or
+        took no byte for ``read_timeout`` (its connection is then closed; the application ends as usual)."""
+        global replies_sent
+        replies_sent += 1
+        writer = self._connection._writer
+        if not isinstance(writer, ContentLengthWriter):
+            raise RuntimeError("send: only after ready()")
+        server = self._server
+        wait_s = server.config.read_timeout or float("inf")
+        with memoryview(buffer) as whole, whole[start:end] as view:
+            async with server.send_lock:
+                sent = await _drain(server.stream, view, wait_s)
+        writer._length -= sent
+        if sent == end - start:
+            return True
+        writer._length = 0  # h11 may end the message; nothing more reaches the closed connection
+        log.debug("direct reply cut off after %d of %d bytes", sent, end - start)
+        with trio.CancelScope(shield=True):
+            await server.stream.aclose()  # the reading task sees it closed and tells hypercorn
+        return False
+
+
+async def _drain(stream: Any, view: memoryview, wait_s: float) -> int:
+    """Send ``view`` on ``stream``; returns the bytes sent, fewer when the peer went or a wait passed ``wait_s``.
+    On a plain socket each ``send`` takes as much as the kernel will, from the view itself: no copy in Python."""
+    socket = getattr(stream, "socket", None)  # TLS streams have none: they encrypt a piece at a time
+    position, end = 0, len(view)
+    with trio.CancelScope() as scope:
+        try:
+            while position < end:
+                scope.deadline = trio.current_time() + wait_s  # each wait is bounded, not the whole body
+                if socket is not None:
+                    position += await socket.send(view[position:])
+                else:
+                    piece = min(end, position + _TLS_PIECE)
+                    await stream.send_all(view[position:piece])
+                    position = piece
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
+            log.debug("direct reply: the connection failed: %r", exc)
+    return position
+
+
+_TLS_PIECE = 1024 * 1024
+
+
 def serving(app: ASGIApp) -> ASGIApp:
     """``app`` as hypercorn should run it: it may take data bodies, and whatever it does (answering, failing,
     being cancelled) the connection's reading task goes on once it returns."""
@@ -167,7 +244,21 @@ def _offered(protocol: Any, request: h11.Request) -> DirectBody | None:
     return DirectBody(protocol, connection, stream, reader._remaining)
 
 
+def _reply_offered(protocol: Any, request: h11.Request) -> DirectReply | None:
+    """A ``DirectReply`` for ``request`` if it reads data from an application that takes them."""
+    if request.method != b"GET" or not request.target.startswith(_DATA_PATH):
+        return None
+    if not getattr(getattr(protocol.app, "app", None), "lnet_direct", False):
+        return None
+    server = _server.get()
+    if server is None or not isinstance(protocol.connection, h11.Connection):
+        return None
+    return DirectReply(server, protocol.connection)
+
+
 _stream: contextvars.ContextVar[Any] = contextvars.ContextVar("lnet_direct_stream", default=None)
+_server: contextvars.ContextVar[Any] = contextvars.ContextVar("lnet_direct_server", default=None)
+_reply: contextvars.ContextVar[DirectReply | None] = contextvars.ContextVar("lnet_direct_reply", default=None)
 _installed = False
 
 
@@ -186,6 +277,7 @@ def install() -> bool:
 
     async def _read_data(self: Any) -> None:
         _stream.set(self.stream)  # this connection's reading task: H11Protocol runs in it
+        _server.set(self)
         await original_read_data(self)
         # Reading stopped (end of stream, or read_timeout on an idle keep-alive connection): without this the
         # keep-alive timer holds the connection open, unread, and a client that reuses it waits for an answer
@@ -195,9 +287,11 @@ def install() -> bool:
     async def _create_stream(self: Any, request: h11.Request) -> None:
         body = _offered(self, request)
         token = _current.set(body)
+        reply_token = _reply.set(_reply_offered(self, request))
         try:
             await original_create_stream(self, request)
         finally:
+            _reply.reset(reply_token)
             _current.reset(token)
         if body is None:
             return

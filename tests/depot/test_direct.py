@@ -235,3 +235,115 @@ async def test_an_idle_connection_past_read_timeout_is_closed_not_left_hanging(t
         await trio.sleep(1.5)
         with trio.fail_after(3):
             await client.status()
+
+
+# -- answers sent straight from the allocation (DirectReply) --------------------------------------------------
+
+
+def get_head(cap: str, range_spec: str | None = None) -> bytes:
+    extra = f"Range: bytes={range_spec}\r\n" if range_spec else ""
+    return f"GET /v1/data/{cap} HTTP/1.1\r\nHost: d\r\n{extra}\r\n".encode()
+
+
+async def read_body(stream: trio.SocketStream, pending: bytearray, length: int) -> bytes:
+    while len(pending) < length:
+        chunk = await stream.receive_some(MiB)
+        if not chunk:
+            raise EOFError(f"connection closed after {len(pending)} of {length} body bytes")
+        pending += chunk
+    body = bytes(pending[:length])
+    del pending[:length]
+    return body
+
+
+@pytest.mark.parametrize("reliability", ["soft", "hard"])
+async def test_reads_are_sent_from_the_allocation_exactly_with_ranges_and_keep_alive(
+    tmp_path: Path, reliability: str
+) -> None:
+    payload = os.urandom(5 * MiB + 4321)
+    async with depot(tmp_path) as url, DepotClient(url) as client:
+        alloc = await client.allocate_one(len(payload), 60, reliability=reliability)  # type: ignore[arg-type]
+        await client.write(alloc.write, payload)
+        before = direct.replies_sent
+        stream = await connect(url)
+        async with stream:
+            # three requests in one go on one connection: whole, a range, a suffix; then HEAD, which has no body
+            await stream.send_all(
+                get_head(alloc.read) + get_head(alloc.read, "1000-2999999") + get_head(alloc.read, "-5")
+                + f"HEAD /v1/data/{alloc.read} HTTP/1.1\r\nHost: d\r\n\r\n".encode()
+            )
+            pending = bytearray()
+            status, headers = await read_head(stream, pending)
+            assert (status, headers["content-length"]) == (200, str(len(payload)))
+            assert await read_body(stream, pending, len(payload)) == payload
+            status, headers = await read_head(stream, pending)
+            assert (status, headers["content-range"]) == (206, f"bytes 1000-2999999/{len(payload)}")
+            assert await read_body(stream, pending, 2999000) == payload[1000:3000000]
+            status, _ = await read_head(stream, pending)
+            assert status == 206
+            assert await read_body(stream, pending, 5) == payload[-5:]
+            status, headers = await read_head(stream, pending)
+            assert (status, headers["content-length"]) == (200, str(len(payload)))
+            assert not pending  # HEAD: no body bytes, the connection in step
+        assert direct.replies_sent == before + 3  # every body went the direct way
+        assert await client.read(alloc.read, 7, 77) == payload[7:77]  # and DepotClient reads it so too
+
+
+async def test_a_reader_that_goes_away_mid_body_leaves_the_depot_serving(tmp_path: Path) -> None:
+    payload = os.urandom(8 * MiB)
+    async with depot(tmp_path) as url, DepotClient(url) as client:
+        alloc = await client.allocate_one(len(payload), 60)
+        await client.write(alloc.write, payload)
+        for _ in range(3):
+            stream = await connect(url)
+            await stream.send_all(get_head(alloc.read))
+            pending = bytearray()
+            assert (await read_head(stream, pending))[0] == 200
+            await read_body(stream, pending, 100 * KiB)
+            await stream.aclose()  # gone with megabytes still to send
+        with trio.fail_after(5):
+            assert await client.read(alloc.read) == payload
+        await client.free(alloc.manage)  # its pin was let go: the free goes through and the bytes are gone
+        assert (await client.status())["allocations"] == 0
+
+
+async def test_a_reader_that_stops_taking_bytes_is_cut_off_after_read_timeout(tmp_path: Path) -> None:
+    payload = os.urandom(32 * MiB)  # more than loopback's socket buffers hold
+    async with depot(tmp_path, read_timeout=1.0) as url, DepotClient(url, timeout=10) as client:
+        alloc = await client.allocate_one(len(payload), 60)
+        await client.write(alloc.write, payload)
+        stream = await connect(url)
+        async with stream:
+            await stream.send_all(get_head(alloc.read))
+            pending = bytearray()
+            assert (await read_head(stream, pending))[0] == 200
+            await trio.sleep(2.5)  # takes nothing for longer than read_timeout
+            received = len(pending)
+            with trio.fail_after(5):
+                try:
+                    while chunk := await stream.receive_some(MiB):
+                        received += len(chunk)
+                except trio.BrokenResourceError:
+                    pass  # reset: as good as closed
+            assert received < len(payload)  # the depot closed it: the body never completed
+        with trio.fail_after(5):
+            assert await client.read(alloc.read, 0, 10) == payload[:10]  # and it serves others meanwhile
+
+
+async def test_a_large_read_over_tls(tmp_path: Path) -> None:
+    authority = trustme.CA()
+    cert = authority.issue_cert("127.0.0.1")
+    certfile, keyfile = tmp_path / "cert.pem", tmp_path / "key.pem"
+    cert.private_key_and_cert_chain_pem.write_to_path(str(certfile))
+    cert.private_key_pem.write_to_path(str(keyfile))
+    trusted = ssl.create_default_context()
+    authority.configure_trust(trusted)
+    payload = os.urandom(3 * MiB + 5)
+    async with depot(tmp_path, certfile=certfile, keyfile=keyfile) as url:
+        async with DepotClient(url.replace("http://", "https://"), verify=trusted) as client:
+            alloc = await client.allocate_one(len(payload), 60)
+            await client.write(alloc.write, payload)
+            before = direct.replies_sent
+            assert await client.read(alloc.read) == payload
+            assert await client.read(alloc.read, MiB - 3, 2 * MiB + 3) == payload[MiB - 3 : 2 * MiB + 3]
+            assert direct.replies_sent == before + 2
