@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import contextvars
 import logging
+import os
 from collections.abc import Awaitable, Callable, MutableMapping
 from importlib.metadata import version
 from typing import Any
@@ -151,6 +152,10 @@ async def _fill(stream: Any, target: memoryview, position: int, wait_s: float) -
     return position
 
 
+_YIELD_EVERY = 4 * 1024 * 1024
+"""Bytes ``_drain`` sends without waiting before it lets the connection's other tasks run."""
+
+
 class DirectReply:
     """One answer's body, sent by the application from its own buffer straight to the connection's socket."""
 
@@ -189,19 +194,37 @@ class DirectReply:
 
 async def _drain(stream: Any, view: memoryview, wait_s: float) -> int:
     """Send ``view`` on ``stream``; returns the bytes sent, fewer when the peer went or a wait passed ``wait_s``.
-    On a plain socket each ``send`` takes as much as the kernel will, from the view itself: no copy in Python."""
+
+    On a plain socket each ``write`` takes as much as the kernel will, from the view itself (no copy in Python),
+    and the loop waits for the socket only when it is full: trio's ``socket.send`` passes through the scheduler
+    twice per call even when the socket has room, and going around it cut the depot's CPU per GiB read from
+    0.48-0.52 to 0.38-0.40 (8 MiB reads on loopback, medians of 6 rounds, two A/B pairs). Every ``_YIELD_EVERY``
+    bytes it checkpoints, so that a fast reader starves no other task. (The same loop for receiving, with
+    ``readv``, changed nothing measurable for a writer in 64 KiB pieces: its cost is the wait per piece.)"""
     socket = getattr(stream, "socket", None)  # TLS streams have none: they encrypt a piece at a time
     position, end = 0, len(view)
     with trio.CancelScope() as scope:
         try:
+            if socket is not None:
+                fd = socket.fileno()
+                unyielded = 0
+                while position < end:  # the scheduler only when the socket is full
+                    try:
+                        sent = os.write(fd, view[position:])
+                    except BlockingIOError:
+                        scope.deadline = trio.current_time() + wait_s  # each wait is bounded
+                        await trio.lowlevel.wait_writable(socket)
+                        continue
+                    position += sent
+                    unyielded += sent
+                    if unyielded >= _YIELD_EVERY:
+                        unyielded = 0
+                        await trio.lowlevel.checkpoint()
             while position < end:
                 scope.deadline = trio.current_time() + wait_s  # each wait is bounded, not the whole body
-                if socket is not None:
-                    position += await socket.send(view[position:])
-                else:
-                    piece = min(end, position + _TLS_PIECE)
-                    await stream.send_all(view[position:piece])
-                    position = piece
+                piece = min(end, position + _TLS_PIECE)
+                await stream.send_all(view[position:piece])
+                position = piece
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
             log.debug("direct reply: the connection failed: %r", exc)
     return position
