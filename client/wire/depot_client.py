@@ -15,6 +15,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Literal
+from urllib.parse import urlencode
 
 import httpx
 
@@ -141,15 +142,24 @@ class DepotClient:
         headers = {"Accept": MSGPACK, "User-Agent": "lnet"}
         if token:  # sent with every request: a depot may require it for more than allocating (require_token_for)
             headers["Authorization"] = f"Bearer {token}"
+        self._headers = headers
+        self._timeouts = httpx.Timeout(timeout).as_dict()
+        # Requests go straight to the transport (``_send``): httpx's client adds per request a merge with the base
+        # URL, a cookie jar's pass over the answer and an auth and redirect flow, none of which a depot uses, and
+        # on this project's machine that was about half of what a control request cost the client in CPU
+        # (docs/depot.md, "Where the rest goes"). The client object is kept for its conveniences elsewhere.
+        self._transport: httpx.AsyncBaseTransport = transport or httpx.AsyncHTTPTransport(
+            verify=verify,
+            limits=httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections),
+            trust_env=False,
+        )
         self._http = httpx.AsyncClient(
             base_url=self.base_url,
-            transport=transport,
+            transport=self._transport,
             timeout=httpx.Timeout(timeout),
             headers=headers,
-            limits=httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections),
             follow_redirects=False,
             trust_env=False,
-            verify=verify,
         )
 
     async def __aenter__(self) -> DepotClient:
@@ -265,8 +275,8 @@ class DepotClient:
         if end is not None and end == start:
             yield _empty()
             return
-        request = self._http.build_request("GET", f"/v1/data/{read}", headers=headers)
-        response = await self._send(request, stream=True)
+        request = self._request("GET", f"/v1/data/{read}", headers=headers)
+        response = await self._send(request)
         try:
             if response.status_code >= 300:
                 raise self._error(response, await self._body(response))
@@ -323,7 +333,7 @@ class DepotClient:
             content = _once(content)  # httpx takes only bytes whole; a one-item stream sends the view uncopied
         params = {"offset": str(offset)} if offset is not None else None
         headers = {"Content-Length": str(length), "Content-Type": "application/octet-stream"}
-        request = self._http.build_request("PUT", f"/v1/data/{write}", params=params, headers=headers, content=content)
+        request = self._request("PUT", f"/v1/data/{write}", params=params, headers=headers, content=content)
         response, answer = await self._exchange(request)
         if response.status_code >= 300:
             raise self._error(response, answer)
@@ -344,9 +354,8 @@ class DepotClient:
         if body is not None:
             content, media_type = encode_body(body, MSGPACK)
             all_headers["Content-Type"] = media_type
-        request = self._http.build_request(method, path, content=content, headers=all_headers, params=params)
-        if wait_s > 0:  # the answer waits for work at the depot: only the read is given longer
-            request.extensions["timeout"] = httpx.Timeout(self.timeout, read=self.timeout + wait_s).as_dict()
+        # the answer may wait for work at the depot (``wait_s``): only the read is given longer
+        request = self._request(method, path, content=content, headers=all_headers, params=params, longer_read_s=wait_s)
         response, answer = await self._exchange(request)
         if response.status_code >= 300:
             raise self._error(response, answer)
@@ -356,7 +365,7 @@ class DepotClient:
 
     async def _exchange(self, request: httpx.Request) -> tuple[httpx.Response, bytes]:
         """Send ``request``; its answer and the answer's body, read up to ``MAX_ANSWER_BYTES``."""
-        response = await self._send(request, stream=True)
+        response = await self._send(request)
         try:
             return response, await self._body(response)
         finally:
@@ -376,14 +385,38 @@ class DepotClient:
             raise DepotUnreachable(self.base_url, describe_error(exc)) from None
         return bytes(body)
 
-    async def _send(self, request: httpx.Request, *, stream: bool = False) -> httpx.Response:
+    def _request(
+        self,
+        method: str,
+        path: str,
+        *,
+        params: dict[str, str] | None = None,
+        headers: dict[str, str] | None = None,
+        content: Any = None,
+        longer_read_s: float = 0.0,
+    ) -> httpx.Request:
+        url = self.base_url + path
+        if params:
+            url += "?" + urlencode(params)
+        timeouts = self._timeouts
+        if longer_read_s > 0:
+            timeouts = {**timeouts, "read": self.timeout + longer_read_s}
+        return httpx.Request(
+            method, url, headers={**self._headers, **headers} if headers else self._headers, content=content,
+            extensions={"timeout": timeouts},
+        )
+
+    async def _send(self, request: httpx.Request) -> httpx.Response:
+        """``request`` to the transport; the answer's body is streamed (read it, then ``aclose`` the answer)."""
         try:
-            return await self._http.send(request, stream=stream)
+            response = await self._transport.handle_async_request(request)
         except httpx.TimeoutException as exc:
             bound = request.extensions.get("timeout", {}).get("read") or self.timeout
             raise DepotTimeout(self.base_url, f"timed out after {bound:g}s ({type(exc).__name__})") from None
         except httpx.HTTPError as exc:
             raise DepotUnreachable(self.base_url, describe_error(exc)) from None
+        response.request = request
+        return response
 
     async def _guarded(self, chunks: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
         try:
