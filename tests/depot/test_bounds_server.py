@@ -4,7 +4,6 @@ HTTP/2 (whose buffering and waits no depot bound reaches) is not spoken."""
 from __future__ import annotations
 
 import socket
-import ssl
 import sys
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -14,10 +13,11 @@ import h2.connection
 import h2.events
 import pytest
 import trio
-import trustme
 
 from lnet.client.wire.depot_client import DepotClient
 from lnet.depot import DepotConfig, serve
+
+from .tls import certificate
 
 MiB = 1024 * 1024
 
@@ -75,14 +75,8 @@ async def test_http2_is_refused_and_tls_offers_http1_only(tmp_path: Path) -> Non
             assert status == b"505"
         nursery.cancel_scope.cancel()
 
-    authority = trustme.CA()
-    cert = authority.issue_cert("127.0.0.1")
-    certfile, keyfile = tmp_path / "cert.pem", tmp_path / "key.pem"
-    cert.private_key_and_cert_chain_pem.write_to_path(str(certfile))
-    cert.private_key_pem.write_to_path(str(keyfile))
+    certfile, keyfile, context = certificate(tmp_path)
     tls = DepotConfig(listen="127.0.0.1:0", data_dir=tmp_path / "t", certfile=certfile, keyfile=keyfile)
-    context = ssl.create_default_context()
-    authority.configure_trust(context)
     context.set_alpn_protocols(["h2", "http/1.1"])
     async with trio.open_nursery() as nursery:
         url = await nursery.start(serve, tls)

@@ -6,17 +6,17 @@ from __future__ import annotations
 
 import os
 import random
-import ssl
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 
 import pytest
 import trio
-import trustme
 
 from lnet.client.wire.depot_client import Conflict, DepotClient
 from lnet.depot import DepotConfig, direct, serve
+
+from .tls import certificate
 
 KiB = 1024
 MiB = 1024 * KiB
@@ -210,13 +210,7 @@ async def test_copies_are_byte_identical_and_honour_ranges(tmp_path: Path, relia
 
 async def test_a_large_write_over_tls(tmp_path: Path) -> None:
     """TLS streams have no socket to ``recv_into``: the body is decrypted in large reads and copied in."""
-    authority = trustme.CA()
-    cert = authority.issue_cert("127.0.0.1")
-    certfile, keyfile = tmp_path / "cert.pem", tmp_path / "key.pem"
-    cert.private_key_and_cert_chain_pem.write_to_path(str(certfile))
-    cert.private_key_pem.write_to_path(str(keyfile))
-    trusted = ssl.create_default_context()
-    authority.configure_trust(trusted)
+    certfile, keyfile, trusted = certificate(tmp_path)
     payload = os.urandom(MiB + 17)
     async with depot(tmp_path, certfile=certfile, keyfile=keyfile) as url:
         async with DepotClient(url.replace("http://", "https://"), verify=trusted) as client:
@@ -331,13 +325,7 @@ async def test_a_reader_that_stops_taking_bytes_is_cut_off_after_read_timeout(tm
 
 
 async def test_a_large_read_over_tls(tmp_path: Path) -> None:
-    authority = trustme.CA()
-    cert = authority.issue_cert("127.0.0.1")
-    certfile, keyfile = tmp_path / "cert.pem", tmp_path / "key.pem"
-    cert.private_key_and_cert_chain_pem.write_to_path(str(certfile))
-    cert.private_key_pem.write_to_path(str(keyfile))
-    trusted = ssl.create_default_context()
-    authority.configure_trust(trusted)
+    certfile, keyfile, trusted = certificate(tmp_path)
     payload = os.urandom(3 * MiB + 5)
     async with depot(tmp_path, certfile=certfile, keyfile=keyfile) as url:
         async with DepotClient(url.replace("http://", "https://"), verify=trusted) as client:

@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import contextlib
-import ssl
 import sys
 from pathlib import Path
 
 import pytest
 import trio
-import trustme
 
 from lnet.client.wire.depot_client import (
     BadRequest,
@@ -26,6 +24,7 @@ from lnet.client.wire.depot_client import (
 from lnet.depot import DepotConfig, serve
 
 from .processes import depot_process
+from .tls import certificate
 
 MiB = 1024 * 1024
 TOKEN = "operator-token-0123456789"
@@ -173,14 +172,8 @@ async def test_a_stalled_depot_times_out() -> None:
 
 
 async def test_tls(tmp_path: Path) -> None:
-    authority = trustme.CA()
-    cert = authority.issue_cert("127.0.0.1")
-    certfile, keyfile = tmp_path / "cert.pem", tmp_path / "key.pem"
-    cert.private_key_and_cert_chain_pem.write_to_path(str(certfile))
-    cert.private_key_pem.write_to_path(str(keyfile))
+    certfile, keyfile, trusted = certificate(tmp_path)
     config = DepotConfig(listen="127.0.0.1:0", data_dir=tmp_path / "d", certfile=certfile, keyfile=keyfile)
-    trusted = ssl.create_default_context()
-    authority.configure_trust(trusted)
     async with trio.open_nursery() as nursery:
         url = await nursery.start(serve, config)
         assert url.startswith("https://127.0.0.1:")
