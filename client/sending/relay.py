@@ -537,10 +537,10 @@ class _Pool:
             return self._ready.pop()
 
     async def drain(self) -> None:
-        """Free every allocation kept, ``DRAIN_AT_ONCE`` at a time: at the end of a transfer the pools of a
-        three-depot chain hold 40-50 allocations, and freed one after another they were 5% of a 256 MiB
-        transfer's time on loopback (docs/depot.md). Each free is bounded by the client's timeout; one that
-        fails leaves its allocation to expire."""
+        """Free every allocation kept, ``DRAIN_AT_ONCE`` at a time (every depot's pool at once, ``Relay.run``):
+        little is left at the end now that ``blocks_left`` bounds what is kept, but after a re-sent block or on
+        a path set that changed a pool may still hold some, and a free is a round trip each. Each free is bounded
+        by the client's timeout; one that fails leaves its allocation to expire."""
         ready, self._ready = self._ready, []
         limiter = trio.CapacityLimiter(DRAIN_AT_ONCE)
 
