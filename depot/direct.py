@@ -154,6 +154,8 @@ async def _fill(stream: Any, target: memoryview, position: int, wait_s: float) -
 
 _YIELD_EVERY = 4 * 1024 * 1024
 """Bytes ``_drain`` sends without waiting before it lets the connection's other tasks run."""
+_TLS_PIECE = 1024 * 1024
+"""What ``_drain`` hands a TLS stream at a time (each its own bounded wait)."""
 
 
 class DirectReply:
@@ -230,9 +232,6 @@ async def _drain(stream: Any, view: memoryview, wait_s: float) -> int:
     return position
 
 
-_TLS_PIECE = 1024 * 1024
-
-
 def serving(app: ASGIApp) -> ASGIApp:
     """``app`` as hypercorn should run it: it may take data bodies, and whatever it does (answering, failing,
     being cancelled) the connection's reading task goes on once it returns."""
@@ -249,37 +248,38 @@ def serving(app: ASGIApp) -> ASGIApp:
     return direct_app
 
 
-def _offered(protocol: Any, request: h11.Request) -> DirectBody | None:
-    """A ``DirectBody`` for ``request`` if it is a large enough data PUT to an application that takes them."""
-    if request.method != b"PUT" or not request.target.startswith(_DATA_PATH):
+def _direct_server(protocol: Any, request: h11.Request, method: bytes) -> Any:
+    """The connection's ``TCPServer`` if ``request`` is a ``method`` on a data capability, to an application
+    that takes direct bodies and replies over h11; else None."""
+    if request.method != method or not request.target.startswith(_DATA_PATH):
         return None
     if not getattr(getattr(protocol.app, "app", None), "lnet_direct", False):
         return None
-    connection = protocol.connection
-    if not isinstance(connection, h11.Connection):
+    if not isinstance(protocol.connection, h11.Connection):
         return None
+    return _server.get()
+
+
+def _offered(protocol: Any, request: h11.Request) -> DirectBody | None:
+    """A ``DirectBody`` for ``request`` if it is a large enough data PUT to an application that takes them."""
+    server = _direct_server(protocol, request, b"PUT")
+    if server is None:
+        return None
+    connection = protocol.connection
     reader = connection._reader
     if not isinstance(reader, ContentLengthReader) or reader._remaining < MIN_BODY:
         return None
-    stream = _stream.get()
-    if stream is None:
-        return None
-    return DirectBody(protocol, connection, stream, reader._remaining)
+    return DirectBody(protocol, connection, server.stream, reader._remaining)
 
 
 def _reply_offered(protocol: Any, request: h11.Request) -> DirectReply | None:
     """A ``DirectReply`` for ``request`` if it reads data from an application that takes them."""
-    if request.method != b"GET" or not request.target.startswith(_DATA_PATH):
-        return None
-    if not getattr(getattr(protocol.app, "app", None), "lnet_direct", False):
-        return None
-    server = _server.get()
-    if server is None or not isinstance(protocol.connection, h11.Connection):
-        return None
-    return DirectReply(server, protocol.connection)
+    server = _direct_server(protocol, request, b"GET")
+    return None if server is None else DirectReply(server, protocol.connection)
 
 
-_stream: contextvars.ContextVar[Any] = contextvars.ContextVar("lnet_direct_stream", default=None)
+# This connection's TCPServer, set in its reading task (H11Protocol runs there) and inherited by the requests'
+# application tasks.
 _server: contextvars.ContextVar[Any] = contextvars.ContextVar("lnet_direct_server", default=None)
 _reply: contextvars.ContextVar[DirectReply | None] = contextvars.ContextVar("lnet_direct_reply", default=None)
 _installed = False
@@ -299,8 +299,7 @@ def install() -> bool:
     original_create_stream = H11Protocol._create_stream
 
     async def _read_data(self: Any) -> None:
-        _stream.set(self.stream)  # this connection's reading task: H11Protocol runs in it
-        _server.set(self)
+        _server.set(self)  # this connection's reading task: H11Protocol runs in it
         await original_read_data(self)
         # Reading stopped (end of stream, or read_timeout on an idle keep-alive connection): without this the
         # keep-alive timer holds the connection open, unread, and a client that reuses it waits for an answer
