@@ -10,7 +10,6 @@ a place in its lane, is bounded by ``copy_timeout``.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import hmac
 import logging
 import math
@@ -38,6 +37,7 @@ from .config import DepotConfig
 from .lanes import LANE_NAME, MAX_LANE_WIDTH, CopyLanes, TooManyLanes
 from .metrics import DepotMetrics
 from .protocol import (
+    DIGESTS,
     PROTOCOL_VERSION,
     BadRequest,
     Busy,
@@ -53,6 +53,7 @@ from .protocol import (
     describe_error,
     encode_body,
     error_from_body,
+    hasher,
     is_capability,
     parse_retry_after,
     redact_capabilities,
@@ -563,14 +564,14 @@ class Depot:
         alloc = self._lookup(request, Kind.READ)
         algorithm = request.query_params.get("algorithm", "sha256")
         if algorithm not in DIGESTS:
-            raise BadRequest(f"algorithm must be one of {', '.join(sorted(DIGESTS))}")
+            raise BadRequest(f"algorithm must be one of {', '.join(DIGESTS)}")
         offset = _query_int(request, "offset", 0)
         length = _query_int(request, "length", max(alloc.length - offset, 0))
         if offset + length > alloc.length:
             raise RangeNotSatisfiable(f"bytes {offset}..{offset + length} are past the {alloc.length} written")
         with self.store.pinned(alloc):
             view = alloc.view(offset, offset + length)
-            try:  # hashlib lets go of the GIL for big buffers: the event loop goes on meanwhile
+            try:  # the hash lets go of the GIL for big buffers: the event loop goes on meanwhile
                 hexdigest = await self._offload(_hexdigest, algorithm, view)
             finally:
                 view.release()
@@ -614,6 +615,7 @@ class Depot:
                 "max_duration": self.config.max_duration,
                 "auth_required": "allocate" in self.token_required_for,
                 "token_required_for": sorted(self.token_required_for),
+                "digests": list(DIGESTS),
                 "in_flight": self.in_flight,
                 "links": self.links.summary(now),
             },
@@ -823,11 +825,10 @@ def _range_number(digits: str) -> int:
     return int(digits) if len(digits) <= 18 else 10**18
 
 
-DIGESTS = frozenset({"sha256", "blake2b"})
-
-
 def _hexdigest(algorithm: str, view: memoryview) -> str:
-    return hashlib.new(algorithm, view).hexdigest()
+    hashing = hasher(algorithm)
+    hashing.update(view)
+    return hashing.hexdigest()
 
 
 def _parse_range(spec: str, length: int) -> tuple[int, int]:

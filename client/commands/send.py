@@ -19,10 +19,13 @@ from lnet.client.commands.output import file_option_problem
 from lnet.client.commands.replica_options import ReplicaArgs
 from lnet.client.exits import EXIT_CODES_HELP
 
-__all__ = ["DEFAULT_DURATION_S", "DEFAULT_MAX_PATHS", "SendArgs", "main", "run"]
+__all__ = ["DEFAULT_DURATION_S", "DEFAULT_HASH", "DEFAULT_MAX_PATHS", "HASH_CHOICES", "SendArgs", "main", "run"]
 
 DEFAULT_DURATION_S = 24 * 3600.0
 """How long the destination keeps the blocks when ``--duration`` is not given, if it allows that long."""
+HASH_CHOICES = ("blake3", "sha256", "blake2b")
+"""``--hash``: the manifest's ``HASH_ALGORITHMS`` (not imported here, to keep ``--help`` quick)."""
+DEFAULT_HASH = "blake3"
 DEFAULT_MAX_PATHS = 3
 """``--max-paths`` when not given, chosen by measurement (docs/scheduler.md, "Choosing the default of
 `--max-paths`: 3"): bench/pathchoice.py on seven topologies, the warm start with up to 3 paths never lost to one
@@ -91,6 +94,10 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--memory", type=Path, metavar="FILE", help="the edge memory (default: the user cache dir)")
     p.add_argument("--block-size", default="4MiB", metavar="SIZE",
                    help="bytes per block (4MiB); at most the max_allocation of every depot on the path")
+    p.add_argument("--hash", choices=HASH_CHOICES, metavar="ALG",
+                   help="the blocks' and the whole file's hash, checked where each block lands and written to the "
+                   "manifest: blake3 (the default: about a third of sha256's CPU per byte, which lets a fast chain "
+                   "go faster), sha256 or blake2b. Resuming keeps the interrupted run's hash")
     p.add_argument("--duration", metavar="TIME",
                    help="how long the destination keeps the file (default: the longest the destination allows, "
                    "at most 1d; a longer --duration than it allows fails at once)")
@@ -131,6 +138,7 @@ class SendArgs:
     warm: bool
     memory: Path | None
     block_size: str
+    hash: str | None
     duration: str | None
     max_inflight: int
     timeout: str
@@ -149,9 +157,9 @@ class SendArgs:
     def from_namespace(cls, ns: argparse.Namespace) -> SendArgs:
         return cls(
             ns.file, tuple(ns.source), ns.spool, ns.to, ns.depots, ns.path, ns.max_paths, ns.cold, ns.warm, ns.memory,
-            ns.block_size, ns.duration, ns.max_inflight, ns.timeout, ns.manifest, ns.report, ns.restart, ns.json,
-            ns.trace, ns.no_progress, ReplicaArgs.from_namespace(ns), tuple(ns.priority or ()), ns.pipeline_depth,
-            ns.bdp,
+            ns.block_size, ns.hash, ns.duration, ns.max_inflight, ns.timeout, ns.manifest, ns.report, ns.restart,
+            ns.json, ns.trace, ns.no_progress, ReplicaArgs.from_namespace(ns), tuple(ns.priority or ()),
+            ns.pipeline_depth, ns.bdp,
         )
 
     @classmethod

@@ -24,7 +24,7 @@ from lnet.client.commands import replica_options
 from lnet.client.commands.clientio import ClientIO
 from lnet.client.commands.outcome import Delivered, Failed, Outcome, TreeSent, finish
 from lnet.client.commands.output import CommandOutput, transfer_progress
-from lnet.client.commands.send import DEFAULT_DURATION_S, DEFAULT_MAX_PATHS, SendArgs
+from lnet.client.commands.send import DEFAULT_DURATION_S, DEFAULT_HASH, DEFAULT_MAX_PATHS, SendArgs
 from lnet.client.engines import smallfiles
 from lnet.client.engines.chunks import PlanConfig
 from lnet.client.exits import ExitCode, is_interrupt
@@ -186,6 +186,7 @@ def _prepare(args: SendArgs) -> Prepared | Failed:
             initial_inflight=min(4, args.max_inflight),
             min_inflight=min(2, args.max_inflight),
             trace=args.trace is not None,
+            hash_algorithm=args.hash or DEFAULT_HASH,
         )
     except (OverlayError, ValueError) as exc:
         return Failed(ExitCode.USAGE, str(exc))
@@ -246,6 +247,9 @@ class _Send:
             journal = SendJournal.open(journal_path(manifest_path), restart=self.args.restart)
         except ResumeRefused as exc:
             return finish(self.out, Failed(ExitCode.USAGE, str(exc)), as_json=self.args.json)
+        previous = journal.previous
+        if self.args.hash is None and previous is not None:  # a resume keeps the interrupted run's hash
+            self.relay_config = replace(self.relay_config, hash_algorithm=previous.hash_algorithm)
         try:
             return finish(self.out, await body(journal), as_json=self.args.json)
         finally:

@@ -12,18 +12,17 @@ raise anything else. The read capabilities it holds are secrets: ``save`` writes
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 from urllib.parse import urlsplit
 
 from lnet.client.formats.documents import check_object, kind, load_document, show, write_private_file
-from lnet.depot.protocol import is_capability, redact
+from lnet.depot.protocol import DIGESTS, Hasher, hasher, is_capability, redact
 
 __all__ = [
     "FORMAT",
@@ -43,8 +42,8 @@ __all__ = [
 ]
 
 FORMAT = "lnet-manifest/1"
-# Hex digest lengths: blake2b at its default (and largest) digest size of 64 bytes.
-HASH_ALGORITHMS = {"sha256": 64, "blake2b": 128}
+# The hashes a manifest may name, with their hex digest lengths (the depot's digest knows the same ones).
+HASH_ALGORITHMS = DIGESTS
 # 2**53 bytes (8 PiB) is past any real transfer and the largest integer every JSON reader keeps exact.
 MAX_FILE_SIZE = 2**53
 MAX_BLOCK_SIZE = 2**32  # 4 GiB, far past what a depot lends in one allocation
@@ -64,31 +63,16 @@ class ManifestError(ValueError):
     """The manifest is unreadable or invalid; the message names the file (when there is one) and the problem."""
 
 
-class Hasher(Protocol):
-    """What ``block_hasher`` returns: the part of hashlib's interface lnet uses."""
-
-    @property
-    def name(self) -> str: ...
-
-    def update(self, data: bytes | bytearray | memoryview, /) -> None: ...
-
-    def hexdigest(self) -> str: ...
-
-
-def block_hasher(algorithm: str = "sha256") -> Hasher:
-    """A fresh hashlib object for ``algorithm`` ("sha256" or "blake2b"), for blocks and whole files alike."""
-    if algorithm == "sha256":
-        return hashlib.sha256()
-    if algorithm == "blake2b":
-        return hashlib.blake2b()
-    raise ValueError(f"unknown hash algorithm {algorithm!r} (expected one of {', '.join(HASH_ALGORITHMS)})")
+def block_hasher(algorithm: str) -> Hasher:
+    """A fresh hash object for ``algorithm`` (one of ``HASH_ALGORITHMS``), for blocks and whole files alike."""
+    return hasher(algorithm)
 
 
 def hash_bytes(algorithm: str, data: bytes | bytearray | memoryview) -> str:
     """The hex digest of ``data`` under ``algorithm``."""
-    hasher = block_hasher(algorithm)
-    hasher.update(data)
-    return hasher.hexdigest()
+    hashing = hasher(algorithm)
+    hashing.update(data)
+    return hashing.hexdigest()
 
 
 @dataclass(frozen=True, repr=False)

@@ -40,7 +40,6 @@ report. One path is the case of a set of one: everything above reduces to the si
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import math
 import os
 import secrets
@@ -53,6 +52,7 @@ from typing import Any, NamedTuple, TypeGuard
 import trio
 
 from lnet.client.engines.striping import PathMeter, soonest
+from lnet.client.formats.manifest import HASH_ALGORITHMS, block_hasher, hash_bytes
 from lnet.client.wire.depot_client import Allocation, DepotClient, DepotUnreachable
 from lnet.depot.clock import TrioWallClock
 from lnet.depot.protocol import DepotError, DepotFull, NotFound, TooLarge, innermost
@@ -140,7 +140,8 @@ class RelayConfig:
     timeout_s: float = 30.0
     tick_s: float = 0.5
     retries: int = 8
-    hash_algorithm: str = "sha256"
+    hash_algorithm: str = "blake3"
+    """The blocks' and the whole file's hash (one of ``HASH_ALGORITHMS``); the destination computes the same."""
     probe_bytes: int | None = None
     """Bytes a probe copies at once: the transfer's block size when None, so that a probe's figure means what
     the transfer's would (small copies are mostly slow start and round trips)."""
@@ -168,8 +169,8 @@ class RelayConfig:
             raise ValueError("block_size must be at least one byte")
         if not 1 <= self.min_inflight <= self.initial_inflight <= self.max_inflight:
             raise ValueError("need 1 <= min_inflight <= initial_inflight <= max_inflight")
-        if self.hash_algorithm not in ("sha256", "blake2b"):
-            raise ValueError("hash_algorithm must be sha256 or blake2b")
+        if self.hash_algorithm not in HASH_ALGORITHMS:
+            raise ValueError(f"hash_algorithm must be one of {', '.join(HASH_ALGORITHMS)}")
         for name in ("duration_s", "hold_s", "timeout_s", "tick_s", "probe_s", "path_window_s"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name} must be more than 0")
@@ -607,7 +608,7 @@ class _WholeHash:
     read again after a failure is not offered twice: its bytes were checked against the first read's hash."""
 
     def __init__(self, algorithm: str, spans: Sequence[tuple[int, int]], ahead_bytes: int) -> None:
-        self._hasher = hashlib.new(algorithm)
+        self._hasher = block_hasher(algorithm)
         self._spans = spans
         self._ahead = ahead_bytes
         self._kept: dict[int, tuple[bytes | memoryview, _Lease | None]] = {}
@@ -1453,14 +1454,14 @@ def _read_into_and_hash(fd: int, view: memoryview, offset: int, algorithm: str) 
         if got == 0:
             raise TransferFailed(f"short read at {offset + filled}: the file shrank while being sent")
         filled += got
-    return hashlib.new(algorithm, view).hexdigest()
+    return hash_bytes(algorithm, view)
 
 
 def _read_span_and_hash(
     read: Callable[[int, int], bytes], offset: int, length: int, algorithm: str
 ) -> tuple[bytes, str]:
     data = read(offset, length)
-    return data, hashlib.new(algorithm, data).hexdigest()
+    return data, hash_bytes(algorithm, data)
 
 
 def _path_set(decision: Keep | Switch | DropDepot) -> tuple[tuple[Route, ...], tuple[float, ...]]:

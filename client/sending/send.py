@@ -87,6 +87,8 @@ class DepotLimits:
 
     max_allocation: int | None = None
     max_duration: float | None = None
+    digests: frozenset[str] | None = None
+    """The hashes its digest computes; a status without ``digests`` is from a depot that knew sha256 and blake2b."""
 
     @classmethod
     def from_status(cls, status: Mapping[str, Any]) -> DepotLimits:
@@ -97,7 +99,9 @@ class DepotLimits:
             return float(value)
 
         allocation = number("max_allocation")
-        return cls(int(allocation) if allocation is not None else None, number("max_duration"))
+        digests = status.get("digests", ["sha256", "blake2b"])
+        known = frozenset(name for name in digests if isinstance(name, str)) if isinstance(digests, list) else None
+        return cls(int(allocation) if allocation is not None else None, number("max_duration"), known)
 
 
 def _seconds(value: float) -> str:
@@ -130,6 +134,12 @@ def fit_to_limits(
     cross must take ``config.block_size`` in one allocation: on a pinned path that is every depot on it; an
     adaptive transfer leaves out the depots that cannot (the destination must)."""
     target = limits.get(dest, DepotLimits())
+    if target.digests is not None and config.hash_algorithm not in target.digests:
+        known = ", ".join(sorted(target.digests)) or "none"
+        raise SendError(
+            ExitCode.USAGE, f"depot {dest} cannot check blocks with {config.hash_algorithm} (its digests: {known}; a "
+            f"depot older than lnet's blake3 support has only sha256 and blake2b): give --hash sha256, or upgrade it",
+        )
     duration = config.duration_s
     if target.max_duration is not None and duration > target.max_duration:
         if not longest_duration:

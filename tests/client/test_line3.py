@@ -6,7 +6,6 @@ Needs root and network namespaces; elsewhere every test here skips and says so.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import signal
@@ -21,6 +20,7 @@ from pathlib import Path
 import pytest
 import trio
 
+from lnet.client.formats.manifest import hash_bytes
 from lnet.scheduler import EdgeMemory
 from lnet.testbed import Testbed, Topology
 
@@ -111,7 +111,7 @@ def make_payload(tmp: Path, size: int) -> tuple[Path, str]:
     path = tmp / "payload.bin"
     data = os.urandom(size)
     path.write_bytes(data)
-    return path, hashlib.sha256(data).hexdigest()
+    return path, hash_bytes("blake3", data)
 
 
 async def test_send_then_get_and_a_warm_start(requires_root: None, bed_name: str, tmp_path: Path) -> None:
@@ -129,7 +129,7 @@ async def test_send_then_get_and_a_warm_start(requires_root: None, bed_name: str
         got = await bed.tb.run("dst", [sys.executable, "-m", "lnet.client.get", str(tmp_path / "manifest.json"),
                                        "-o", str(out), "--no-progress"], check=False)
         assert got.returncode == 0, got.stderr.decode()
-        assert hashlib.sha256(out.read_bytes()).hexdigest() == digest
+        assert hash_bytes("blake3", out.read_bytes()) == digest
         # The pinned run taught the memory its edges; a warm start takes the remembered path from the start.
         warm = await bed.tb.run("src", bed.send_argv(payload), check=False)
         assert warm.returncode == 0, warm.stderr.decode()
@@ -167,7 +167,7 @@ async def test_a_depot_killed_mid_transfer(requires_root: None, bed_name: str, t
         got = await bed.tb.run("dst", [sys.executable, "-m", "lnet.client.get", str(tmp_path / "manifest.json"),
                                        "-o", str(out), "--no-progress"], check=False)
         assert got.returncode == 0, got.stderr.decode()
-        assert hashlib.sha256(out.read_bytes()).hexdigest() == digest
+        assert hash_bytes("blake3", out.read_bytes()) == digest
 
 
 async def test_a_degraded_link_moves_the_transfer(requires_root: None, bed_name: str, tmp_path: Path) -> None:
@@ -214,4 +214,4 @@ async def test_lnet_get_resumes_after_an_interruption(requires_root: None, bed_n
         again = await bed.tb.run("src", argv, check=False)
         assert again.returncode == 0, again.stderr.decode()
         assert json.loads(again.stdout)["resumed_blocks"] > 0
-        assert hashlib.sha256(out.read_bytes()).hexdigest() == digest
+        assert hash_bytes("blake3", out.read_bytes()) == digest

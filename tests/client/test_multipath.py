@@ -4,7 +4,6 @@ the report and its plot)."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 import os
@@ -18,6 +17,7 @@ import trio
 
 from lnet.client.commands import send, send_transfer
 from lnet.client.engines.striping import PathMeter, soonest
+from lnet.client.formats.manifest import hash_bytes
 from lnet.client.formats.manifest import load as load_manifest
 from lnet.client.formats.report import PathPoint, ReportError, TimelinePoint, figure, load, parse, path_series
 from lnet.client.sending import send as sending
@@ -294,7 +294,7 @@ async def test_two_disjoint_routes_both_carry_blocks_in_proportion_to_their_rate
                       config=RelayConfig(block_size=MiB), offload=inline, on_event=events.append)
         result = await relay.run()
         assert await fetch(clients, result) == data
-        assert result.file_hash == hashlib.sha256(data).hexdigest()
+        assert result.file_hash == hash_bytes("blake3", data)
         for name in ("a", "b"):  # the depots on the way hold nothing once the blocks are through
             assert (await clients[name].status())["allocations"] == 0
     assert result.resends == 0
@@ -471,7 +471,7 @@ async def test_a_stream_of_mixed_blocks_goes_over_two_routes_in_order(
         result = await relay.run()
         assert await fetch(clients, result) == data
     assert [(r.offset, r.length) for r in result.blocks] == spans
-    assert result.file_hash == hashlib.sha256(data).hexdigest()
+    assert result.file_hash == hash_bytes("blake3", data)
     assert delivered_on(result, VIA_A) > 0
     assert delivered_on(result, VIA_B) > 0
 
@@ -509,7 +509,7 @@ async def test_the_path_scheduler_runs_two_disjoint_routes_at_once(
                       offload=inline, on_event=events.append)
         result = await relay.run()
         assert await fetch(clients, result) == data
-    assert result.file_hash == hashlib.sha256(data).hexdigest()
+    assert result.file_hash == hash_bytes("blake3", data)
     changes = [e for e in events if isinstance(e, PathChanged)]
     joined = [e for e in changes if e.reason == "join"]
     assert joined

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import hashlib
 import os
 from pathlib import Path
 
 import pytest
 import trio
 
+from lnet.client.formats.manifest import hash_bytes
 from lnet.client.sending.relay import (
     BlockDelivered,
     EdgeMeter,
@@ -138,9 +138,9 @@ async def test_pinned_chain_delivers_identical_bytes_and_cleans_up(
                       config=RelayConfig(block_size=MiB), offload=inline, on_event=events.append)
         result = await relay.run()
         assert await fetch(clients, result) == data
-        assert result.file_hash == hashlib.sha256(data).hexdigest()
+        assert result.file_hash == hash_bytes("blake3", data)
         assert [r.length for r in result.blocks][-1] == 12345
-        assert all(r.hash == hashlib.sha256(data[r.offset : r.offset + r.length]).hexdigest() for r in result.blocks)
+        assert all(r.hash == hash_bytes("blake3", data[r.offset : r.offset + r.length]) for r in result.blocks)
         assert sum(e.nbytes for e in events if isinstance(e, BlockDelivered)) == len(data)
         for name in ("a", "b"):  # intermediate depots hold nothing once the blocks are through
             status = await clients[name].status()
@@ -300,7 +300,7 @@ async def test_empty_and_tiny_files(tmp_path: Path, autojump_clock: trio.abc.Clo
             result = await relay.run()
             assert await fetch(clients, result) == data
             assert len(result.blocks) == (size + block_size - 1) // block_size
-            assert result.file_hash == hashlib.sha256(data).hexdigest()
+            assert result.file_hash == hash_bytes("blake3", data)
 
 
 async def test_a_full_destination_fails_the_transfer_instead_of_waiting_forever(
@@ -344,7 +344,7 @@ async def test_a_stream_of_mixed_blocks_keeps_the_hop_busy(tmp_path: Path, autoj
         result = await relay.run()
         assert await fetch(clients, result) == data
     assert [(r.offset, r.length) for r in result.blocks] == list(stream.spans)
-    assert result.file_hash == hashlib.sha256(data).hexdigest()
+    assert result.file_hash == hash_bytes("blake3", data)
     delivered = [e for e in events if isinstance(e, BlockDelivered)]
     steady = sum(e.nbytes for e in delivered[1:]) / (delivered[-1].at - delivered[0].at)
     assert steady > 0.95 * 10 * MiB, f"{steady / MiB:.1f} MiB/s over a 10 MiB/s hop"

@@ -14,6 +14,7 @@ import pytest
 import trio
 import trio.testing
 
+from lnet.client.formats.manifest import hash_bytes
 from lnet.client.sending.relay import DRAIN_AT_ONCE, BlockDelivered, Relay, RelayConfig, _Pool, _ReadBuffers, _WholeHash
 from lnet.client.wire.depot_client import Allocation, DepotUnreachable
 
@@ -48,7 +49,7 @@ async def test_an_intermediate_allocation_carries_later_blocks(tmp_path: Path, a
         parts = [await clients["dst"].read(record.allocation.read) for record in result.blocks]
         assert b"".join(parts) == data
         assert [len(part) for part in parts][-1] == 4321
-        assert result.file_hash == hashlib.sha256(data).hexdigest()
+        assert result.file_hash == hash_bytes("blake3", data)
         assert result.resends == 0
         for name in ("a", "b"):
             seen = await requests(network, name)
@@ -146,7 +147,7 @@ async def test_a_long_path_ends_with_its_last_block_not_a_free_per_allocation_le
         result = await relay.run()
         ended = trio.current_time()
         assert len(delivered) == 24
-        assert result.file_hash == hashlib.sha256(data).hexdigest()
+        assert result.file_hash == hash_bytes("blake3", data)
         assert ended - max(delivered) <= 2 * 0.1  # at most a free's round trip or two, whatever was left
         for name in ("a", "b"):
             status = await clients[name].status()

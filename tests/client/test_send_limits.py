@@ -73,8 +73,10 @@ def test_a_block_over_a_depots_max_allocation() -> None:
 
 
 def test_limits_a_status_does_not_state_are_not_checked() -> None:
-    assert DepotLimits.from_status({"max_allocation": 1024, "max_duration": 60}) == DepotLimits(1024, 60.0)
-    assert DepotLimits.from_status({"max_allocation": "big", "max_duration": None}) == DepotLimits()
+    old = frozenset({"sha256", "blake2b"})  # a status without "digests": a depot from before blake3
+    assert DepotLimits.from_status({"max_allocation": 1024, "max_duration": 60}) == DepotLimits(1024, 60.0, old)
+    assert DepotLimits.from_status({"max_allocation": "big", "max_duration": None}) == DepotLimits(digests=old)
+    assert DepotLimits.from_status({"digests": "blake3"}) == DepotLimits()
     fitted, excluded = fit_to_limits(RelayConfig(duration_s=9e9), {"dst": DepotLimits()}, "dst", None,
                                      longest_duration=False)
     assert (fitted.duration_s, excluded) == (9e9, {})
@@ -342,3 +344,19 @@ def test_the_help_says_what_an_unset_duration_means(capsys: pytest.CaptureFixtur
     assert "--duration TIME how long the destination keeps the file (default: the longest the destination allows, " \
         "at most 1d" in text
     assert "max_allocation" in text
+
+
+def test_the_destination_must_compute_the_transfers_hash() -> None:
+    """The destination hashes every block for the client: a hash it does not list fails at once, naming the
+    remedy; a depot from before blake3 (no "digests" in its status) is taken to know sha256 and blake2b."""
+    old = DepotLimits.from_status({"max_allocation": 8 * MiB})
+    with pytest.raises(SendError) as refused:
+        fit_to_limits(RelayConfig(), {"dst": old}, "dst", None, longest_duration=True)
+    assert refused.value.code == ExitCode.USAGE
+    assert "depot dst cannot check blocks with blake3 (its digests: blake2b, sha256" in str(refused.value)
+    assert "give --hash sha256" in str(refused.value)
+    fit_to_limits(RelayConfig(hash_algorithm="sha256"), {"dst": old}, "dst", None, longest_duration=True)
+    current = DepotLimits.from_status({"digests": ["blake3", "sha256", "blake2b"]})
+    fit_to_limits(RelayConfig(), {"dst": current}, "dst", None, longest_duration=True)
+    # only the destination hashes: a depot on the way needs no digest at all
+    fit_to_limits(RelayConfig(), {"mid": old, "dst": current}, "dst", ["me", "mid", "dst"], longest_duration=True)

@@ -19,7 +19,7 @@ import pytest
 import trio
 
 from lnet.client.fetching.blocks import get_file
-from lnet.client.formats.manifest import parse
+from lnet.client.formats.manifest import hash_bytes, parse
 from lnet.client.sending import journal, resume
 from lnet.client.sending.journal import JournalHeader
 from lnet.client.sending.relay import BlockDelivered, BlockRecord, Relay, RelayConfig, RelayEvent
@@ -193,9 +193,9 @@ async def test_a_resumed_transfer_sends_only_what_the_destination_lacks(
         # The manifest a single run would have written: every block, the whole-file hash over every byte.
         manifest = parse(build_manifest(path, network.url("dst"), result, CONFIG, ["here", "dst"]).to_dict())
         data = path.read_bytes()
-        assert manifest.file_hash == hashlib.sha256(data).hexdigest()
+        assert manifest.file_hash == hash_bytes("blake3", data)
         assert [b.hash for b in manifest.blocks] == [
-            hashlib.sha256(data[o:o + BLOCK]).hexdigest() for o in range(0, len(data), BLOCK)]
+            hash_bytes("blake3", data[o:o + BLOCK]) for o in range(0, len(data), BLOCK)]
         assert all(result.blocks[i] == recorded[i] for i in recorded)  # resumed records are used as they are
         out = tmp_path / "fetched.bin"
         await get_file(manifest, out, transport=network.transport("here"))

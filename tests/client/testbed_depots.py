@@ -7,7 +7,6 @@ Root only, like every testbed test: callers take the ``requires_root`` fixture.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import subprocess
 import sys
@@ -18,6 +17,7 @@ from pathlib import Path
 
 import trio
 
+from lnet.client.formats.manifest import block_hasher, hash_bytes
 from lnet.testbed import Testbed, Topology
 
 PORT = 6714
@@ -39,12 +39,13 @@ class DepotBed:
                 "--manifest", str(self.tmp / "manifest.json"), "--json", *extra]
 
     async def fetch(self, dest: str) -> str:
-        """lnet-get, run at ``dest``, of what tmp/manifest.json names: the sha256 of the file it rebuilt."""
+        """lnet-get, run at ``dest``, of what tmp/manifest.json names: the blake3 (lnet-send's default hash) of
+        the file it rebuilt."""
         out = self.tmp / "received.bin"
         got = await self.tb.run(dest, [sys.executable, "-m", "lnet.client.get", str(self.tmp / "manifest.json"),
                                        "-o", str(out), "--no-progress"], check=False)
         assert got.returncode == 0, got.stderr.decode()
-        return sha256_of(out)
+        return hash_of(out)
 
     async def link_bytes(self) -> dict[tuple[str, str], int]:
         """Bytes each direction of each emulated link has delivered so far (IP packets, headers included)."""
@@ -99,7 +100,7 @@ def make_payload(tmp: Path, size: int) -> tuple[Path, str]:
     path = tmp / "payload.bin"
     data = os.urandom(size)
     path.write_bytes(data)
-    return path, hashlib.sha256(data).hexdigest()
+    return path, hash_bytes("blake3", data)
 
 
 def keep(path: Path, data: bytes) -> None:
@@ -112,8 +113,8 @@ def tail(log: Path, chars: int = 3000) -> str:
     return log.read_text(errors="replace")[-chars:]
 
 
-def sha256_of(path: Path) -> str:
-    digest = hashlib.sha256()
+def hash_of(path: Path) -> str:
+    digest = block_hasher("blake3")
     with path.open("rb") as f:
         while chunk := f.read(1 << 20):
             digest.update(chunk)

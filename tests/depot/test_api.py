@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import blake3
 import httpx
 import msgpack
 import pytest
@@ -424,15 +425,21 @@ async def _metrics(client: DepotClient) -> str:
     return (await client._http.get("/metrics")).text
 
 
+BLAKE3_OF_NOTHING = "af1349b9f5f9a1a6a0404dea36dcc9499bcb25c9adc112b7cc9a93cae41f3262"  # the BLAKE3 paper's vector
+
+
 async def test_digest_is_computed_at_the_depot(open_depot: MakeDepot) -> None:
     import hashlib
 
     async with open_depot() as (_, client):
+        assert (await client.status())["digests"] == ["blake3", "sha256", "blake2b"]
         alloc = await client.allocate_one(4 * MiB, 60)
         payload = bytes(range(256)) * (3 * MiB // 256)
         await client.write(alloc.write, payload)
         assert await client.digest(alloc.read) == hashlib.sha256(payload).hexdigest()
         assert await client.digest(alloc.read, "blake2b") == hashlib.blake2b(payload).hexdigest()
+        assert await client.digest(alloc.read, "blake3") == blake3.blake3(payload).hexdigest()
+        assert await client.digest(alloc.read, "blake3", offset=10, length=0) == BLAKE3_OF_NOTHING
         part = await client.digest(alloc.read, offset=10, length=100)
         assert part == hashlib.sha256(payload[10:110]).hexdigest()
         with pytest.raises(BadRequest, match="algorithm"):

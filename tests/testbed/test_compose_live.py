@@ -10,7 +10,6 @@ The first run on a machine makes the base image (about a minute with mmdebstrap)
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import subprocess
@@ -20,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from lnet.client.formats.manifest import hash_bytes
 from lnet.testbed import Topology
 from lnet.testbed.cli import main
 from lnet.testbed.compose import IMAGE, NO_NETEM_LINE, container_name, project_name
@@ -145,7 +145,7 @@ def test_line3_on_compose_shaped_and_carrying_a_transfer(docker_engine: None, tm
         timings["send"] = time.monotonic() - started
         assert sent["path"] == ["src", "depot", "dst"]
         manifest = sh("src", "cat", "/tmp/manifest.json")
-        assert json.loads(manifest)["file_hash"] == hashlib.sha256(payload).hexdigest()
+        assert json.loads(manifest)["file_hash"] == hash_bytes("blake3", payload)
         sh("dst", "sh", "-c", "umask 077 && cat > /tmp/manifest.json", input_bytes=manifest)
         started = time.monotonic()
         sh("dst", "lnet-get", "/tmp/manifest.json", "-o", "/tmp/received.bin", "--no-progress")
