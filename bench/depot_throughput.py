@@ -8,7 +8,9 @@ Every run measures, one after another (so that a noisy neighbour hits them all a
   client        ``DepotClient`` (the relay's own client): ``write`` of every block, ``read_into`` of every
                 block, depot-to-depot ``copy`` of every block;
   curl          ``curl -T`` (PUT) of every block, ``curl`` GET of every block, and the copies posted by curl,
-                one curl process for all blocks (one connection), times from curl's own ``-w`` figures;
+                one curl process for all blocks (one connection), times from curl's own ``-w`` figures; and the
+                same PUTs to a null sink (a server that parses the head by hand and drops the body: what curl
+                itself reaches, the reference for curl PUT);
   httpx         a plain ``httpx.AsyncClient``: PUT of every block streamed in 64 KiB pieces (a client that
                 writes small chunks), GET of every block;
   chain         ``lnet-send`` of a ``--total`` file through three depot processes (``--path a,b,c``): the
@@ -60,6 +62,7 @@ TARGETS: dict[str, float | None] = {
     "curl PUT": 0.50,
     "curl GET": 0.50,
     "curl copy": 0.50,
+    "curl PUT to null": None,
     "httpx PUT 64KiB": None,
     "httpx GET": None,
 }
@@ -85,6 +88,51 @@ while got < total:
 conn.sendall(b"k")
 conn.close()
 """
+
+# What curl's PUTs reach against a server that does no work at all: each request's head read and parsed by hand,
+# its Content-Length body received into one reused buffer and dropped, a 201 answered (100 Continue first when
+# curl expects it). The reference for "curl PUT": the most any server could give curl on this machine (the sink is
+# a child of this process: its CPU counts in the client column).
+NULL_SINK = r"""
+import socket
+listener = socket.socket()
+listener.bind(("127.0.0.1", 0))
+listener.listen(1)
+print(listener.getsockname()[1], flush=True)
+conn, _ = listener.accept()
+view = memoryview(bytearray(8 * 1024 * 1024))
+pending = b""
+while True:
+    while b"\r\n\r\n" not in pending:
+        got = conn.recv(65536)
+        if not got:
+            raise SystemExit(0)
+        pending += got
+    head, _, pending = pending.partition(b"\r\n\r\n")
+    fields = dict(line.split(b":", 1) for line in head.split(b"\r\n")[1:])
+    fields = {k.strip().lower(): v.strip() for k, v in fields.items()}
+    left = int(fields.get(b"content-length", b"0"))
+    if fields.get(b"expect", b"").lower() == b"100-continue" and not pending:
+        conn.sendall(b"HTTP/1.1 100 Continue\r\n\r\n")
+    taken = min(left, len(pending))
+    pending, left = pending[taken:], left - taken
+    while left:
+        n = conn.recv_into(view, min(left, len(view)))
+        if n == 0:
+            raise SystemExit(0)
+        left -= n
+    conn.sendall(b"HTTP/1.1 201 Created\r\nContent-Length: 0\r\n\r\n")
+"""
+
+
+async def curl_null_sink(total: int, block_size: int, block_file: Path) -> float:
+    sink, port = await spawn_reporting([sys.executable, "-c", NULL_SINK])
+    try:
+        puts = [["-T", str(block_file), f"http://127.0.0.1:{port}/sink"] for _ in range(total // block_size)]
+        return await curl(puts, total)
+    finally:
+        sink.kill()
+        await sink.wait()
 
 
 async def spawn_reporting(argv: list[str]) -> tuple[trio.Process, str]:
@@ -210,6 +258,7 @@ async def one_run(
             sources, targets = await fresh()
             puts = [["-T", str(block_file), x.write_url] for x in sources]
             rates["curl PUT"] = await meter("curl PUT", curl(puts, total))
+            rates["curl PUT to null"] = await meter("curl PUT to null", curl_null_sink(total, len(block), block_file))
             rss["full"] = max(rss["full"], psutil.Process(a.process.pid).memory_info().rss)
             rates["curl GET"] = await meter("curl GET", curl([[x.read_url] for x in sources], total))
             posts = [
