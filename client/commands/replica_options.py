@@ -54,7 +54,8 @@ def add_arguments(p: argparse.ArgumentParser, title: str = "replicas (URL mode)"
     g.add_argument("--strategy", choices=STRATEGIES, default="mdtp", help="how ranges are sized (default mdtp)")
     g.add_argument("--tail", choices=TAILS, default="split", help="the tail rule (default split)")
     g.add_argument("--depth", type=_depth, default=PlanConfig.depth, metavar="N",
-                   help=f"requests outstanding per replica on its connection (default {PlanConfig.depth})")
+                   help=f"requests outstanding per replica on its connection (default {PlanConfig.depth}; mdtp "
+                   "gives one more to a replica whose round trip is over a third of a round)")
     g.add_argument("--chunk", metavar="SIZE", help="mdtp: the fastest replica's chunk (default: 1/16 of the "
                    "expected time, 1-8 s of it); static, aggressive: the equal chunk (default 4MiB)")
     g.add_argument("--initial-chunk", default="1MiB", metavar="SIZE", help="mdtp: the uniform first chunk (1MiB)")

@@ -438,7 +438,10 @@ class _Download:
         """The connection ``predial`` opened to this replica, the first time it is asked: taken if the range it asked
         for already is this connection's first request (else closed: that answer is not wanted)."""
         early = await self.early.take(rep.url) if self.early is not None else None
-        if early is None or early.sent is None:
+        if early is None:
+            return None
+        if early.sent is None:  # HTTPS: the first request waits for TLS; the TCP handshake was a round trip
+            self.planner.round_trip(rep.index, early.handshake_s)
             return early
         if early.sent != (first.start, first.end):
             await trio.aclose_forcefully(early.stream)

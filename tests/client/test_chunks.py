@@ -545,3 +545,44 @@ def test_a_replica_that_comes_back_is_used_again() -> None:
     assert back  # asked again once it answered
     silent = 5.0  # 3 s to 8 s without it
     assert result.seconds <= ideal(size, RATES) + silent * RATES[0] / sum(RATES) + 3.0
+
+
+def most_outstanding(size: int, rtts: list[float], config: PlanConfig | None = None) -> list[int]:
+    """The most requests each replica had outstanding at once, downloading ``size`` on the testbed's rates, each
+    replica's round trip known from its connection's handshake (as ``wire.predial`` measures it)."""
+    planner = ChunkPlanner(size, 6, config)
+    for i, rtt in enumerate(rtts):
+        planner.round_trip(i, rtt)
+    most = [0] * 6
+    poll = planner.poll
+
+    def watched(now: float) -> list[Fetch | Stop | Drop]:
+        decisions = poll(now)
+        for i in range(6):
+            most[i] = max(most[i], len(planner.outstanding(i)))
+        return decisions
+
+    planner.poll = watched  # type: ignore[method-assign]
+    result = simulate(planner, [SimReplica(rate, rtt) for rate, rtt in zip(RATES, rtts, strict=True)])
+    assert result.overlap(size) == 0
+    return most
+
+
+@pytest.mark.parametrize("size", [64 * MiB, 256 * MiB])
+def test_a_replica_whose_round_trip_is_over_a_third_of_a_round_keeps_one_more_request_outstanding(
+    size: int,
+) -> None:
+    """+500 ms to the fastest replica (the testbed's latency scenario: 512 ms against rounds of 1 s): it keeps a
+    third request outstanding, the others two; without the added delay every replica keeps two."""
+    far = [0.512, *RTTS[1:]]
+    assert most_outstanding(size, far) == [3, 2, 2, 2, 2, 2]
+    assert most_outstanding(size, RTTS) == [2] * 6
+    assert most_outstanding(size, far, PlanConfig(depth=1)) == [2, 1, 1, 1, 1, 1]
+
+
+def test_a_round_trip_under_a_third_of_a_round_adds_nothing() -> None:
+    # 1 GiB: rounds of about 3.8 s (a sixteenth of the expected time), so 512 ms is under a third of one;
+    # and strategies other than mdtp keep --depth as it is
+    far = [0.512, *RTTS[1:]]
+    assert most_outstanding(1024 * MiB, far) == [2] * 6
+    assert most_outstanding(64 * MiB, far, PlanConfig(strategy="static")) == [2] * 6

@@ -166,6 +166,19 @@ def test_a_range_sent_early_measures_no_round_trip_and_the_handshake_does() -> N
     assert rtts == [0.05, 0.2]
 
 
+def test_an_https_handshake_gives_the_round_trip_its_first_request_overstates() -> None:
+    # HTTPS: nothing was sent early, so the first request waits for TLS and its first byte comes two or three round
+    # trips after it was issued; the TCP handshake measured by the predial is the round trip (the least seen)
+    planner = ChunkPlanner(None, 2, CONFIG)
+    first, second = [d for d in planner.poll(0.0) if isinstance(d, Fetch)]
+    planner.round_trip(first.replica, 0.05)
+    planner.sized(len(DATA))
+    planner.received(first.request, 1000, 0.15)
+    planner.received(second.request, 1000, 0.2)
+    planner.round_trip(second.replica, 0.3)  # more than its request measured: the least stays
+    assert [rep.rtt for rep in planner._replicas] == [0.05, 0.2]
+
+
 async def test_a_download_takes_the_early_connections_and_asks_for_no_range_twice(tmp_path: Path) -> None:
     out = tmp_path / "file.bin"
     config = dataclasses.replace(CONFIG, tail="none")  # no request stopped short, so no connection closed
