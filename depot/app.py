@@ -53,7 +53,7 @@ from .protocol import (
     describe_error,
     encode_body,
     error_from_body,
-    hasher,
+    hash_bytes,
     is_capability,
     parse_retry_after,
     redact_capabilities,
@@ -572,7 +572,7 @@ class Depot:
         with self.store.pinned(alloc):
             view = alloc.view(offset, offset + length)
             try:  # the hash lets go of the GIL for big buffers: the event loop goes on meanwhile
-                hexdigest = await self._offload(_hexdigest, algorithm, view)
+                hexdigest = await self._offload(hash_bytes, algorithm, view)
             finally:
                 view.release()
         return _respond(request, {"algorithm": algorithm, "hex": hexdigest, "offset": offset, "length": length})
@@ -823,12 +823,6 @@ def _range_number(digits: str) -> int:
     never given more than 18 digits)."""
     digits = digits.lstrip("0") or "0"
     return int(digits) if len(digits) <= 18 else 10**18
-
-
-def _hexdigest(algorithm: str, view: memoryview) -> str:
-    hashing = hasher(algorithm)
-    hashing.update(view)
-    return hashing.hexdigest()
 
 
 def _parse_range(spec: str, length: int) -> tuple[int, int]:

@@ -41,6 +41,7 @@ __all__ = [
     "describe_error",
     "encode_body",
     "error_from_body",
+    "hash_bytes",
     "hasher",
     "is_capability",
     "new_capability",
@@ -267,6 +268,13 @@ def hasher(algorithm: str) -> Hasher:
     if algorithm in ("sha256", "blake2b"):
         return hashlib.new(algorithm)
     raise ValueError(f"unknown hash algorithm {algorithm!r} (expected one of {', '.join(DIGESTS)})")
+
+
+def hash_bytes(algorithm: str, data: bytes | bytearray | memoryview) -> str:
+    """The hex digest of ``data`` under ``algorithm``."""
+    hashing = hasher(algorithm)
+    hashing.update(data)
+    return hashing.hexdigest()
 
 
 def new_capability() -> str:

@@ -474,16 +474,19 @@ class ChunkPlanner:
             return decisions
         if self.config.strategy in ("brute", "history") and not self._ranges_given:
             self._one_range_each(now)
+        round_s = self._round_s()  # from the rates alone, which issuing requests does not change
+        depth = {rep.index: self._depth_of(rep, round_s) for rep in ready}
         progress = True
         while progress and self._free:
             progress = False
             for rep in ready:
-                if len(rep.queue) < self._depth_of(rep) and self._free and (chunk := self._chunk_for(rep)) > 0:
+                if len(rep.queue) < depth[rep.index] and self._free and (chunk := self._chunk_for(rep)) > 0:
                     self._issue(rep, self._take(chunk), now)
                     progress = True
         if not self._free and self.config.tail != "none":
             for rep in ready:
-                if len(rep.queue) < self._depth_of(rep) and rep.state == "ok":
+                # a cut may end a request and give its replica a new rate: the round is taken again each time
+                if len(rep.queue) < self._depth_of(rep, self._round_s()) and rep.state == "ok":
                     self._tail(rep, now)
         decisions, self._outbox = self._outbox, []
         return decisions
@@ -572,17 +575,15 @@ class ChunkPlanner:
         expected = (self.size or 0) / sum(known)
         return min(self.config.round_max_s, max(self.config.round_min_s, expected / 16))
 
-    def _depth_of(self, rep: _ReplicaPlan) -> int:
+    def _depth_of(self, rep: _ReplicaPlan, round_s: float | None) -> int:
         """Requests ``rep`` may have outstanding: ``depth``, and with mdtp one more where the round trip is over
         a third of a round. The request sent when one ends reaches the server a round trip after the server
         began the one queued behind it, so with ``depth`` 2 a far replica's server has only ``T - rtt`` of work
         in hand when the next request arrives; at +500 ms to the fastest replica on the replicas testbed (rounds
         of 1 s) its link then ran at 18-46 Mbit/s by turns instead of its 40 (docs/client.md, "--depth")."""
         depth = self.config.depth
-        if self.config.strategy == "mdtp" and rep.rtt is not None:
-            round_s = self._round_s()
-            if round_s is not None and 3 * rep.rtt > round_s:
-                return depth + 1
+        if self.config.strategy == "mdtp" and rep.rtt is not None and round_s is not None and 3 * rep.rtt > round_s:
+            return depth + 1
         return depth
 
     def _one_range_each(self, now: float) -> None:

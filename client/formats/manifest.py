@@ -22,7 +22,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from lnet.client.formats.documents import check_object, kind, load_document, show, write_private_file
-from lnet.depot.protocol import DIGESTS, Hasher, hasher, is_capability, redact
+from lnet.depot.protocol import DIGESTS, Hasher, hash_bytes, hasher, is_capability, redact
 
 __all__ = [
     "FORMAT",
@@ -63,16 +63,9 @@ class ManifestError(ValueError):
     """The manifest is unreadable or invalid; the message names the file (when there is one) and the problem."""
 
 
-def block_hasher(algorithm: str) -> Hasher:
-    """A fresh hash object for ``algorithm`` (one of ``HASH_ALGORITHMS``), for blocks and whole files alike."""
-    return hasher(algorithm)
-
-
-def hash_bytes(algorithm: str, data: bytes | bytearray | memoryview) -> str:
-    """The hex digest of ``data`` under ``algorithm``."""
-    hashing = hasher(algorithm)
-    hashing.update(data)
-    return hashing.hexdigest()
+block_hasher = hasher
+"""A fresh hash object for an algorithm of ``HASH_ALGORITHMS``, for blocks and whole files alike (the depot's
+digest uses the same, ``lnet.depot.protocol.hasher``; ``hash_bytes`` hashes one buffer)."""
 
 
 @dataclass(frozen=True, repr=False)
