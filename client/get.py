@@ -1,11 +1,11 @@
-"""``python -m lnet.client.get``: runs the command in ``lnet.client.commands.get`` (kept so that scripts and the
-testbed that run the module by this name go on working). Nothing else belongs here."""
+"""``python -m lnet.client.get``: runs the command as ``lnet-get`` does (``lnet.client.commands.get_entry``; kept so
+that scripts and the testbed that run the module by this name go on working). Nothing else belongs here."""
 
 from __future__ import annotations
 
 import sys
 
-from lnet.client.commands.get import main
+from lnet.client.commands.get_entry import main
 
 __all__ = ["main"]
 

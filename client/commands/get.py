@@ -5,8 +5,9 @@ Parses its arguments once into ``GetArgs``, calls ``lnet.client.fetching`` (``ge
 ``fetch_mirrors``) with them and the command's ``ClientIO`` (how it reaches the network), and hands the outcome to
 ``commands.outcome.finish`` (output and exit code). Only argparse and the exit codes are loaded before parsing;
 the libraries, trio and rich are loaded after it (``--help`` answers at once). With URLs, the replicas are dialled
-and asked for their first ranges (``wire.predial``) before trio is loaded, so that all travels while it loads.
-``run`` is ``main`` for a caller already in a trio loop.
+(by ``get_entry``, the command's entry point, before this module is even loaded) and asked for their first ranges
+(``wire.predial``) before trio is loaded, so that all travels while it loads. ``run`` is ``main`` for a caller
+already in a trio loop.
 """
 
 from __future__ import annotations
@@ -122,45 +123,48 @@ class GetArgs:
                    ReplicaArgs.from_namespace(ns), ns.trace)
 
 
-def main(argv: list[str] | None = None, *, io: ClientIO | None = None) -> int:
-    """``lnet-get``: its exit code. ``io``: how it reaches depots and replicas (None: the network)."""
-    parsed = _parse(argv)
-    if isinstance(parsed, int):
-        return parsed
-    args, out = parsed
-    predial = None
-    if io is None and all(replica_options.is_url(source) for source in args.sources):
-        predial = _predial(args)
-        io = ClientIO(early=predial)
-    import trio
-
+def main(argv: list[str] | None = None, *, io: ClientIO | None = None, predial: Predial | None = None) -> int:
+    """``lnet-get``: its exit code. ``io``: how it reaches depots and replicas (None: the network); ``predial``:
+    connections ``commands.get_entry`` dialled to the command line's URLs before the arguments were parsed
+    (closed here, whatever happens)."""
     try:
-        return trio.run(_get, args, out, io or ClientIO())
-    except BaseException as exc:  # Ctrl-C before or after the download (during it, _fetch says what is kept)
-        if not is_interrupt(exc):
-            raise
-        return finish(out, Failed(ExitCode.INTERRUPTED, "interrupted; run the same command to resume"),
-                      as_json=args.json)
+        parsed = _parse(argv)
+        if isinstance(parsed, int):
+            return parsed
+        args, out = parsed
+        if io is None and all(replica_options.is_url(source) for source in args.sources):
+            predial = _predial(args, predial)
+            io = ClientIO(early=predial)
+        import trio
+
+        try:
+            return trio.run(_get, args, out, io or ClientIO())
+        except BaseException as exc:  # Ctrl-C before or after the download (during it, _fetch says what is kept)
+            if not is_interrupt(exc):
+                raise
+            return finish(out, Failed(ExitCode.INTERRUPTED, "interrupted; run the same command to resume"),
+                          as_json=args.json)
     finally:
         if predial is not None:
             predial.close()
 
 
-def _predial(args: GetArgs) -> Predial:
-    """Dial the replicas and, for a download that is not a resumed one, ask each for its first range at once: the
-    handshakes and the first answers travel while trio and the download stack load."""
+def _predial(args: GetArgs, predial: Predial | None) -> Predial:
+    """Dial the replicas (unless ``predial`` has) and, for a download that is not a resumed one, ask each for its
+    first range at once: the handshakes and the first answers travel while trio and the download stack load."""
     from lnet.client.engines.chunks import first_ranges
     from lnet.client.fetching.part_names import state_path
     from lnet.client.wire.predial import Predial
 
-    first = None
+    if predial is None:
+        predial = Predial.dial(args.sources, args.timeout)
     try:
         config = args.replica.plan_config(args.timeout)
     except ValueError:
-        config = None  # the download reports it; nothing is asked for
-    if config is not None and not state_path(args.output).exists() and len(set(args.sources)) == len(args.sources):
-        first = first_ranges(config, len(args.sources))
-    return Predial.start(args.sources, args.timeout, first)
+        return predial  # the download reports it; nothing is asked for
+    if not state_path(args.output).exists() and len(set(args.sources)) == len(args.sources):
+        predial.ask(args.sources, first_ranges(config, len(args.sources)))
+    return predial
 
 
 async def run(argv: list[str], *, io: ClientIO | None = None) -> int:

@@ -2,7 +2,8 @@
 ``lnet-send --source`` share: the argument group, its help, its typed options (``ReplicaArgs``) and the planner's
 configuration they give.
 
-Loaded before parsing, so it must stay light: argparse, platformdirs and the pure chunk planner's constants only.
+Loaded before parsing, so it must stay light: argparse and the pure chunk planner's constants only (platformdirs
+when the default history file is wanted).
 """
 
 from __future__ import annotations
@@ -11,8 +12,6 @@ import argparse
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-
-import platformdirs
 
 from lnet.client.engines.chunks import STRATEGIES, TAILS, PlanConfig
 from lnet.units import parse_size
@@ -24,6 +23,8 @@ MAX_DEPTH = 16  # --depth: more outstanding requests than this only queue at the
 
 def history_path() -> Path:
     """Where replica throughputs are remembered between runs (``--history``'s default)."""
+    import platformdirs
+
     return platformdirs.user_cache_path("lnet") / "replicas.json"
 
 

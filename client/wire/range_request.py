@@ -4,7 +4,7 @@ requests, and ``predial`` writes a download's first one before trio is loaded.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 from urllib.parse import urlsplit
 
 __all__ = ["USER_AGENT", "Target", "parse_url", "range_request", "redact_url"]
@@ -12,8 +12,7 @@ __all__ = ["USER_AGENT", "Target", "parse_url", "range_request", "redact_url"]
 USER_AGENT = "lnet-get"
 
 
-@dataclass(frozen=True)
-class Target:
+class Target(NamedTuple):  # not a dataclass: `lnet-get` dials before dataclasses (and inspect) are loaded
     scheme: str
     host: str
     port: int

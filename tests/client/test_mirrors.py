@@ -17,7 +17,7 @@ import trio
 
 from lnet.client.commands import get
 from lnet.client.commands.clientio import ClientIO
-from lnet.client.engines.chunks import PlanConfig
+from lnet.client.engines.chunks import PlanConfig, first_ranges
 from lnet.client.exits import ExitCode
 from lnet.client.fetching.mirrors import MirrorError, MirrorResult, Validators, fetch_mirrors, reference
 from lnet.client.fetching.partfile import part_path, state_path
@@ -375,3 +375,19 @@ async def test_lnet_get_without_a_progress_bar_never_loads_rich(tmp_path: Path) 
     assert json.loads(lines[0])["ok"] is True  # --json's outcome
     assert json.loads(lines[-1]) == {"exit": 0, "rich": []}
     assert out.read_bytes() == DATA
+
+
+async def test_lnet_get_as_a_process_uses_the_connections_it_dialled_before_parsing(tmp_path: Path) -> None:
+    """``python -m lnet.client.get`` (what the ``lnet-get`` script runs): every replica's host is dialled before the
+    arguments are parsed, and the download reads its first range on that connection: one connection each."""
+    out = tmp_path / "out.bin"
+    async with replicas(Replica(DATA), Replica(DATA)) as servers:
+        argv = [sys.executable, "-m", "lnet.client.get", *(server.url for server in servers), "-o", str(out),
+                "--no-progress", "--json", "--tail", "none", "--history", str(tmp_path / "history.json")]
+        done = await trio.run_process(argv, capture_stdout=True, capture_stderr=True)
+    assert done.returncode == 0, done.stderr.decode()
+    assert json.loads(done.stdout)["ok"] is True
+    assert out.read_bytes() == DATA
+    assert [server.connections for server in servers] == [1, 1]
+    first = first_ranges(PlanConfig(), 2)
+    assert [server.ranges[0] for server in servers] == [(start, min(end, len(DATA))) for start, end in first]

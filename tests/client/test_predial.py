@@ -18,8 +18,8 @@ import trio
 
 from lnet.client.engines.chunks import ChunkPlanner, Fetch, PlanConfig, first_ranges
 from lnet.client.fetching.mirrors import fetch_mirrors
-from lnet.client.wire.predial import Predial, _Dial
-from lnet.client.wire.range_connection import RangeConnection
+from lnet.client.wire.predial import Predial, _Dial, command_line_urls
+from lnet.client.wire.range_connection import RangeConnection, ReplicaError
 from lnet.client.wire.range_request import parse_url
 
 from .http_replicas import Replica, replicas
@@ -123,14 +123,59 @@ async def test_a_take_cancelled_while_it_waits_for_the_handshake_closes_the_earl
 
 
 def test_a_dial_that_lands_after_it_was_abandoned_closes_its_connection(listener: socket.socket) -> None:
-    dial = _Dial(parse_url(f"http://127.0.0.1:{listener.getsockname()[1]}/f"), (0, 10))
+    dial = _Dial(parse_url(f"http://127.0.0.1:{listener.getsockname()[1]}/f"))
+    dial.ask((0, 10))
     dial.abandon()
     dial.run(5)
     early = accepted(listener)
-    early.recv(4096)  # the request went out before the dial knew it was abandoned
-    assert early.recv(1) == b""
+    assert early.recv(4096) == b""  # closed, with nothing written on it
     assert dial.claim() is None
     early.close()
+
+
+async def test_a_dial_asks_for_nothing_until_it_is_given_its_first_range(listener: socket.socket) -> None:
+    # lnet-get dials before it has parsed its arguments; the first range goes out once they are
+    url = f"http://127.0.0.1:{listener.getsockname()[1]}/f"
+    began = trio.current_time()
+    predial = Predial.dial([url])
+    side = await trio.to_thread.run_sync(accepted, listener)
+    (dial,) = predial._dials.values()
+    assert dial.done.wait(5)
+    side.settimeout(0.1)
+    with pytest.raises(TimeoutError):
+        side.recv(1)
+    predial.ask([url], [(100, 200)])
+    side.settimeout(5)
+    assert b"\r\nRange: bytes=100-199\r\n" in side.recv(4096)
+    predial.ask([url], [(0, 100)])  # asked once: a second range is not written
+    early = await predial.take(url, timeout_s=5)
+    assert early is not None
+    assert early.sent == (100, 200)
+    assert early.sent_at is not None
+    assert began <= early.sent_at <= trio.current_time()  # on trio's clock
+    await early.stream.aclose()
+    side.close()
+    predial.close()
+
+
+async def test_a_handshake_that_does_not_come_within_the_timeout_fails_the_replica(listener: socket.socket) -> None:
+    url = f"http://127.0.0.1:{listener.getsockname()[1]}/f"
+    predial = Predial.dial([url])
+    (dial,) = predial._dials.values()
+    assert dial.done.wait(5)
+    dial.done.clear()  # as if the handshake were still on its way
+    with pytest.raises(ReplicaError, match="no connection within 0.2 s"):
+        await predial.take(url, timeout_s=0.2)
+    side = await trio.to_thread.run_sync(accepted, listener)
+    assert side.recv(1) == b""  # abandoned: closed, not leaked
+    side.close()
+
+
+def test_the_urls_dialled_before_parsing_are_the_command_lines_http_words() -> None:
+    argv = ["http://a.example/f", "-o", "out", "https://b.example:8443/f", "--trace", "t.jsonl", "ftp://c/f"]
+    assert command_line_urls(argv) == ["http://a.example/f", "https://b.example:8443/f"]
+    assert command_line_urls([*argv, "--help"]) == []
+    assert command_line_urls(["-h", "http://a.example/f"]) == []
 
 
 def test_urls_that_name_no_host_are_left_to_the_command_to_report() -> None:
@@ -143,6 +188,17 @@ def test_the_predial_loads_no_event_loop() -> None:
     modules = loaded_after("import lnet.client.wire.predial\nimport lnet.client.fetching.part_names")["modules"]
     assert isinstance(modules, list)
     assert not [m for m in modules if m.split(".")[0] in ("trio", "h11", "httpx")]
+
+
+def test_lnet_get_dials_before_it_loads_more_than_the_standard_library() -> None:
+    # the entry point dials first: nothing of the command, nor dataclasses (and inspect), is loaded before it
+    code = ("import sys\nsys.argv = ['lnet-get', '--help']\nimport lnet.client.commands.get_entry as e\n"
+            "from lnet.client.wire import predial")
+    modules = loaded_after(code)["modules"]
+    assert isinstance(modules, list)
+    assert "lnet.client.wire.predial" in modules
+    assert not [m for m in modules if m in ("dataclasses", "inspect", "argparse", "lnet.client.commands.get")
+                or m.split(".")[0] in ("trio", "h11", "httpx", "platformdirs")]
 
 
 @pytest.mark.parametrize(("initial", "align", "replicas"), [(1 * MiB, 1, 6), (1000, 1, 3), (1000, 4096, 2),
