@@ -68,6 +68,7 @@ download fails only when every replica is dead or refused.
 from __future__ import annotations
 
 import math
+from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal
@@ -94,7 +95,8 @@ TAILS: tuple[Tail, ...] = ("split", "hedge", "none")
 
 KiB = 1024
 MiB = 1024 * KiB
-LIVE_RATE_AFTER_S = 1.0  # a streaming chunk's rate counts once it has run this long
+LIVE_RATE_AFTER_S = 1.0  # a streaming chunk's rate counts once it has run this long (a window, once a chunk is done)
+LIVE_WINDOW_S = 0.5  # ... over its latest this many seconds, or 4 round trips if longer
 SLOWDOWN = 0.7  # ... and is below this share of the latest chunk's
 
 
@@ -201,6 +203,8 @@ class _Request:
     idle_line: bool  # sent on an idle connection, so its first byte measures a round trip
     first_byte: float | None = None
     last_byte: float | None = None
+    flow_from: float | None = None  # sent early: when its bytes began to arrive, long before the loop read them
+    marks: deque[tuple[float, int]] = field(default_factory=deque)  # (when, pos): the latest live window's
     hedge_of: int | None = None  # this request duplicates the remainder of that one
     hedged_by: int | None = None
     hedge: bool = False
@@ -332,6 +336,9 @@ class ChunkPlanner:
                 rep.new_line_after = None  # the new connection is up
         req.pos += nbytes
         req.last_byte = rep.last_byte = rep.stats.last_byte = now
+        req.marks.append((now, req.pos))
+        while len(req.marks) > 2 and req.marks[1][0] <= now - self._window(rep):
+            req.marks.popleft()  # the oldest kept is the latest at least a window old
         if rep.stats.first_byte is None:
             rep.stats.first_byte = now
         rep.stats.bytes += nbytes
@@ -339,16 +346,22 @@ class ChunkPlanner:
         if req.pos >= req.end:
             self._complete(req)
 
-    def sent_early(self, request: int, rtt: float | None = None) -> None:
+    def sent_early(self, request: int, rtt: float | None = None, sent_at: float | None = None) -> None:
         """``request`` went out before it was issued here (``wire.predial`` writes the first ranges on connections
         dialled before the event loop runs): its first byte measures no round trip. ``rtt``: one measured on its
-        connection instead (its TCP handshake)."""
+        connection instead (its TCP handshake). ``sent_at``: when it was written (the planner's clock, before the
+        loop began): its bytes began to arrive a round trip later, and its rate counts from then, not from the
+        loop's first read, which found a socket buffer's worth waiting and once measured 83 Mbit/s on a 40 Mbit/s
+        link (a first chunk twice too large followed)."""
         req = self._requests.get(request)
         if req is None:
             raise PlanError(f"unknown request {request}")
         req.idle_line = False
         if rtt is not None:
             self.round_trip(req.replica, rtt)
+        if sent_at is not None:
+            req.issued = min(req.issued, sent_at)
+            req.flow_from = sent_at + (rtt or 0.0)
 
     def round_trip(self, replica: int, rtt: float) -> None:
         """A round trip to ``replica`` measured outside any request (a TCP handshake): its ``rtt`` is the least
@@ -542,19 +555,34 @@ class ChunkPlanner:
         return max(0, int(rate * (finish - self._start_s(rep))))
 
     def _current_rate(self, rep: _ReplicaPlan) -> float | None:
-        """Its latest chunk's rate, or the streaming chunk's so far once that is clearly lower (or nothing else is
-        known yet): a replica that slows down is seen before its chunk ends. One whose request has had no byte for
-        ``LIVE_RATE_AFTER_S`` (a far or silent replica) counts as 0 until it answers."""
+        """Its latest chunk's rate, or the streaming chunk's once that is clearly lower (or nothing else is known
+        yet): a replica that slows down is seen before its chunk ends. The streaming chunk's rate counts once it
+        has streamed ``LIVE_RATE_AFTER_S`` (a new connection's slow start is no slowdown), or a window
+        (``_window``) if the replica has finished a chunk; it is taken over the latest window once the chunk has
+        streamed that long, else since its first byte. (Since its first byte alone, it still read 25 Mbit/s half a
+        second after a 40 Mbit/s replica fell to 10.) One whose request has had no byte for ``LIVE_RATE_AFTER_S``
+        (a far or silent replica) counts as 0 until it answers."""
         live = None
         if rep.queue:
             head = self._requests[rep.queue[0]]
-            if head.first_byte is not None and self._now - head.first_byte >= LIVE_RATE_AFTER_S:
-                live = (head.pos - head.start) / (self._now - head.first_byte)
+            streamed = self._now - head.first_byte if head.first_byte is not None else 0.0
+            window = self._window(rep)
+            if head.first_byte is not None and (
+                    streamed >= LIVE_RATE_AFTER_S or (rep.rate is not None and streamed >= window)):
+                since, pos = head.marks[0] if head.marks else (head.first_byte, head.start)
+                if self._now - since < window:  # the chunk's first bytes: from its start
+                    since, pos = head.first_byte, head.start
+                live = (head.pos - pos) / max(self._now - since, 1e-6)
             elif head.first_byte is None and self._now - self._last_activity(rep) >= LIVE_RATE_AFTER_S:
                 live = 0.0
         if rep.rate is None or (live is not None and live < SLOWDOWN * rep.rate):
             return live
         return rep.rate
+
+    def _window(self, rep: _ReplicaPlan) -> float:
+        """How far back a streaming chunk's live rate looks: ``LIVE_WINDOW_S``, or four round trips if longer (a far
+        replica's bytes come in bursts a round trip apart)."""
+        return max(LIVE_WINDOW_S, 4 * rep.rtt) if rep.rtt is not None else LIVE_WINDOW_S
 
     def _mdtp_chunk(self, rep: _ReplicaPlan) -> int:
         rate = self._current_rate(rep)
@@ -658,7 +686,8 @@ class ChunkPlanner:
         rep = self._replicas[req.replica]
         self._forget(req, "stopped" if req.stopped else "done")
         if req.first_byte is not None and req.last_byte is not None:
-            busy = max(req.last_byte - req.first_byte, 1e-6)
+            began = req.first_byte if req.flow_from is None else min(req.first_byte, req.flow_from)
+            busy = max(req.last_byte - began, 1e-6)
             rep.stats.busy_s += busy
             length = req.pos - req.start
             if length >= self.config.min_chunk // 2:  # a small remainder says little about the rate

@@ -437,7 +437,7 @@ class _Download:
     async def _early(self, rep: _ReplicaWorker, first: Fetch) -> Early | None:
         """The connection ``predial`` opened to this replica, the first time it is asked: taken if the range it asked
         for already is this connection's first request (else closed: that answer is not wanted)."""
-        early = await self.early.take(rep.url) if self.early is not None else None
+        early = await self.early.take(rep.url, self.timeout_s) if self.early is not None else None
         if early is None:
             return None
         if early.sent is None:  # HTTPS: the first request waits for TLS; the TCP handshake was a round trip
@@ -446,7 +446,8 @@ class _Download:
         if early.sent != (first.start, first.end):
             await trio.aclose_forcefully(early.stream)
             return None
-        self.planner.sent_early(first.request, early.handshake_s)  # its first byte measures no round trip
+        # its first byte measures no round trip, and its bytes began to flow long before the loop read them
+        self.planner.sent_early(first.request, early.handshake_s, early.sent_at)
         return early
 
     async def _sender(

@@ -513,6 +513,69 @@ def test_a_replica_slowing_to_a_quarter_halfway_gets_chunks_for_its_new_rate_wit
     assert statistics.median(settled) <= 0.4 * before  # about a quarter: sized by the rate it has now
 
 
+def test_a_slowdown_is_read_from_the_latest_window_of_the_streaming_chunk() -> None:
+    # 5 MB/s for a chunk and a second of the next, then 1.25 MB/s: within a window (0.5 s) the planner's rate is the
+    # new one; the chunk's rate since its first byte would still be twice that
+    planner = ChunkPlanner(None, 2, PlanConfig(initial_chunk=5 * MB, round_min_s=1.0))
+    first, other = fetches(planner.poll(0.0))
+    planner.sized(256 * MiB)
+    planner.received(other.request, 1000, 0.01)
+    for step in range(1, 51):  # the first chunk: 5 MB in 1 s, in 100 kB reads
+        planner.received(first.request, 100_000, 0.01 + step * 0.02)
+    second = [f for f in fetches(planner.poll(1.01)) if f.replica == first.replica][0]
+    now, pos = 1.01, 0
+    for rate, seconds in ((5 * MB, 1.0), (1.25 * MB, 0.6)):
+        for _ in range(round(seconds / 0.02)):
+            now += 0.02
+            planner.received(second.request, int(rate * 0.02), now)
+            pos += int(rate * 0.02)
+    planner.poll(now)
+    rate = planner._current_rate(planner._replicas[first.replica])
+    assert rate == pytest.approx(1.25 * MB, rel=0.1)
+    assert pos / (now - 1.03) > 2 * 1.25 * MB  # since its first byte: no slowdown seen yet
+
+
+def test_a_far_replica_needs_a_longer_window_before_its_chunk_counts_as_slowed() -> None:
+    # a round trip of 0.5 s (windows of 2 s): a pause of 0.3 s between bursts is no slowdown, though a 0.5 s window
+    # would read one (0.4 of the rate)
+    planner = ChunkPlanner(None, 1, PlanConfig(initial_chunk=MiB))
+    (first,) = fetches(planner.poll(0.0))
+    planner.sized(64 * MiB)
+    for step in range(8):  # 1 MiB from 0.5 s to 1.0 s
+        planner.received(first.request, MiB // 8, 0.5 + step * 0.5 / 7)
+    rep = planner._replicas[0]
+    assert rep.rtt == 0.5
+    second = fetches(planner.poll(1.0))[0]
+    now = 1.5  # a round trip later
+    while now < 2.7:  # 2 MB/s, then nothing since 2.7
+        planner.received(second.request, 20_000, now)
+        now += 0.01
+    planner.poll(3.0)
+    assert rep.rtt == 0.5
+    assert rep.rate is not None
+    assert planner._current_rate(rep) == rep.rate
+
+
+def test_an_early_range_counts_its_rate_from_when_its_bytes_began_to_arrive() -> None:
+    # the predial wrote it 0.2 s before the loop came up; much of it waited in the socket's buffer
+    planner = ChunkPlanner(None, 1, PlanConfig(initial_chunk=MiB))
+    (first,) = fetches(planner.poll(0.0))
+    planner.sent_early(first.request, rtt=0.012, sent_at=-0.2)
+    planner.sized(64 * MiB)
+    planner.received(first.request, MiB // 2, 0.01)  # a burst from the buffer
+    planner.received(first.request, MiB // 2, 0.05)
+    rep = planner._replicas[0]
+    assert rep.rate == pytest.approx(MiB / (0.05 + 0.2 - 0.012))
+    assert rep.rtt == 0.012
+    record_free = ChunkPlanner(None, 1, PlanConfig(initial_chunk=MiB))  # without sent_at: from its first read
+    (f,) = fetches(record_free.poll(0.0))
+    record_free.sent_early(f.request, rtt=0.012)
+    record_free.sized(64 * MiB)
+    record_free.received(f.request, MiB // 2, 0.01)
+    record_free.received(f.request, MiB // 2, 0.05)
+    assert record_free._replicas[0].rate == pytest.approx(MiB / 0.04)
+
+
 def test_a_replica_that_stops_answering_halfway_is_given_up_within_the_timeout_and_its_ranges_go_elsewhere() -> None:
     size = 256 * MiB
     half = ideal(size, RATES) / 2
