@@ -98,7 +98,6 @@ MiB = 1024 * KiB
 LIVE_RATE_AFTER_S = 1.0  # a streaming chunk's rate counts once it has run this long (a window, once a chunk is done)
 LIVE_WINDOW_S = 0.5  # ... over its latest this many seconds, or 4 round trips if longer
 SLOWDOWN = 0.7  # ... and is below this share of the latest chunk's
-DRAIN_S = 0.5  # a split's owner reads the rest of its answer, keeping its connection, if that takes 2 rtt + this
 
 
 class PlanError(ValueError):
@@ -156,14 +155,11 @@ class Fetch:
 @dataclass(frozen=True)
 class Stop:
     """Request ``request`` of ``replica`` now ends at ``at``: write nothing past it, and close the connection once
-    there (at once if it is there already). The requests sent after it on that connection are void. With
-    ``drain``, read the rest of its answer and throw it away instead, and keep the connection: the requests
-    after it stand (it was the replica's last when stopped; those sent since come after it)."""
+    there (at once if it is there already). The requests sent after it on that connection are void."""
 
     request: int
     replica: int
     at: int
-    drain: bool = False
 
 
 @dataclass(frozen=True)
@@ -252,9 +248,6 @@ class _ReplicaPlan:
     failures_in_row: int = 0
     retry_at: float = 0.0
     new_line_after: int | None = None  # requests after this one go on a new connection (a stop closes it, or a failure)
-    ghost: int = 0  # bytes of answers stopped with drain that it still reads and throws away
-    ghost_after: int = -1  # ... once this request, the last so stopped, has ended
-    ghost_from: float | None = None  # ... which it did then
     state: str = "ok"
     stats: ReplicaStats = field(default_factory=ReplicaStats)
 
@@ -341,8 +334,6 @@ class ChunkPlanner:
                 rep.rtt = now - req.issued
             if rep.new_line_after is not None and req.id > rep.new_line_after:
                 rep.new_line_after = None  # the new connection is up
-            if rep.ghost and req.id > rep.ghost_after:
-                rep.ghost, rep.ghost_from = 0, None  # what was drained is behind it
         req.pos += nbytes
         req.last_byte = rep.last_byte = rep.stats.last_byte = now
         req.marks.append((now, req.pos))
@@ -388,7 +379,6 @@ class ChunkPlanner:
         self._release_all(rep)
         rep.failed_at = now
         rep.new_line_after = self._next_id - 1
-        rep.ghost, rep.ghost_from = 0, None  # its connection is gone, and what it was draining with it
         rep.failures_in_row += 1
         rep.stats.failures += 1
         if rep.failures_in_row >= self.config.max_failures:
@@ -539,7 +529,7 @@ class ChunkPlanner:
         """Seconds from now until a request sent to ``rep`` now could start streaming: its first byte takes a
         round trip, and a pipelined request waits for everything queued before it; after a stop (or a failure)
         its connection closes, and a new one costs a handshake first."""
-        work = self._work_s(rep) if rep.queue or rep.ghost else 0.0
+        work = self._work_s(rep) if rep.queue else 0.0
         rtt = rep.rtt or 0.0
         if rep.new_line_after is not None:
             return work + 2 * rtt
@@ -695,8 +685,6 @@ class ChunkPlanner:
     def _complete(self, req: _Request) -> None:
         rep = self._replicas[req.replica]
         self._forget(req, "stopped" if req.stopped else "done")
-        if rep.ghost and req.id == rep.ghost_after:
-            rep.ghost_from = self._now
         if req.first_byte is not None and req.last_byte is not None:
             began = req.first_byte if req.flow_from is None else min(req.first_byte, req.flow_from)
             busy = max(req.last_byte - began, 1e-6)
@@ -723,23 +711,16 @@ class ChunkPlanner:
                 rep.set_state("dropped", f"{rate / self._running_max:.0%} of the fastest rate")
                 self._outbox.append(Drop(rep.index, rep.stats.reason))
 
-    def _stop(self, req: _Request, at: int, *, give_back: bool = True, drain: bool = False) -> None:
-        """End ``req`` at ``at``; the requests sent after it on the same connection go back to ``free``. With
-        ``drain`` (``req`` is its replica's last request), the connection stays: its replica reads the rest of the
-        answer and throws it away."""
+    def _stop(self, req: _Request, at: int, *, give_back: bool = True) -> None:
+        """End ``req`` at ``at``; the requests sent after it on the same connection go back to ``free``."""
         rep = self._replicas[req.replica]
-        if drain:
-            assert rep.queue[-1] == req.id  # nothing after it to void
-            rep.ghost += req.end - at
-            rep.ghost_after, rep.ghost_from = req.id, None
-        else:
-            for rid in rep.queue[rep.queue.index(req.id) + 1:]:
-                self._release(self._requests[rid])
-            rep.new_line_after = max(req.id, rep.new_line_after or -1)
+        for rid in rep.queue[rep.queue.index(req.id) + 1:]:
+            self._release(self._requests[rid])
         if give_back:
             self._give_back(at, req.end)
         req.end, req.stopped = at, True
-        self._outbox.append(Stop(req.id, rep.index, at, drain=drain))
+        rep.new_line_after = max(req.id, rep.new_line_after or -1)
+        self._outbox.append(Stop(req.id, rep.index, at))
         if req.pos >= req.end:
             self._complete(req)
 
@@ -806,15 +787,10 @@ class ChunkPlanner:
         return sum(rates) / len(rates) if rates else 0.0
 
     def _work_s(self, rep: _ReplicaPlan) -> float:
-        """Seconds ``rep`` needs for everything it still has to receive, and to drain."""
+        """Seconds ``rep`` needs for everything it still has to receive."""
         rate = self._rate_of(rep)
         left = sum(self._requests[rid].end - self._requests[rid].pos for rid in rep.queue)
-        if rate <= 0:
-            return math.inf
-        ghost = rep.ghost / rate
-        if rep.ghost_from is not None:  # draining since the stopped request ended
-            ghost = max(0.0, ghost - (self._now - rep.ghost_from))
-        return left / rate + ghost
+        return left / rate if rate > 0 else math.inf
 
     def _tail(self, idle: _ReplicaPlan, now: float) -> None:
         if idle.last_byte is None or (idle.failed_at is not None and idle.last_byte < idle.failed_at):
@@ -847,18 +823,8 @@ class ChunkPlanner:
         if req.end - cut < (1 if silent else small):
             return
         end = req.end
-        self._stop(req, cut, drain=self._drains(owner, end - cut, owner_rate))
+        self._stop(req, cut)
         self._issue(idle, self._take(end - cut), now)
-
-    def _drains(self, owner: _ReplicaPlan, rest: int, rate: float) -> bool:
-        """Whether a split's owner should read the ``rest`` of its cut answer and throw it away rather than close
-        its connection: when that takes less than a new connection's two round trips plus ``DRAIN_S``. On the
-        replicas testbed a new connection opened while the old one's answer still filled the bottleneck queue
-        lost its handshake there, and the kernel's first retry comes after 1 s: the last range waited a second
-        in 1-3 of 3 runs of a replica slowing halfway (docs/client.md, "The tail")."""
-        if rate <= 0 or owner.new_line_after is not None:
-            return False
-        return rest / rate <= 2 * (owner.rtt or 0.0) + DRAIN_S
 
     def _align_up(self, n: int) -> int:
         a = self.config.align

@@ -42,7 +42,7 @@ from urllib.parse import urlsplit
 
 import trio
 
-from lnet.client.engines.chunks import ChunkPlanner, Drop, Fetch, PlanConfig, ReplicaStats, RequestRecord, Stop
+from lnet.client.engines.chunks import ChunkPlanner, Drop, Fetch, PlanConfig, ReplicaStats, RequestRecord
 from lnet.client.exits import ExitCode, Failure
 from lnet.client.fetching.partfile import (
     PartFile,
@@ -391,7 +391,6 @@ class _Download:
     disagreeing: dict[int, Validators] = field(default_factory=dict)  # refused: the file each serves instead
     restart: Validators | None = None  # start over with this file (more replicas serve it than the reference)
     failure: MirrorError | None = None  # the download cannot finish: raised once the workers are stopped
-    draining: set[int] = field(default_factory=set)  # requests stopped with drain: the rest read, thrown away
     wake: trio.Event = field(default_factory=trio.Event)
 
     def kick(self) -> None:
@@ -470,8 +469,7 @@ class _Download:
         answering: trio.MemoryReceiveChannel[Fetch],
     ) -> None:
         async for fetch in answering:
-            if (self.planner.limit(fetch.request) is None and not self._past_end(fetch)
-                    and fetch.request not in self.draining):
+            if self.planner.limit(fetch.request) is None and not self._past_end(fetch):
                 raise _Close  # voided while queued: its response is not wanted, nor any after it
             head = await conn.head()
             end = self._check(rep, fetch, head)
@@ -543,8 +541,7 @@ class _Download:
         while (data := await conn.next_chunk()) is not None:
             limit = self.planner.limit(fetch.request)
             if limit is None:
-                await self._cut_short(conn, fetch)  # stopped where it was (a hedge lost, a split) or voided
-                return
+                raise _Close  # stopped where it was (a hedge lost) or voided
             n = min(len(data), limit - pos)
             if n > 0:
                 self.part.write_at(memoryview(data)[:n], pos)
@@ -555,16 +552,7 @@ class _Download:
                 pos += n
                 self.kick()
             if pos >= limit and pos < end:
-                await self._cut_short(conn, fetch)  # stopped short: the rest of this response is someone else's
-                return
-
-    async def _cut_short(self, conn: RangeConnection, fetch: Fetch) -> None:
-        """The rest of ``fetch``'s answer is not wanted: read and thrown away if the planner stopped it with
-        ``drain`` (the connection goes on), else the connection is closed (``_Close``)."""
-        if fetch.request not in self.draining:
-            raise _Close
-        self.draining.discard(fetch.request)
-        await conn.skip_body()
+                raise _Close  # stopped short: the rest of this response is someone else's
 
     # -- the driver ---------------------------------------------------------------------------------------
 
@@ -581,8 +569,6 @@ class _Download:
             for decision in decisions:
                 if isinstance(decision, Fetch):
                     self.replicas[decision.replica].send.send_nowait(decision)
-                elif isinstance(decision, Stop) and decision.drain:
-                    self.draining.add(decision.request)
                 elif isinstance(decision, Drop):
                     scope = self.replicas[decision.replica].scope
                     if scope is not None:

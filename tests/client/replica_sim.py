@@ -3,8 +3,7 @@
 Each replica serves the requests sent on its connection in order at its rate; the first byte of a request sent on
 an idle connection arrives one round trip after it was sent (two on a new connection: the handshake), and a
 request queued behind another streams the moment that one ends, as HTTP/1.1 pipelining does. A ``Stop`` that is
-reached closes the connection, and what was sent after it and is still wanted goes again on a new one; one with
-``drain`` has the rest of its answer sent (at the replica's rate, and thrown away) and the connection goes on. A
+reached closes the connection, and what was sent after it and is still wanted goes again on a new one. A
 replica can die (stop sending, as a stalled server; ``back_at``: until then), fail (an error) at a time, or
 change its rate. A planner started without the file's size learns it (``sized``)
 when the first byte of any answer arrives, as the I/O shell reads it from the first ``Content-Range``; a request
@@ -44,7 +43,6 @@ class SimResult:
     received: dict[int, int]  # bytes received per replica
     fetched_at: list[float] = field(default_factory=list)  # when each of ``fetches`` was decided
     dropped_at: list[float] = field(default_factory=list)  # when each of ``drops`` was decided
-    drained: dict[int, int] = field(default_factory=dict)  # bytes sent and thrown away per replica (drain stops)
 
     def overlap(self, size: int) -> int:
         """Bytes written more than once; raises if any byte of ``[0, size)`` was never written."""
@@ -69,10 +67,8 @@ def simulate(
     if file_size is None:
         raise ValueError("a planner started without the file's size needs size=")
     now = 0.0
-    result = SimResult(0.0, [], [], [], [], dict.fromkeys(range(len(replicas)), 0),
-                       drained=dict.fromkeys(range(len(replicas)), 0))
+    result = SimResult(0.0, [], [], [], [], dict.fromkeys(range(len(replicas)), 0))
     pieces, received = result.pieces, result.received
-    draining: set[int] = set()  # requests stopped with drain: the rest of their answers comes, and is thrown away
 
     def close(i: int) -> None:
         replicas[i].queue.clear()
@@ -103,8 +99,6 @@ def simulate(
                 rep.queue.append([float(d.request), ready, float(d.start), float(d.end)])
             elif isinstance(d, Stop):
                 result.stops.append(d)
-                if d.drain:
-                    draining.add(d.request)
             else:
                 result.drops.append(d)
                 result.dropped_at.append(now)
@@ -141,18 +135,6 @@ def simulate(
                     if rep.queue:
                         rep.queue[0][1] = max(rep.queue[0][1], now)
                     continue
-                if request in draining and (limit is None or pos >= limit):  # the rest is sent, and thrown away
-                    n = int(min(budget, end - pos))
-                    if n <= 0 and pos < end:
-                        break
-                    head[2] = pos + n
-                    budget -= n
-                    result.drained[i] += n
-                    if pos + n >= end:
-                        rep.queue.pop(0)
-                        if rep.queue:
-                            rep.queue[0][1] = max(rep.queue[0][1], now)
-                    continue
                 if limit is None or pos >= limit:  # void, or stopped where it is: the connection closes
                     reconnect(i)
                     break
@@ -171,7 +153,7 @@ def simulate(
                     rep.queue.pop(0)
                     if rep.queue:
                         rep.queue[0][1] = max(rep.queue[0][1], now)
-                elif planner.limit(request) is None and request not in draining:  # stopped short: never read
+                elif planner.limit(request) is None:  # stopped short of its end: the rest is never read
                     reconnect(i)
                     break
         apply(planner.poll(now))

@@ -5,7 +5,6 @@ bytes."""
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -99,23 +98,3 @@ async def test_a_replica_that_comes_back(tmp_path: Path, autojump_clock: trio.ab
     assert back.state == "ok"
     assert servers[1].sent - sent_when_back[0] >= 1 * MiB  # used again once it answered
     assert result.seconds <= len(DATA) / sum(rates) + 2.0 + TIMEOUT_S
-
-
-async def test_a_split_owner_reads_the_rest_of_a_short_answer_and_keeps_its_connection(
-    tmp_path: Path, autojump_clock: trio.abc.Clock,
-) -> None:
-    """The tail splits what the slowest replicas have left; where the rest of a cut answer takes less than a new
-    connection would (``DRAIN_S``), its owner reads it and throws it away: no connection is closed and opened
-    again, and what was thrown away is that rest alone."""
-    out, trace = tmp_path / "file.bin", tmp_path / "trace.jsonl"
-    servers = [Replica(DATA, rate=rate) for rate in (4e6, 3e6, 2e6)]
-    async with emulated(*servers) as (_, connect):
-        await fetch_mirrors([s.url for s in servers], out, config=CONFIG, timeout_s=TIMEOUT_S, sha256=SHA,
-                            connect=connect, trace=trace)
-    assert out.read_bytes() == DATA
-    records = [json.loads(line) for line in trace.read_text().splitlines()]
-    stopped = [r for r in records if r.get("outcome") == "stopped"]
-    assert stopped  # the tail split
-    assert [s.connections for s in servers] == [1, 1, 1]
-    thrown_away = sum(s.sent for s in servers) - len(DATA)
-    assert 0 < thrown_away <= 256 * 1024
