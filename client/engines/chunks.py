@@ -98,6 +98,7 @@ MiB = 1024 * KiB
 LIVE_RATE_AFTER_S = 1.0  # a streaming chunk's rate counts once it has run this long (a window, once a chunk is done)
 LIVE_WINDOW_S = 0.5  # ... over its latest this many seconds, or 4 round trips if longer
 SLOWDOWN = 0.7  # ... and is below this share of the latest chunk's
+RECONNECT_S = 1.0  # what a new connection may cost beyond its round trips (a lost handshake: the kernel's retry)
 
 
 class PlanError(ValueError):
@@ -342,6 +343,7 @@ class ChunkPlanner:
         if rep.stats.first_byte is None:
             rep.stats.first_byte = now
         rep.stats.bytes += nbytes
+        rep.stats.state = rep.state
         rep.failures_in_row = 0
         if req.pos >= req.end:
             self._complete(req)
@@ -471,7 +473,7 @@ class ChunkPlanner:
                 self.failed(rep.index, now, f"stalled: no byte for {self.config.stall_s:g} s")
                 self._outbox.append(Drop(rep.index, rep.stats.reason))
             if rep.state == "backoff" and now >= rep.retry_at:
-                rep.set_state("ok")
+                rep.state = "ok"  # usable again; its report says backoff until a byte comes
         if not any(rep.usable for rep in self._replicas):
             # Replicas dropped for being slow beside a faster one that has since failed: slow beats nothing.
             for rep in self._replicas:
@@ -528,11 +530,14 @@ class ChunkPlanner:
     def _start_s(self, rep: _ReplicaPlan) -> float:
         """Seconds from now until a request sent to ``rep`` now could start streaming: its first byte takes a
         round trip, and a pipelined request waits for everything queued before it; after a stop (or a failure)
-        its connection closes, and a new one costs a handshake first."""
+        its connection closes, and a new one costs a handshake first, and may cost ``RECONNECT_S`` more: on the
+        replicas testbed a connection opened while the old one's answer still filled the bottleneck queue lost its
+        handshake there, and the kernel retries after 1 s (a replica given the tail on a new connection then held
+        the last range a second)."""
         work = self._work_s(rep) if rep.queue else 0.0
         rtt = rep.rtt or 0.0
         if rep.new_line_after is not None:
-            return work + 2 * rtt
+            return work + 2 * rtt + RECONNECT_S
         return max(rtt, work)
 
     def _last_round_share(self, rep: _ReplicaPlan, rate: float) -> int:
