@@ -58,9 +58,12 @@ async def test_identical_bytes_from_every_replica_over_one_connection_each(tmp_p
     for server, report in zip(servers, result.replicas, strict=True):
         # no probe: the first request is already a chunk, and every request is one the planner made (those it took
         # back before they were written, their ranges given to a replica with room, never reach the server: one
-        # or two, with depth 2, as the loopback's timing falls; a full suite on two cores saw 7 made, 5 served)
+        # or two, with depth 2, as the loopback's timing falls; a full suite on two cores saw 7 made, 5 served).
+        # A request written behind one a tail split stopped short goes again on the next connection: the server
+        # counts it twice (this failed 2-4 times in 10-15 runs before it allowed for that)
         assert server.ranges[0][1] - server.ranges[0][0] == CONFIG.initial_chunk
-        assert report.requests - CONFIG.depth <= server.requests <= report.requests
+        resent = (server.connections - 1) * (CONFIG.depth - 1)
+        assert report.requests - CONFIG.depth <= server.requests <= report.requests + resent
         assert server.connections < server.requests  # connections are kept and reused
 
 
