@@ -98,7 +98,7 @@ MiB = 1024 * KiB
 LIVE_RATE_AFTER_S = 1.0  # a streaming chunk's rate counts once it has run this long (a window, once a chunk is done)
 LIVE_WINDOW_S = 0.5  # ... over its latest this many seconds, or 4 round trips if longer
 SLOWDOWN = 0.7  # ... and is below this share of the latest chunk's
-REDIAL_MIN_S = 0.05  # a connection closed on purpose is dialled again after its round trip, and at least this
+RECONNECT_S = 1.0  # what a new connection may cost beyond its round trips (a lost handshake: the kernel's retry)
 
 
 class PlanError(ValueError):
@@ -530,22 +530,15 @@ class ChunkPlanner:
     def _start_s(self, rep: _ReplicaPlan) -> float:
         """Seconds from now until a request sent to ``rep`` now could start streaming: its first byte takes a
         round trip, and a pipelined request waits for everything queued before it; after a stop (or a failure)
-        its connection closes, and a new one is dialled after ``redial_s`` and costs a handshake first."""
+        its connection closes, and a new one costs a handshake first, and may cost ``RECONNECT_S`` more: on the
+        replicas testbed a connection opened while the old one's answer still filled the bottleneck queue lost its
+        handshake there, and the kernel retries after 1 s (a replica given the tail on a new connection then held
+        the last range a second)."""
         work = self._work_s(rep) if rep.queue else 0.0
         rtt = rep.rtt or 0.0
         if rep.new_line_after is not None:
-            return work + self.redial_s(rep.index) + 2 * rtt
+            return work + 2 * rtt + RECONNECT_S
         return max(rtt, work)
-
-    def redial_s(self, replica: int) -> float:
-        """How long the I/O shell waits, after closing a replica's connection on purpose (a stop), before it
-        dials again: its round trip, at least ``REDIAL_MIN_S``. The server goes on sending the old answer until
-        the close reaches it, and what it sent fills the bottleneck queue for as long as that queue lasts (a
-        round trip, by the rule of thumb the testbed follows); a handshake answered into that full queue is lost,
-        and the kernel retries it after a second. On the replicas testbed a replica given the tail on a new
-        connection so held the last range a second in one to three of three runs slowed halfway at 64 MiB."""
-        rtt = self._replicas[replica].rtt
-        return max(REDIAL_MIN_S, rtt or 0.0)
 
     def _last_round_share(self, rep: _ReplicaPlan, rate: float) -> int:
         """mdtp's last round: the free bytes shared by water-filling, each usable replica ``i`` taking

@@ -400,11 +400,7 @@ class _Download:
 
     async def worker(self, rep: _ReplicaWorker) -> None:
         pending: deque[Fetch] = deque()  # sent (or to send again) on the current connection, in order
-        closed_on_purpose = False
         while True:
-            if closed_on_purpose:  # the old answer still fills the bottleneck queue: let it drain first
-                await trio.sleep(self.planner.redial_s(rep.index))
-                closed_on_purpose = False
             pending = deque(f for f in pending if self.planner.limit(f.request) is not None)
             if not pending:
                 fetch = await rep.receive.receive()
@@ -422,10 +418,8 @@ class _Download:
                         nursery.start_soon(self._sender, rep, conn, pending, on_wire)
                         await self._receiver(rep, conn, pending, answering)
                         nursery.cancel_scope.cancel()
-            except* _Close:
-                closed_on_purpose = True  # a new connection for what is left, once the old answer has drained
-            except* ConnectionEnded:
-                pass  # the server's keep-alive ended: a new connection for what is left
+            except* (_Close, ConnectionEnded):
+                pass  # on purpose, or the server's keep-alive ended: a new connection for what is left
             except* ReplicaRefused as group:
                 self.planner.refuse(rep.index, str(group.exceptions[0]))
                 rep.refused = True
