@@ -10,7 +10,17 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from lnet.client.engines.chunks import STRATEGIES, TAILS, ChunkPlanner, Drop, Fetch, PlanConfig, PlanError, Stop
+from lnet.client.engines.chunks import (
+    RECONNECT_S,
+    STRATEGIES,
+    TAILS,
+    ChunkPlanner,
+    Drop,
+    Fetch,
+    PlanConfig,
+    PlanError,
+    Stop,
+)
 
 from .replica_sim import SimReplica, simulate
 
@@ -151,6 +161,26 @@ def test_split_cuts_the_largest_remainder_so_both_finish_together() -> None:
     assert split.overlap(size) == 0  # nothing received twice
     assert split.seconds < plain.seconds / 2
     assert split.seconds <= ideal(size, [4 * MB, 4 * MB, 0.5 * MB]) * 1.15
+
+
+def test_a_replica_whose_connection_a_stop_closed_takes_no_tail_it_would_not_win_by_a_second() -> None:
+    # replica 1 was cut (its connection closes, and a new one may lose its handshake in the full queue): a tail
+    # that replica 0, the owner, would end in half a second stays with it, though replica 1 is four times faster
+    def tail_stops(new_line: bool) -> list[Stop]:
+        planner = ChunkPlanner(None, 2, PlanConfig(initial_chunk=4 * MiB, min_chunk=64 * 1024))
+        first, second = fetches(planner.poll(0.0))
+        planner.sized(8 * MiB)
+        planner.received(first.request, MiB, 0.02)
+        planner.received(second.request, MiB, 0.02)
+        planner.received(second.request, 3 * MiB, 0.77)  # replica 1: 4 MiB/s, done
+        planner.received(first.request, 2 * MiB, 1.02)  # replica 0: 2 MiB/s, 1 MiB to go
+        if new_line:  # as a stop leaves it: its next request goes on a new connection
+            planner._replicas[1].new_line_after = second.request
+            assert planner._start_s(planner._replicas[1]) >= RECONNECT_S
+        return [d for d in planner.poll(1.02) if isinstance(d, Stop)]
+
+    assert tail_stops(new_line=False)  # with its connection up, replica 1 takes a share
+    assert not tail_stops(new_line=True)  # replica 0 keeps its last MiB (0.5 s)
 
 
 def test_hedge_duplicates_the_last_range_and_stops_the_loser() -> None:
