@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from lnet.client.engines.chunks import STRATEGIES, TAILS, PlanConfig
+from lnet.client.wire.range_request import is_url
 from lnet.units import parse_size
 
 __all__ = ["EPILOG", "ReplicaArgs", "add_arguments", "history_path", "is_url"]
@@ -44,10 +45,6 @@ examples:
   lnet-get URL1 URL2 -o data.h5 --sha256 9f86d08...   # check the whole file too
   lnet-get URL1 URL2 -o data.h5 --json                # one JSON object with the per-replica table
 """
-
-
-def is_url(text: str) -> bool:
-    return text.startswith(("http://", "https://"))
 
 
 def add_arguments(p: argparse.ArgumentParser, title: str = "replicas (URL mode)") -> None:

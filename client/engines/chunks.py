@@ -574,7 +574,7 @@ class ChunkPlanner:
             window = self._window(rep)
             if head.first_byte is not None and (
                     streamed >= LIVE_RATE_AFTER_S or (rep.rate is not None and streamed >= window)):
-                since, pos = head.marks[0] if head.marks else (head.first_byte, head.start)
+                since, pos = head.marks[0]  # every byte received leaves a mark
                 if self._now - since < window:  # the chunk's first bytes: from its start
                     since, pos = head.first_byte, head.start
                 live = (head.pos - pos) / max(self._now - since, 1e-6)

@@ -27,7 +27,7 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, NamedTuple
 
-from lnet.client.wire.range_request import Target, parse_url, range_request
+from lnet.client.wire.range_request import Target, is_url, parse_url, range_request
 
 if TYPE_CHECKING:
     import trio
@@ -42,7 +42,7 @@ def command_line_urls(argv: Sequence[str]) -> list[str]:
     """The http(s) URLs among a command line's words, to dial before it is parsed; none when it asks for help."""
     if any(word in ("-h", "--help") for word in argv):
         return []
-    return [word for word in argv if word.startswith(("http://", "https://"))]
+    return [word for word in argv if is_url(word)]
 
 
 class Early(NamedTuple):
@@ -141,7 +141,7 @@ class Predial:
                 target = parse_url(url)
             except ValueError:
                 continue  # the command reports a bad URL; nothing to dial
-            if (target.host, target.port) in hosts or url in predial._dials or len(hosts) >= MAX_EARLY_DIALS:
+            if (target.host, target.port) in hosts or len(hosts) >= MAX_EARLY_DIALS:
                 continue
             hosts.add((target.host, target.port))
             dial = predial._dials[url] = _Dial(target)

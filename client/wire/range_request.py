@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import NamedTuple
 from urllib.parse import urlsplit
 
-__all__ = ["USER_AGENT", "Target", "parse_url", "range_request", "redact_url"]
+__all__ = ["USER_AGENT", "Target", "is_url", "parse_url", "range_request", "redact_url"]
 
 USER_AGENT = "lnet-get"
 
@@ -18,6 +18,11 @@ class Target(NamedTuple):  # not a dataclass: `lnet-get` dials before dataclasse
     port: int
     target: str  # path and query
     host_header: str
+
+
+def is_url(text: str) -> bool:
+    """Whether ``text`` names an HTTP(S) replica (a command's source), not a file."""
+    return text.startswith(("http://", "https://"))
 
 
 def parse_url(url: str) -> Target:
