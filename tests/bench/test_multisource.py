@@ -114,3 +114,53 @@ def test_the_targets_of_issue_14() -> None:
                       "mdtp >= 1.15x aria2 fair, which reaches 80% of the limit (normal, 256MiB)",
                       "mdtp >= 97% of the physical limit (normal, 256MiB)",
                       "identical bytes in every run of every competitor"}
+
+
+def test_the_round_trip_floor_of_one_replica_is_two_round_trips_then_the_file_at_its_payload_rate() -> None:
+    feed = ms.Feed(first_byte_s=0.024, rate_mbit=40.0)
+    assert ms.round_trip_floor_s(10 * 10**6, [feed], None, 1.0) == pytest.approx(0.024 + 80 / 40)
+    assert ms.round_trip_floor_s(10 * 10**6, [feed], None, 0.5) == pytest.approx(0.024 + 80 / 20)
+    assert ms.round_trip_floor_s(10 * 10**6, [feed], 20.0, 1.0) == pytest.approx(0.024 + 80 / 20)  # access cap
+
+
+def test_the_round_trip_floor_counts_each_replica_from_its_first_byte_and_a_death() -> None:
+    # 10 Mbit/s from 0.1 s, 30 from 0.5 s: 4 Mbit by 0.5 s, then 40 Mbit/s: 100 Mbit by 0.5 + 96/40 = 2.9 s
+    feeds = [ms.Feed(0.1, 10.0), ms.Feed(0.5, 30.0)]
+    assert ms.round_trip_floor_s(100 * 10**6 // 8, feeds, None, 1.0) == pytest.approx(2.9)
+    # the second dies at 1.5 s: 4 + 40 = 44 Mbit by then, the other 56 at 10 Mbit/s: 7.1 s
+    feeds[1] = feeds[1]._replace(change_s=1.5)
+    assert ms.round_trip_floor_s(100 * 10**6 // 8, feeds, None, 1.0) == pytest.approx(7.1)
+    with pytest.raises(ValueError, match="never deliver"):
+        ms.round_trip_floor_s(100 * 10**6 // 8, [ms.Feed(0.1, 10.0, change_s=1.0)], None, 1.0)
+
+
+def test_the_floor_on_the_replicas_testbed_where_r1_dies_at_half_time() -> None:
+    tb = SimpleNamespace(topology=Topology.load(ms.TOPOLOGY))
+    hosts = ["r1", "r2", "r3", "r4", "r5", "r6"]
+    feeds = ms.replica_feeds(tb, hosts)
+    assert [f.first_byte_s for f in feeds] == pytest.approx([0.024, 0.064, 0.124, 0.184, 0.244, 0.364])
+    share = (9000 - 52) / 9000
+    size = 64 * MiB
+    normal = ms.run_floor_s(tb, feeds, hosts, "normal", size, 40.0, None)
+    # every replica at its rate from its first byte: the limit plus the bytes the round trips cost at 140 Mbit/s
+    lost = sum(f.rate_mbit * f.first_byte_s for f in feeds)
+    assert normal == pytest.approx((size * 8 / 1e6 / share + lost) / 140)
+    dies = ms.run_floor_s(tb, feeds, hosts, "dies", size, 40.0, 1.92)
+    r1 = 40 * (1.92 - 0.024)  # Mbit of link time before it dies; the other five carry the rest at 100 Mbit/s
+    assert dies == pytest.approx((size * 8 / 1e6 / share - r1 + sum(f.rate_mbit * f.first_byte_s
+                                                                    for f in feeds[1:])) / 100)
+    # the limit is 4.60 s; the floor is above the 4.77 s that 1.15x aria2 fair's 5.49 s would ask for
+    assert 4.77 < dies < 4.85
+    assert ms.run_floor_s(tb, feeds, hosts, "dies", size, 40.0, None) == pytest.approx(normal)  # ended before
+
+
+def test_a_speedup_below_the_round_trip_floor_is_marked_unreachable() -> None:
+    lnet = {"median_wall_s": 5.0, "round_trip_floor_s": 4.8, "speedup_vs_fair": 5.5 / 5.0}
+    fair = {"median_wall_s": 5.5}
+    check = ms.speedup_target("x", lnet, fair, "speedup_vs_fair", 1.15)
+    assert not check["met"]
+    assert not check["reachable"]
+    assert "unreachable: 1.15x is 4.78 s, below the round-trip floor 4.80 s" in check["value"]
+    fair["median_wall_s"] = 5.6  # 1.15x asks 4.87 s: above the floor, so only missed
+    check = ms.speedup_target("x", lnet, fair, "speedup_vs_fair", 1.15)
+    assert (check["met"], check["reachable"], check["value"]) == (False, True, "1.10x")
