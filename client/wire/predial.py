@@ -149,15 +149,6 @@ class Predial:
                              daemon=True).start()
         return predial
 
-    @classmethod
-    def start(cls, urls: Sequence[str], timeout: float,
-              first: Sequence[tuple[int, int]] | None = None) -> Predial:
-        """``dial`` and, if ``first`` is given, ``ask`` for those ranges."""
-        predial = cls.dial(urls, timeout)
-        if first is not None:
-            predial.ask(urls, first)
-        return predial
-
     def ask(self, urls: Sequence[str], first: Sequence[tuple[int, int]]) -> None:
         """Request ``first[i]`` of ``urls[i]`` on its early connection, for each URL dialled early."""
         for url, span in zip(urls, first, strict=True):

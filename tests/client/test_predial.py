@@ -32,6 +32,14 @@ SHA = hashlib.sha256(DATA).hexdigest()
 CONFIG = PlanConfig(initial_chunk=256 * KiB, min_chunk=64 * KiB, stall_s=10.0, backoff_s=0.2, round_min_s=0.2)
 
 
+def started(urls: list[str], timeout: float, first: list[tuple[int, int]] | None = None) -> Predial:
+    """What ``lnet-get`` does: dial, then (once the arguments are parsed) ask for the first ranges, if any."""
+    predial = Predial.dial(urls, timeout)
+    if first is not None:
+        predial.ask(urls, first)
+    return predial
+
+
 @pytest.fixture
 def listener() -> Iterator[socket.socket]:
     sock = socket.socket()
@@ -53,7 +61,7 @@ async def test_the_first_url_of_a_host_is_dialled_and_asked_for_its_first_range_
 ) -> None:
     port = listener.getsockname()[1]
     urls = [f"http://127.0.0.1:{port}/a.bin", f"http://127.0.0.1:{port}/b.bin"]
-    predial = Predial.start(urls, timeout=5, first=[(0, 100), (100, 200)])
+    predial = started(urls, timeout=5, first=[(0, 100), (100, 200)])
     assert len(predial) == 1  # one early connection per (host, port)
     early_side = await trio.to_thread.run_sync(accepted, listener)  # before anything asked for a stream
     request = early_side.recv(4096)
@@ -74,7 +82,7 @@ async def test_the_first_url_of_a_host_is_dialled_and_asked_for_its_first_range_
 
 async def test_https_is_dialled_but_nothing_is_written_before_its_tls_handshake(listener: socket.socket) -> None:
     url = f"https://127.0.0.1:{listener.getsockname()[1]}/f"
-    predial = Predial.start([url], timeout=5, first=[(0, 100)])
+    predial = started([url], timeout=5, first=[(0, 100)])
     early_side = await trio.to_thread.run_sync(accepted, listener)
     early = await predial.take(url)
     assert early is not None
@@ -91,13 +99,13 @@ async def test_a_failed_early_dial_leaves_the_connection_to_the_usual_dial() -> 
     closed.bind(("127.0.0.1", 0))
     url = f"http://127.0.0.1:{closed.getsockname()[1]}/f"
     closed.close()  # nothing listens there: refused
-    predial = Predial.start([url], timeout=5, first=[(0, 100)])
+    predial = started([url], timeout=5, first=[(0, 100)])
     assert await predial.take(url) is None
     predial.close()
 
 
 def test_close_ends_the_connections_no_download_took(listener: socket.socket) -> None:
-    predial = Predial.start([f"http://127.0.0.1:{listener.getsockname()[1]}/f"], timeout=5)
+    predial = started([f"http://127.0.0.1:{listener.getsockname()[1]}/f"], timeout=5)
     early = accepted(listener)
     for dial in predial._dials.values():
         assert dial.done.wait(5)
@@ -110,7 +118,7 @@ async def test_a_take_cancelled_while_it_waits_for_the_handshake_closes_the_earl
     listener: socket.socket,
 ) -> None:
     url = f"http://127.0.0.1:{listener.getsockname()[1]}/f"
-    predial = Predial.start([url], timeout=5)
+    predial = started([url], timeout=5)
     (dial,) = predial._dials.values()
     assert dial.done.wait(5)
     dial.done.clear()  # as if the handshake were still on its way
@@ -179,7 +187,7 @@ def test_the_urls_dialled_before_parsing_are_the_command_lines_http_words() -> N
 
 
 def test_urls_that_name_no_host_are_left_to_the_command_to_report() -> None:
-    predial = Predial.start(["ftp://example.org/f", "http:///nohost", "http://127.0.0.1:notaport/f"], timeout=1)
+    predial = started(["ftp://example.org/f", "http:///nohost", "http://127.0.0.1:notaport/f"], timeout=1)
     assert len(predial) == 0
     predial.close()
 
@@ -240,7 +248,7 @@ async def test_a_download_takes_the_early_connections_and_asks_for_no_range_twic
     config = dataclasses.replace(CONFIG, tail="none")  # no request stopped short, so no connection closed
     async with replicas(*(Replica(DATA, rate=4e6) for _ in range(3))) as servers:
         urls = [s.url for s in servers]
-        predial = Predial.start(urls, 5, first_ranges(config, len(urls)))
+        predial = started(urls, 5, first_ranges(config, len(urls)))
         result = await fetch_mirrors(urls, out, config=config, sha256=SHA, early=predial)
         predial.close()
     assert out.read_bytes() == DATA
@@ -255,7 +263,7 @@ async def test_an_early_range_that_is_not_the_planners_first_is_dropped_with_its
     out = tmp_path / "file.bin"
     async with replicas(*(Replica(DATA, rate=4e6) for _ in range(2))) as servers:
         urls = [s.url for s in servers]
-        predial = Predial.start(urls, 5, [(1 * MiB, 2 * MiB), (2 * MiB, 3 * MiB)])  # not what the planner asks
+        predial = started(urls, 5, [(1 * MiB, 2 * MiB), (2 * MiB, 3 * MiB)])  # not what the planner asks
         config = dataclasses.replace(CONFIG, tail="none")  # a tail split would close and open one more by chance
         result = await fetch_mirrors(urls, out, config=config, sha256=SHA, early=predial)
         predial.close()
@@ -268,7 +276,7 @@ async def test_a_connection_refuses_to_send_another_range_before_the_one_already
     listener: socket.socket,
 ) -> None:
     url = f"http://127.0.0.1:{listener.getsockname()[1]}/f"
-    predial = Predial.start([url], 5, [(0, 10)])
+    predial = started([url], 5, [(0, 10)])
     early = await predial.take(url)
     assert early is not None
     conn = RangeConnection(url, 5)
