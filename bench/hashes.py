@@ -21,7 +21,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from lnet.depot.protocol import DIGESTS, hash_bytes  # noqa: E402
-from lnet.depot.units import parse_size  # noqa: E402
+from lnet.units import parse_size  # noqa: E402
 
 
 def cpu_s() -> float:
