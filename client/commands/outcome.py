@@ -87,6 +87,11 @@ class Delivered:
     report_path: Path | None
     fed: MirrorResult | None = None
     tree: TreeSent | None = None
+    receive_url: str | None = None
+    """The publication's URL, for the receiver (``lnet-get URL``)."""
+    follow: bool = False
+    drained: int = 0
+    """``--follow``: the blocks the receiver had drained when the sender ended."""
 
 
 @dataclass(frozen=True)
@@ -150,7 +155,8 @@ def _delivered(out: CommandOutput, sent: Delivered, as_json: bool) -> None:
     if sent.report_path is not None:
         save_report(sent.report_path, sent.name, sent.size, report)
     result, resumed, tree = sent.result, len(sent.journal.resumed), sent.tree
-    common = {"file": sent.file, "manifest": str(sent.manifest_path)}
+    common = {"file": sent.file, "manifest": str(sent.manifest_path), "receive_url": sent.receive_url,
+              "follow": sent.follow, "drained_blocks": sent.drained}
     if as_json and tree is None:
         sources = {"sources": sent.fed.to_dict()["replicas"]} if sent.fed is not None else {}
         print(json.dumps({**report, **common, "file_hash": result.file_hash, "path": final_path(result),
@@ -178,6 +184,9 @@ def _delivered(out: CommandOutput, sent: Delivered, as_json: bool) -> None:
             f"{tree.blocks} blocks, pipelining depth {tree.depth}{' (fixed)' if tree.fixed else ''}, "
             f"{result.resends} block re-sends"
         )
+    if sent.follow:
+        console.print(f"the receiver has drained {sent.drained} of {len(result.blocks)} blocks; the rest wait for it "
+                      f"at {sent.dest} (the URL printed at the start)")
     console.print(f"manifest: {sent.manifest_path} (fetch with: lnet-get {sent.manifest_path} -o {sent.name})")
 
 

@@ -45,12 +45,25 @@ most 1h or their max_duration. A --duration over the destination's limit, or a -
 a pinned path, fails at once (exit 2); an adaptive transfer leaves such depots out. A depot's refusal that a
 retry cannot change (a 4xx such as a wrong token) stops the transfer at once instead of retrying it.
 
+Room: before the first block, a file the destination cannot hold whole (its free space in /v1/status) stops at
+once (exit 3) unless --follow is given. During the transfer a depot that stays full waits at most --space-wait
+(10m), shown on the progress line, then the transfer stops (exit 3) with how to resume.
+
+The far end: every lnet-send publishes its manifest at the destination and prints, on stderr, the command to run
+there: lnet-get http://HOST:PORT/v1/data/CAPABILITY -o NAME. That URL is all the receiver needs (with its depots
+file for tokens where a depot wants one); it is a secret, like every capability. With --follow the receiver drains
+the destination as blocks land (writes each to its place, frees it there), so a file far larger than any depot
+goes through; the sender keeps at most what the depots lend in flight and waits for the receiver while they are
+full.
+
 examples:
   lnet-send data.h5 --to sunnyvale                        # the scheduler picks and re-picks the chain
   lnet-send data.h5 --to sunnyvale --path atl,ind,kc,den  # pinned: this chain, no adaptation
   lnet-send data.h5 --to sunnyvale --cold --report run.json && lnet report run.json --plot run.png
   lnet-send data.h5 --to sunnyvale --max-paths 3          # up to 3 disjoint chains at once, blocks shared by rate
   lnet-get data.h5.manifest.json -o data.h5               # at the far end: fetch and verify
+  lnet-send big.tar --to sunnyvale --follow               # larger than the depots: prints the receiver's command,
+  lnet-get http://svl.example.org:6714/v1/data/CAP -o big.tar --follow   # run there, at the same time or later
   lnet-send photos/ --to sunnyvale --priority '*.json'    # a tree: small files packed, priority files first
   lnet-get photos.manifest.json -o photos                 # rebuilds the tree
 
@@ -101,6 +114,17 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--duration", metavar="TIME",
                    help="how long the destination keeps the file (default: the longest the destination allows, "
                    "at most 1d; a longer --duration than it allows fails at once)")
+    p.add_argument(
+        "--follow", action="store_true",
+        help="a receiver at the far end drains the destination as blocks land (lnet-get URL --follow, the command "
+        "printed at the start): the file may be far larger than any depot; the sender waits for the receiver "
+        "while the depots are full, and ends once every block is published for it",
+    )
+    p.add_argument(
+        "--space-wait", default="10m", metavar="TIME",
+        help="how long a full depot is waited for (another client's data, or with --follow the receiver) before "
+        "the transfer stops with how to resume (10m)",
+    )
     p.add_argument("--max-inflight", type=int, default=16, metavar="N", help="most blocks on one hop at once (16)")
     p.add_argument("--timeout", default="30s", metavar="TIME", help="bound on every network wait (30s)")
     p.add_argument("--manifest", type=Path, metavar="FILE", help="where to write the manifest (FILE.manifest.json)")
@@ -152,6 +176,8 @@ class SendArgs:
     priority: tuple[str, ...]
     pipeline_depth: int | None
     bdp: str | None
+    follow: bool = False
+    space_wait: str = "10m"
 
     @classmethod
     def from_namespace(cls, ns: argparse.Namespace) -> SendArgs:
@@ -159,7 +185,7 @@ class SendArgs:
             ns.file, tuple(ns.source), ns.spool, ns.to, ns.depots, ns.path, ns.max_paths, ns.cold, ns.warm, ns.memory,
             ns.block_size, ns.hash, ns.duration, ns.max_inflight, ns.timeout, ns.manifest, ns.report, ns.restart,
             ns.json, ns.trace, ns.no_progress, ReplicaArgs.from_namespace(ns), tuple(ns.priority or ()),
-            ns.pipeline_depth, ns.bdp,
+            ns.pipeline_depth, ns.bdp, ns.follow, ns.space_wait,
         )
 
     @classmethod

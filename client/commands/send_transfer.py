@@ -10,6 +10,7 @@ from __future__ import annotations
 import gc
 import hashlib
 import json
+import shlex
 import shutil
 import tempfile
 import time
@@ -32,14 +33,15 @@ from lnet.client.fetching.mirrors import MirrorResult, ReplicaOptions
 from lnet.client.formats import tree
 from lnet.client.formats.manifest import Manifest
 from lnet.client.formats.overlay import Overlay, OverlayError
+from lnet.client.sending.publish import Published, ReceiverProgress
 from lnet.client.sending.relay import (
     BlockDelivered,
     Note,
     PathChanged,
     PathShares,
     RelayConfig,
-    RelayEvent,
     RelayResult,
+    SpaceWait,
     Traced,
 )
 from lnet.client.sending.resume import (
@@ -52,6 +54,8 @@ from lnet.client.sending.resume import (
     tree_header,
 )
 from lnet.client.sending.send import (
+    PublishOptions,
+    SendEvent,
     SendOptions,
     build_manifest,
     failure_exit,
@@ -76,22 +80,28 @@ def scheduler_config(args: SendArgs) -> SchedulerConfig:
 
 class _SendProgress:
     """The live progress bar of ``lnet-send`` (a file, or a tree's files), one line per path change (``lines``) and
-    one per note, always.
+    one per note, always; the receiver's command once the publication is in place (``name``: what it writes),
+    and, on the bar, a full depot waited for and what the receiver drained (``--follow``).
 
     For a tree it also feeds ``arrivals`` (which files are complete), which the ``--json`` summary reports."""
 
     def __init__(
         self, console: Console, total: int, *, show: bool, lines: bool, arrivals: FileArrivals | None = None,
-        trace: Path | None = None,
+        trace: Path | None = None, name: str = "", blocks: int = 0,
     ) -> None:
         self.console, self.lines, self.arrivals = console, lines, arrivals
         self.trace = None if trace is None else trace.open("w", encoding="utf-8", buffering=1)
         self.t0: float | None = None
-        labels = ["[bold]{task.fields[shares]}"]
+        self.name, self.blocks = name, blocks
+        self.receive_url: str | None = None
+        self.receiver: ReceiverProgress | None = None
+        self.full: set[str] = set()
+        self.follow = False
+        labels = ["[bold]{task.fields[shares]}", "{task.fields[state]}"]
         if arrivals is not None:
-            labels = ["[bold]{task.fields[files]}", "{task.fields[shares]}"]
+            labels = ["[bold]{task.fields[files]}", "{task.fields[shares]}", "{task.fields[state]}"]
         self.progress = transfer_progress(console, *labels, enabled=show, transient=True)
-        self.task = self.progress.add_task("send", total=total, files=self._files(), shares="")
+        self.task = self.progress.add_task("send", total=total, files=self._files(), shares="", state="")
 
     def _files(self) -> str:
         return f"{len(self.arrivals.arrived)}/{self.arrivals.total_files} files" if self.arrivals else ""
@@ -101,10 +111,42 @@ class _SendProgress:
             self.trace.close()
             self.trace = None
 
-    def __call__(self, event: RelayEvent) -> None:
+    def _state(self) -> str:
+        """The other end and the depots' room, for the bar: ``waiting for the receiver (drained 12/256)``."""
+        parts = []
+        if self.full:
+            who = "the receiver" if self.follow else "room"
+            parts.append(f"waiting for {who} at {', '.join(sorted(self.full))}")
+        if self.receiver is not None:
+            parts.append(f"receiver drained {self.receiver.drained}/{self.blocks or '?'}"
+                         + (f" ({self.receiver.state})" if self.receiver.state != "receiving" else ""))
+        elif self.follow:
+            parts.append("no receiver yet")
+        return "; ".join(parts)
+
+    def __call__(self, event: SendEvent) -> None:
         if isinstance(event, Traced):
             if self.trace is not None:
                 self.trace.write(json.dumps({"kind": event.kind, **event.data}) + "\n")
+            return
+        if isinstance(event, Published):
+            self.receive_url, self.follow = event.url, event.follow
+            # the one place the URL is shown: on stderr, with --json too (where it is also receive_url)
+            follow = " --follow" if event.follow else ""
+            self.console.print(f"at the far end: lnet-get {event.url} -o {shlex.quote(self.name)}{follow}",
+                               soft_wrap=True, highlight=False)
+            self.progress.update(self.task, state=self._state())
+            return
+        if isinstance(event, ReceiverProgress):
+            self.receiver = event
+            self.progress.update(self.task, state=self._state())
+            return
+        if isinstance(event, SpaceWait):
+            if event.waiting:
+                self.full.add(event.depot)
+            else:
+                self.full.discard(event.depot)
+            self.progress.update(self.task, state=self._state())
             return
         if self.t0 is None:
             self.t0 = event.at
@@ -178,7 +220,11 @@ def _prepare(args: SendArgs) -> Prepared | Failed:
         block_size = parse_size(args.block_size)
         duration = parse_duration(args.duration) if args.duration is not None else DEFAULT_DURATION_S
         timeout = parse_duration(args.timeout)
+        space_wait = parse_duration(args.space_wait)
+        if not space_wait > 0:
+            raise ValueError("--space-wait must be more than 0")
         relay_config = RelayConfig(
+            space_wait_s=space_wait,
             block_size=block_size,
             duration_s=duration,
             timeout_s=timeout,
@@ -257,25 +303,29 @@ class _Send:
                 journal.remove()
             journal.close()
 
-    def options(self, journal: SendJournal, on_event: _SendProgress, relay_config: RelayConfig) -> SendOptions:
+    def options(
+        self, journal: SendJournal, on_event: _SendProgress, relay_config: RelayConfig, publish: PublishOptions,
+    ) -> SendOptions:
         args = self.args
         return SendOptions(
             self.overlay, args.to, self.pinned, self.memory, warm=not args.cold, relay_config=relay_config,
             scheduler_config=scheduler_config(args), timeout_s=self.relay_config.timeout_s, on_event=on_event,
             longest_duration=args.duration is None, journal=journal, transport=self.io.transport,
-            offload=self.io.offload,
+            offload=self.io.offload, publish=publish,
         )
 
     def delivered(
         self, sent: Sent, journal: SendJournal, *, file: str, name: str, size: int,
-        manifest: Manifest | tree.TreeManifest, manifest_path: Path, fed: MirrorResult | None = None,
-        tree_sent: TreeSent | None = None,
+        manifest: Manifest | tree.TreeManifest, manifest_path: Path, progress: _SendProgress,
+        fed: MirrorResult | None = None, tree_sent: TreeSent | None = None,
     ) -> Delivered:
         result, scheduler, skipped = sent
+        receiver = progress.receiver
         return Delivered(
             result, scheduler, skipped, file=file, name=name, size=size, dest=self.args.to, manifest=manifest,
             manifest_path=manifest_path, journal=journal, memory=self.memory, memory_path=self.memory_path,
-            report_path=self.args.report, fed=fed, tree=tree_sent,
+            report_path=self.args.report, fed=fed, tree=tree_sent, receive_url=progress.receive_url,
+            follow=self.args.follow, drained=receiver.drained if receiver is not None else 0,
         )
 
     async def relay(
@@ -314,8 +364,18 @@ class _Send:
                 return Failed(ExitCode.USAGE, str(exc))
         size = args.file.stat().st_size if args.file is not None else 0
         show = not args.no_progress and not args.json and console.is_terminal
-        progress = _SendProgress(console, size, show=show, lines=not args.json, trace=args.trace)
-        options = self.options(journal, progress, relay_config)
+        progress = _SendProgress(console, size, show=show, lines=not args.json, trace=args.trace, name=name,
+                                 blocks=-(-size // relay_config.block_size))
+
+        built: list[Manifest] = []
+
+        def manifest_of(result: RelayResult) -> Manifest:  # once: the publication's and the file's are one
+            if not built:
+                built.append(build_manifest(Path(name), dest_url, result, relay_config, final_path(result)))
+            return built[0]
+
+        publish = PublishOptions(name, "file", args.follow, manifest_of=lambda result: manifest_of(result).to_dict())
+        options = self.options(journal, progress, relay_config, publish)
         fed: MirrorResult | None = None
         # --source: the spool outlives an interrupted run (the download resumes from it); named after the journal
         spool = Path(args.spool or tempfile.gettempdir()) / (
@@ -324,6 +384,7 @@ class _Send:
         def sized(total: int) -> None:
             nonlocal size
             size = total
+            progress.blocks = -(-total // relay_config.block_size)
             progress.progress.update(progress.task, total=total)
             journal.begin(source_header(args.source, name, total, dest_url, relay_config))
 
@@ -345,9 +406,8 @@ class _Send:
             return sent
         if args.source:
             shutil.rmtree(spool, ignore_errors=True)
-        manifest = build_manifest(Path(name), dest_url, sent[0], relay_config, final_path(sent[0]))
-        return self.delivered(sent, journal, file=str(args.file or name), name=name, size=size, manifest=manifest,
-                              manifest_path=manifest_path, fed=fed)
+        return self.delivered(sent, journal, file=str(args.file or name), name=name, size=size,
+                              manifest=manifest_of(sent[0]), manifest_path=manifest_path, progress=progress, fed=fed)
 
     async def send_tree(self, journal: SendJournal, name: str, manifest_path: Path) -> Outcome:
         """``lnet-send DIR``, with its journal open: walk, plan, pack, send the stream, and the tree manifest."""
@@ -403,18 +463,29 @@ class _Send:
         console = self.out.err
         show = not args.no_progress and not args.json and console.is_terminal
         progress = _SendProgress(console, size, show=show, lines=not args.json, arrivals=arrivals,
-                                 trace=args.trace)
-        options = self.options(journal, progress, config)
+                                 trace=args.trace, name=name, blocks=len(plan.blocks))
+        pieces = packed.block_pieces()
+
+        built: list[tree.TreeManifest] = []
+
+        def manifest_of(result: RelayResult) -> tree.TreeManifest:  # once: the publication's and the file's are one
+            if not built:
+                stream = build_manifest(Path(name), overlay.depots[args.to].url, result, config, final_path(result))
+                built.append(tree.TreeManifest(
+                    name=name, created=time.time(), entries=tuple(entries),
+                    blocks=tuple(tuple(tree.TreePiece(**p) for p in block) for block in pieces), stream=stream,
+                ))
+            return built[0]
+
+        shape = {"entries": [entry.to_dict() for entry in entries], "blocks": [list(block) for block in pieces]}
+        publish = PublishOptions(name, "tree", args.follow, tree=shape if args.follow else None,
+                                 manifest_of=lambda result: manifest_of(result).to_dict())
+        options = self.options(journal, progress, config, publish)
         sent = await self.relay(journal, root, progress, lambda: options.send(packed.stream))
         if isinstance(sent, Failed):
             return sent
         result = sent[0]
-        stream_manifest = build_manifest(Path(name), overlay.depots[args.to].url, result, config, final_path(result))
-        manifest = tree.TreeManifest(
-            name=name, created=time.time(), entries=tuple(entries),
-            blocks=tuple(tuple(tree.TreePiece(**p) for p in pieces) for pieces in packed.block_pieces()),
-            stream=stream_manifest,
-        )
+        manifest = manifest_of(result)
         tree_sent = TreeSent(
             files=arrivals.total_files, entries=len(entries), blocks=len(plan.blocks), depth=plan.depth,
             fixed=plan.fixed,
@@ -430,4 +501,4 @@ class _Send:
             ],
         )
         return self.delivered(sent, journal, file=str(root), name=name, size=size, manifest=manifest,
-                              manifest_path=manifest_path, tree_sent=tree_sent)
+                              manifest_path=manifest_path, progress=progress, tree_sent=tree_sent)

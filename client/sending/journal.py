@@ -5,7 +5,9 @@ hex digits. The first line is the header (``"format": "lnet-send-journal/1"``): 
 the destination depot's URL, the source's size and modification time or its tree's digest, the block size, the
 hash algorithm, a digest of how the source is cut into blocks). Every further line is one block that reached the
 destination and was verified there: its index, offset, length and hash, and the destination allocation's
-capabilities and expiry. The journal holds capabilities: it is a secret, like the manifest.
+capabilities and expiry; or, once per run, the capabilities of the transfer's publication (``{"publication":
+...}``, the latest wins), so that a resumed run keeps publishing at the URL the receiver has. The journal
+holds capabilities: it is a secret, like the manifest.
 
 Why append-only records and not a whole file rewritten (temporary file, fsync, rename) per block: a record costs
 one small ``write`` whatever the file's size, where a rewrite costs the whole journal per block (a 1 TiB file in
@@ -40,6 +42,7 @@ __all__ = [
     "JournalHeader",
     "decode",
     "encode_header",
+    "encode_publication",
     "encode_record",
     "layout_digest",
     "mismatch",
@@ -82,11 +85,13 @@ class JournalHeader:
 class Decoded:
     """What a journal's bytes hold: the header (None when even it is not whole), the records by block index (a
     later record of an index replaces an earlier one), and ``valid``: the length of the prefix of whole, valid
-    lines, where the next record is to be written."""
+    lines, where the next record is to be written; and the publication's capabilities, when a line gave them."""
 
     header: JournalHeader | None
     records: dict[int, BlockRecord]
     valid: int
+    publication: dict[str, Any] | None = None
+    """The publication's allocations (``lnet.client.sending.publish.PublicationCaps.to_dict``), the latest line."""
 
 
 # -- encoding ---------------------------------------------------------------------------------------------------
@@ -99,6 +104,11 @@ def _line(document: Mapping[str, Any]) -> bytes:
 
 def encode_header(header: JournalHeader) -> bytes:
     return _line({"format": FORMAT, **asdict(header)})
+
+
+def encode_publication(capabilities: Mapping[str, Any]) -> bytes:
+    """The line that says where this transfer publishes (a resumed run keeps publishing there)."""
+    return _line({"publication": dict(capabilities)})
 
 
 def encode_record(record: BlockRecord) -> bytes:
@@ -118,6 +128,7 @@ def decode(data: bytes) -> Decoded:
     checksum, or does not have a record's exact shape: that line and everything after it are not used."""
     header: JournalHeader | None = None
     records: dict[int, BlockRecord] = {}
+    publication: dict[str, Any] | None = None
     position = 0
     while True:
         end = data.find(b"\n", position)
@@ -130,13 +141,15 @@ def decode(data: bytes) -> Decoded:
             header = _header(document)
             if header is None:
                 break
+        elif set(document) == {"publication"} and isinstance(document["publication"], dict):
+            publication = document["publication"]
         else:
             record = _record(document, header.hash_algorithm)
             if record is None:
                 break
             records[record.index] = record
         position = end + 1
-    return Decoded(header, records, position if header is not None else 0)
+    return Decoded(header, records, position if header is not None else 0, publication)
 
 
 def _checked(line: bytes) -> dict[str, Any] | None:

@@ -76,6 +76,7 @@ __all__ = [
     "BlockDelivered",
     "BlockRecord",
     "DepotRefused",
+    "DepotStayedFull",
     "EdgeMeter",
     "BlockDamaged",
     "Note",
@@ -88,6 +89,7 @@ __all__ = [
     "RelayConfig",
     "RelayEvent",
     "RelayResult",
+    "SpaceWait",
     "Stream",
     "TransferFailed",
     "inflight_for",
@@ -113,6 +115,15 @@ class DepotRefused(TransferFailed):
     def __init__(self, depot: str, error: DepotError) -> None:
         super().__init__(f"{depot} refused: {error.message}")
         self.depot, self.error = depot, error
+
+
+class DepotStayedFull(TransferFailed):
+    """A depot had no room for a block for longer than ``RelayConfig.space_wait_s``: the transfer stops, keeping
+    what arrived, rather than wait without end."""
+
+    def __init__(self, depot: str, seconds: float) -> None:
+        super().__init__(f"depot {depot} has had no room for a block for {seconds:.0f} s (--space-wait)")
+        self.depot, self.seconds = depot, seconds
 
 
 _RETRIED_4XX = frozenset({404, 409, 429})
@@ -158,6 +169,9 @@ class RelayConfig:
     seconds (``striping.PathMeter``)."""
     trace: bool = False
     """Tell ``on_event`` what the scheduler is told and decides (``Traced``, ``lnet-send --trace``)."""
+    space_wait_s: float = 300.0
+    """How long a depot may answer ``507 depot_full`` to every allocation before the transfer stops
+    (``DepotStayedFull``; ``lnet-send --space-wait``). Meanwhile ``SpaceWait`` events say it is waiting."""
 
     @property
     def adaptive(self) -> bool:
@@ -171,7 +185,7 @@ class RelayConfig:
             raise ValueError("need 1 <= min_inflight <= initial_inflight <= max_inflight")
         if self.hash_algorithm not in HASH_ALGORITHMS:
             raise ValueError(f"hash_algorithm must be one of {', '.join(HASH_ALGORITHMS)}")
-        for name in ("duration_s", "hold_s", "timeout_s", "tick_s", "probe_s", "path_window_s"):
+        for name in ("duration_s", "hold_s", "timeout_s", "tick_s", "probe_s", "path_window_s", "space_wait_s"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name} must be more than 0")
         if not all(hold > 0 for hold in self.hold_s_at.values()):
@@ -395,7 +409,18 @@ class Traced:
     at: float
 
 
-RelayEvent = BlockDelivered | PathChanged | PathShares | Note | Traced
+
+
+@dataclass(frozen=True)
+class SpaceWait:
+    """A depot answers that it is full (``waiting``), or took a block again after that (not ``waiting``)."""
+
+    depot: str
+    waiting: bool
+    at: float
+
+
+RelayEvent = BlockDelivered | PathChanged | PathShares | Note | Traced | SpaceWait
 
 
 @dataclass(frozen=True)
@@ -490,10 +515,13 @@ class _Pool:
 
     def __init__(
         self, client: DepotClient, size: int, duration_s: float, batch: int, patience_s: float, keep: int = 0,
-        blocks_left: int | None = None,
+        blocks_left: int | None = None, name: str = "", on_wait: Callable[[bool], None] | None = None,
     ) -> None:
         self.client, self.size, self.duration_s, self.batch = client, size, duration_s, batch
+        self.full_batch = batch
         self.patience_s = patience_s
+        self.name = name or client.base_url
+        self.on_wait = on_wait or (lambda waiting: None)
         self.keep = keep
         """Allocations given back that are kept at most (0: none, every one is freed)."""
         self.blocks_left = blocks_left
@@ -515,24 +543,40 @@ class _Pool:
         return True
 
     async def take(self) -> Allocation:
-        """An allocation; a full depot is asked again as it says (``Retry-After``), for ``patience_s`` at most."""
+        """An allocation. A full depot (507) is asked again soon and more slowly as it stays full (from
+        ``FULL_POLL_FIRST_S`` up to its ``Retry-After``, at most ``FULL_POLL_MAX_S``: room freed by another
+        client, or a receiver draining the destination, is taken within a fraction of a second), for
+        ``patience_s`` in all; then ``DepotStayedFull``. ``on_wait(True)`` when the wait begins,
+        ``on_wait(False)`` when it ends."""
         async with self._lock:
-            waited = 0.0
+            waiting_since: float | None = None
+            pause = FULL_POLL_FIRST_S
             while not self._ready:
+                count = self.batch if self.blocks_left is None else max(1, min(self.batch, self.blocks_left))
                 try:
                     # extended, not replaced: an allocation may come back (``give_back``) while this one waits
-                    count = self.batch if self.blocks_left is None else max(1, min(self.batch, self.blocks_left))
                     self._ready.extend(await self.client.allocate(self.size, self.duration_s, count=count))
                 except DepotFull as full:
-                    pause = full.retry_after or 1.0
-                    if waited + pause > self.patience_s:
-                        raise
-                    await trio.sleep(pause)
-                    waited += pause
+                    if count > 1:  # all or none: a depot with room for fewer is asked for one at a time
+                        self.batch = 1
+                        continue
+                    now = trio.current_time()
+                    if waiting_since is None:
+                        waiting_since = now
+                        self.on_wait(True)
+                    if now - waiting_since >= self.patience_s:
+                        raise DepotStayedFull(self.name, now - waiting_since) from None
+                    limit = min(full.retry_after or FULL_POLL_MAX_S, FULL_POLL_MAX_S)
+                    await trio.sleep(min(pause, limit, waiting_since + self.patience_s - now))
+                    pause *= 1.5
                 except TooLarge:
                     if self.batch == 1:
                         raise
                     self.batch //= 2  # the batch is more than the depot's whole capacity: ask for fewer at once
+                else:
+                    self.batch = min(self.full_batch, self.batch * 2)
+            if waiting_since is not None:
+                self.on_wait(False)
             if self.blocks_left is not None:
                 self.blocks_left = max(0, self.blocks_left - 1)
             return self._ready.pop()
@@ -591,6 +635,8 @@ class _ReadBuffers:
 
 
 DRAIN_AT_ONCE = 8
+FULL_POLL_FIRST_S = 0.02
+FULL_POLL_MAX_S = 1.0
 """Frees a pool has in flight at once when the transfer ends (``_Pool.drain``)."""
 
 _HASH_AHEAD_BYTES = 128 * MiB
@@ -738,6 +784,7 @@ class Relay:
         self._sampled_bytes: dict[Route, int] = {}
         self._open_runs: dict[Route, int] = {}
         self._admission: trio.CapacityLimiter | None = None
+        self._full: set[str] = set()
 
     # -- the whole transfer ---------------------------------------------------------------------------------
 
@@ -1113,7 +1160,7 @@ class Relay:
                 path_meter.flush(trio.current_time())
             self._sample_timeline()
             self._resize_windows()
-            if self.scheduler is None:
+            if self.scheduler is None or self.dest in self._full:
                 continue
             decision = self.scheduler.tick(now)
             self._trace_decision(decision, now)
@@ -1350,7 +1397,7 @@ class Relay:
             batch = min(self.config.max_inflight, 8)
             pool = self._pools[node] = _Pool(
                 self.clients[node], self.config.block_size, self._lifetime(node), batch,
-                patience_s=4 * self.config.timeout_s,
+                patience_s=self.config.space_wait_s, name=node, on_wait=partial(self._space_wait, node),
                 # Blocks stay at the destination; elsewhere a block's allocation carries later blocks. A depot
                 # holds a block until it is two depots further on, so about as many as the relay admits at once.
                 keep=0 if node == self.dest else 4 * self.config.max_inflight,
@@ -1386,6 +1433,15 @@ class Relay:
 
     def _note(self, text: str) -> None:
         self.on_event(Note(text, self.clock()))
+
+    def _space_wait(self, node: str, waiting: bool) -> None:
+        """A depot is full (or has room again): said to ``on_event``; meanwhile the scheduler does not move the
+        transfer, since a full depot says nothing of the paths' rates."""
+        if waiting:
+            self._full.add(node)
+        else:
+            self._full.discard(node)
+        self.on_event(SpaceWait(node, waiting, self.clock()))
 
     def _trace_event(self, event: Measurement | HopFailure | DepotFailure | ProbeDone) -> None:
         if not self.config.trace:

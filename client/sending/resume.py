@@ -22,7 +22,7 @@ import fcntl
 import os
 import shlex
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Container, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -115,12 +115,18 @@ class SendJournal:
         self.discarded: list[BlockRecord] = []
         """With ``--restart``: the interrupted run's blocks, for ``prepare`` to free at the destination."""
         self.resumed: dict[int, BlockRecord] = {}
-        """The blocks ``prepare`` found still at the destination, unchanged."""
+        """The blocks ``prepare`` found still at the destination, unchanged, or drained by a receiver."""
+        self.publication: dict[str, Any] | None = None
+        """The interrupted run's publication (``PublicationCaps.to_dict``), or this run's once ``publish`` said it."""
+        self.discarded_publication: dict[str, Any] | None = None
+        """With ``--restart``: the interrupted run's publication, freed by ``prepare``."""
         if restart:
             self.discarded = list(previous.records.values())
+            self.discarded_publication = previous.publication
             self.previous = None
         else:
             self.records = dict(previous.records)
+            self.publication = previous.publication
         self.header: JournalHeader | None = None
         self._valid = previous.valid
         self._dirty = False
@@ -164,22 +170,28 @@ class SendJournal:
 
     async def prepare(
         self, dest: DepotClient, source: Path | Stream, available: Callable[[int, int], Awaitable[None]] | None,
-        *, offload: Offload | None = None,
+        *, offload: Offload | None = None, drained: Container[int] = (),
     ) -> dict[int, BlockRecord]:
         """The recorded blocks the relay need not send: checked against the source (``ResumeRefused`` if it
-        changed) and found at the destination unchanged. With ``--restart``, the old blocks are freed first.
-        ``available`` as the relay's (bytes still arriving); ``offload`` runs the source's reads and hashes (a
-        worker thread unless given, as in the relay)."""
+        changed) and found at the destination unchanged, or ``drained`` by the receiver of a ``--follow``
+        transfer (on its disk, freed at the destination: not asked for). With ``--restart``, the old blocks and
+        publication are freed first. ``available`` as the relay's (bytes still arriving); ``offload`` runs the
+        source's reads and hashes (a worker thread unless given, as in the relay)."""
         header = self.header
         if header is None:
             raise RuntimeError("begin() first")
         if self.discarded:
             await self._free(dest, self.discarded)
             self.discarded = []
+        if self.discarded_publication is not None:
+            await self._free_publication(dest, self.discarded_publication)
+            self.discarded_publication = None
         spans = source.spans if isinstance(source, Stream) else _spans(header.size, header.block_size)
         records = journal.usable_records(self.records, spans, dest.base_url)
         await self._check_source(header, records, source, available, offload or trio.to_thread.run_sync)
-        self.resumed = await self._held(header, dest, records)
+        gone = {index: record for index, record in records.items() if index in drained}
+        self.resumed = {**await self._held(header, dest, {i: r for i, r in records.items() if i not in gone}),
+                        **gone}
         self.records = dict(self.resumed)
         return self.resumed
 
@@ -193,6 +205,14 @@ class SendJournal:
                 on_event(event)
 
         return record
+
+    def publish(self, capabilities: dict[str, Any]) -> None:
+        """Record where this transfer publishes (``PublicationCaps.to_dict``), durably: a resumed run must find
+        the URL the receiver was given."""
+        if capabilities != self.publication:
+            self._write(journal.encode_publication(capabilities))
+            os.fsync(self._fd)
+            self.publication = capabilities
 
     @trio.lowlevel.enable_ki_protection
     def append(self, record: BlockRecord) -> None:
@@ -279,6 +299,17 @@ class SendJournal:
                 nursery.start_soon(ask, record)
         await self._free(dest, gone)
         return held
+
+    async def _free_publication(self, dest: DepotClient, capabilities: dict[str, Any]) -> None:
+        """Best effort, as ``_free``: a restarted transfer publishes afresh."""
+        for key in ("document", "drained"):
+            alloc = capabilities.get(key)
+            if isinstance(alloc, dict) and isinstance(alloc.get("manage"), str) and capabilities.get(
+                    "depot") == dest.base_url:
+                try:
+                    await dest.free(alloc["manage"])
+                except (DepotError, DepotUnreachable):
+                    pass
 
     async def _free(self, dest: DepotClient, records: Sequence[BlockRecord]) -> None:
         """Best effort: what is not freed expires on its own."""

@@ -27,6 +27,14 @@ from lnet.client.fetching import mirrors
 from lnet.client.formats import report
 from lnet.client.formats.manifest import BlockEntry, BlockSource, Manifest
 from lnet.client.formats.overlay import Overlay
+from lnet.client.sending.publish import (
+    PublicationCaps,
+    PublicationPlan,
+    Published,
+    Publisher,
+    ReceiverProgress,
+    plan_sizes,
+)
 from lnet.client.sending.relay import (
     BlockDamaged,
     BlockDelivered,
@@ -39,6 +47,7 @@ from lnet.client.sending.relay import (
     RelayConfig,
     RelayEvent,
     RelayResult,
+    SpaceWait,
     Stream,
 )
 from lnet.client.sending.relay import TransferFailed as RelayFailed
@@ -47,15 +56,17 @@ from lnet.client.sending.resume import (
     SendJournal,
     resume_command,
 )
-from lnet.client.wire.depot_client import DepotClient
+from lnet.client.wire.depot_client import DepotClient, DepotUnreachable
 from lnet.client.wire.range_connection import Connector
 from lnet.depot.clock import TrioWallClock
-from lnet.depot.protocol import innermost
+from lnet.depot.protocol import DepotError, DepotFull, innermost
 from lnet.scheduler import EdgeMemory, PathScheduler, SchedulerConfig
 from lnet.units import format_size
 
 __all__ = [
     "DepotLimits",
+    "PublishOptions",
+    "SendEvent",
     "SendError",
     "SendOptions",
     "build_manifest",
@@ -71,6 +82,24 @@ __all__ = [
     "source_name",
     "summary",
 ]
+
+SendEvent = RelayEvent | Published | ReceiverProgress
+"""What ``send`` tells its ``on_event``: the relay's events, the publication's URL, the receiver's progress."""
+
+
+@dataclass(frozen=True)
+class PublishOptions:
+    """What the publication at the destination describes (``lnet.client.sending.publish``): the transfer's
+    ``name`` and ``kind`` (``file`` or ``tree``), whether a receiver follows it (``--follow``), a tree's entries
+    and pieces (``{"entries": ..., "blocks": ...}``, for ``--follow``), and ``manifest_of``, the whole manifest
+    document the final version holds without ``--follow``."""
+
+    name: str
+    kind: str = "file"
+    follow: bool = False
+    tree: dict[str, Any] | None = None
+    manifest_of: Callable[[RelayResult], dict[str, Any]] | None = None
+
 
 class SendError(Exception):
     def __init__(self, code: ExitCode, message: str) -> None:
@@ -89,6 +118,9 @@ class DepotLimits:
     max_duration: float | None = None
     digests: frozenset[str] | None = None
     """The hashes its digest computes; a status without ``digests`` is from a depot that knew sha256 and blake2b."""
+    capacity: int | None = None
+    free: int | None = None
+    """Bytes it can lend now: its capacity less what live allocations hold (pooled buffers give way)."""
 
     @classmethod
     def from_status(cls, status: Mapping[str, Any]) -> DepotLimits:
@@ -101,7 +133,13 @@ class DepotLimits:
         allocation = number("max_allocation")
         digests = status.get("digests", ["sha256", "blake2b"])
         known = frozenset(name for name in digests if isinstance(name, str)) if isinstance(digests, list) else None
-        return cls(int(allocation) if allocation is not None else None, number("max_duration"), known)
+        capacity = number("capacity")
+        used = status.get("used")
+        free = None
+        if capacity is not None and isinstance(used, int) and not isinstance(used, bool) and used >= 0:
+            free = max(0, int(capacity) - used)
+        return cls(int(allocation) if allocation is not None else None, number("max_duration"), known,
+                   int(capacity) if capacity is not None else None, free)
 
 
 def _seconds(value: float) -> str:
@@ -156,17 +194,61 @@ def fit_to_limits(
         largest = limits.get(name, DepotLimits()).max_allocation
         if largest is not None and largest < block:
             raise _too_large(block, name, largest)
+    for name in on_path[:-1]:
+        free = limits.get(name, DepotLimits()).free
+        if free is not None and free < block:
+            raise SendError(ExitCode.UNREACHABLE, f"depot {name} on the pinned path has {format_size(free)} free, "
+                            f"less than one block (--block-size {format_size(block)}): free room there, give "
+                            "another --path, or leave --path out")
     if pinned is None:
         for name, limit in limits.items():
             if name != dest and limit.max_allocation is not None and limit.max_allocation < block:
                 excluded[name] = (f"left out: its max_allocation of {format_size(limit.max_allocation)} is under "
                                   f"--block-size {format_size(block)}")
+            elif name != dest and limit.free is not None and limit.free < block:
+                excluded[name] = (f"left out: it has {format_size(limit.free)} free, less than one block "
+                                  f"(--block-size {format_size(block)})")
     holds = {  # the destination's too: probes' blocks are held there
         name: limit.max_duration
         for name, limit in limits.items()
         if limit.max_duration is not None and limit.max_duration < config.hold_s
     }
     return replace(config, duration_s=duration, hold_s_at={**config.hold_s_at, **holds}), excluded
+
+
+def check_room(
+    dest: str, limits: DepotLimits, plan: PublicationPlan, *, remaining: int, block_size: int, subject: str,
+) -> None:
+    """Before any block moves: can the destination take what the transfer needs? Without ``--follow`` every
+    block still to send stays there, beside the publication; with it, the publication and one block at a time
+    (the receiver drains the rest). ``SendError`` (exit 3) with the numbers and the remedies when it cannot; a
+    status that does not state its room is not checked. Pure."""
+    free, capacity = limits.free, limits.capacity
+    largest = limits.max_allocation
+    if largest is not None and plan.document_size > largest:
+        raise SendError(ExitCode.USAGE, f"the publication of {len(plan.spans)} blocks needs one allocation of "
+                        f"{format_size(plan.document_size)}, over depot {dest}'s max_allocation of "
+                        f"{format_size(largest)}: give a larger --block-size")
+    if free is None:
+        return
+    if plan.follow:
+        need = plan.needed + min(block_size, max(remaining, 1))
+        if free < need:
+            raise SendError(ExitCode.UNREACHABLE, f"the destination {dest} has {format_size(free)} free (of "
+                            f"{format_size(capacity or 0)}), less than one block and the publication need "
+                            f"({format_size(need)}): free room there, or send to another depot")
+        return
+    need = remaining + plan.needed
+    if free < need:
+        raise SendError(
+            ExitCode.UNREACHABLE,
+            f"{subject} is {format_size(plan.size)}"
+            + (f" ({format_size(remaining)} still to send)" if remaining != plan.size else "")
+            + f", but the destination {dest} has {format_size(free)} free (of {format_size(capacity or 0)}): it "
+            f"cannot hold the file whole. Send it with --follow and run the receiver at the far end (lnet-send "
+            f"prints its command), which drains {dest} as the blocks land; or send to a depot with "
+            f"{format_size(need)} free",
+        )
 
 
 async def send(
@@ -180,14 +262,19 @@ async def send(
     relay_config: RelayConfig,
     scheduler_config: SchedulerConfig | None = None,
     timeout_s: float = 30.0,
-    on_event: Callable[[RelayEvent], None] | None = None,
+    on_event: Callable[[SendEvent], None] | None = None,
     available: Callable[[int, int], Awaitable[None]] | None = None,
     longest_duration: bool = False,
     journal: SendJournal | None = None,
     transport: httpx.AsyncBaseTransport | None = None,
     offload: Offload | None = None,
+    publish: PublishOptions | None = None,
 ) -> tuple[RelayResult, PathScheduler | None, list[str]]:
     """Run one transfer; returns the relay's result, the scheduler (None when pinned) and the depots skipped.
+    With ``publish``, the transfer keeps its publication at the destination (``lnet.client.sending.publish``:
+    ``Published`` says its URL first; with ``follow``, ``ReceiverProgress`` what the receiver drained), checks
+    before any block moves that the destination has room for it (``check_room``), and returns once the last
+    version is written (with ``follow``, once every block is listed for the receiver).
     ``transport`` carries the depot requests (None: the network); ``offload`` runs the source's reads and hashes
     (None: worker threads; tests on a mock clock run them inline).
 
@@ -252,12 +339,49 @@ async def send(
                              min_streams=relay_config.min_inflight)
             scheduler = PathScheduler(vertices, overlay.here, dest, memory, config, rtt_s=rtt_s)
         delivered: dict[int, BlockRecord] = {}
+        previous: PublicationCaps | None = None
+        drained: frozenset[int] = frozenset()
+        if journal is not None and journal.publication is not None and publish is not None:
+            previous, drained = await _previous_publication(clients[dest], journal.publication, publish.follow)
         if journal is not None:
-            delivered = await journal.prepare(clients[dest], file, available, offload=offload)
-            for index, record in sorted(delivered.items()):
-                if on_event is not None:
-                    on_event(BlockDelivered(index, record.length, clock(), record))
-            on_event = journal.recording(on_event)
+            delivered = await journal.prepare(clients[dest], file, available, offload=offload, drained=drained)
+        publisher = None
+        if publish is not None:
+            spans = file.spans if isinstance(file, Stream) else _file_spans(file, relay_config.block_size)
+            plan = plan_sizes(
+                name=publish.name, kind=publish.kind, spans=spans, block_size=relay_config.block_size,
+                hash_algorithm=relay_config.hash_algorithm, follow=publish.follow, tree=publish.tree,
+                depot_url=overlay.depots[dest].url, capacity=DepotLimits.from_status(statuses[dest]).capacity,
+            )
+            remaining = plan.size - sum(record.length for record in delivered.values())
+            check_room(dest, DepotLimits.from_status(statuses[dest]), plan if previous is None else replace(
+                plan, document_size=0, drained_size=0), remaining=remaining, block_size=relay_config.block_size,
+                subject=publish.name)
+            publisher = Publisher(clients[dest], plan, duration_s=relay_config.duration_s, on_receiver=on_event,
+                                  clock=time.time)
+            try:
+                caps = await publisher.open(previous)
+            except DepotFull:
+                raise SendError(ExitCode.UNREACHABLE, f"the destination {dest} has no room for the publication "
+                                f"({format_size(plan.needed)}): free room there, or send to another depot") from None
+            except DepotUnreachable as exc:
+                raise SendError(ExitCode.UNREACHABLE, f"the destination {dest} does not answer: {exc}") from None
+            except DepotError as exc:
+                raise DepotRefused(dest, exc) from None
+            if journal is not None:
+                journal.publish(caps.to_dict())
+            if on_event is not None:
+                on_event(Published(caps.url, publish.follow, clock()))
+        for index, record in sorted(delivered.items()):
+            if publisher is not None:
+                publisher.landed(record)
+            if on_event is not None:
+                on_event(BlockDelivered(index, record.length, clock(), record))
+        relay_events: Callable[[RelayEvent], None] | None = on_event
+        if journal is not None:
+            relay_events = journal.recording(relay_events)
+        if publisher is not None:
+            relay_events = _publishing(publisher, dest, relay_events)
         relay = Relay(
             file,
             overlay.here,
@@ -267,23 +391,80 @@ async def send(
             pinned=pinned,
             memory=memory,
             config=relay_config,
-            on_event=on_event,
+            on_event=relay_events,
             clock=clock,
             available=available,
             delivered=delivered,
             offload=offload,
         )
-        if journal is None:
-            return await relay.run(), scheduler, skipped
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(journal.keep_synced)
-            result = await relay.run()
-            nursery.cancel_scope.cancel()
+        try:
+            async with trio.open_nursery() as nursery:
+                if journal is not None:
+                    nursery.start_soon(journal.keep_synced)
+                if publisher is not None:
+                    nursery.start_soon(publisher.keep_published)
+                result = await relay.run()
+                nursery.cancel_scope.cancel()
+            if publisher is not None and publish is not None:
+                manifest = None if publish.follow or publish.manifest_of is None else publish.manifest_of(result)
+                await publisher.finish(result.file_hash, manifest)
+                if publish.follow:
+                    await publisher.until_listed(
+                        relay_config.space_wait_s,
+                        lambda unlisted: on_event(SpaceWait(dest, True, clock())) if on_event else None)
+        except BaseException:
+            if publisher is not None:
+                await publisher.stopped(timeout_s)
+            raise
         return result, scheduler, skipped
     finally:
         with trio.CancelScope(shield=True):
             for client in clients.values():
                 await client.aclose()
+
+
+def _file_spans(file: Path, block_size: int) -> list[tuple[int, int]]:
+    size = file.stat().st_size
+    return [(offset, min(block_size, size - offset)) for offset in range(0, size, block_size)]
+
+
+async def _previous_publication(
+    dest: DepotClient, raw: dict[str, Any], follow: bool
+) -> tuple[PublicationCaps | None, frozenset[int]]:
+    """A resumed transfer's publication (from its journal) and, with ``--follow``, the blocks its receiver has
+    drained: those are on the receiver's disk and freed at the destination, and are not sent again."""
+    try:
+        caps = PublicationCaps.from_dict(raw)
+    except (KeyError, TypeError, ValueError):
+        return None, frozenset()
+    if not follow or caps.drained is None:
+        return caps, frozenset()
+    from lnet.client.formats import published
+
+    try:
+        document = published.unframe(await dest.read(caps.drained.read), published.DRAINED_FORMAT)
+        record = published.parse_drained(document) if document is not None else published.Drained()
+    except published.PublishedError:
+        return caps, frozenset()
+    except (DepotError, DepotUnreachable):
+        return None, frozenset()  # gone (or unreadable): the transfer publishes afresh
+    return caps, frozenset(published.indices(record.ranges))
+
+
+def _publishing(
+    publisher: Publisher, dest: str, on_event: Callable[[RelayEvent], None] | None
+) -> Callable[[RelayEvent], None]:
+    """``on_event`` that also tells the publisher what landed and when the destination is full."""
+
+    def told(event: RelayEvent) -> None:
+        if isinstance(event, BlockDelivered) and event.record is not None:
+            publisher.landed(event.record)
+        elif isinstance(event, SpaceWait) and event.depot == dest:
+            publisher.waiting(dest if event.waiting else None)
+        if on_event is not None:
+            on_event(event)
+
+    return told
 
 
 @dataclass(frozen=True)
@@ -298,11 +479,12 @@ class SendOptions:
     relay_config: RelayConfig
     scheduler_config: SchedulerConfig | None = None
     timeout_s: float = 30.0
-    on_event: Callable[[RelayEvent], None] | None = None
+    on_event: Callable[[SendEvent], None] | None = None
     longest_duration: bool = False
     journal: SendJournal | None = None
     transport: httpx.AsyncBaseTransport | None = None
     offload: Offload | None = None
+    publish: PublishOptions | None = None
 
     async def send(
         self, file: Path | Stream, available: Callable[[int, int], Awaitable[None]] | None = None,
@@ -311,7 +493,7 @@ class SendOptions:
             file, self.overlay, self.dest, pinned=self.pinned, memory=self.memory, warm=self.warm,
             relay_config=self.relay_config, scheduler_config=self.scheduler_config, timeout_s=self.timeout_s,
             on_event=self.on_event, available=available, longest_duration=self.longest_duration,
-            journal=self.journal, transport=self.transport, offload=self.offload,
+            journal=self.journal, transport=self.transport, offload=self.offload, publish=self.publish,
         )
 
 

@@ -1,0 +1,373 @@
+"""The publication: the one URL ``lnet-send`` hands to the far end, kept up to date at the destination depot.
+
+``Publisher`` keeps the document ``lnet.client.formats.published`` describes in an allocation at the destination,
+rewriting it as blocks land (at most every ``PUBLISH_INTERVAL_S``), and, with ``--follow``, reads the receiver's
+drain record beside it: the blocks the receiver has on its disk and freed, which leave the publication and make
+room at the destination for the next ones. It is the I/O shell; what goes into each version
+(``PublicationState``) is pure.
+
+The allocations are made once, before any block moves, and are sized for the largest version the transfer can
+need (``plan_sizes``): the whole manifest without ``--follow``; with it, the blocks the destination can hold at
+once and a tree's entries. Their capabilities go into the send journal, so that a resumed ``lnet-send`` keeps
+publishing at the same URL while the receiver keeps running.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import trio
+
+from lnet.client.formats import published
+from lnet.client.formats.published import Drained, Publication, PublishedBlock, SenderState
+from lnet.client.sending.relay import BlockRecord, TransferFailed
+from lnet.client.wire.depot_client import Allocation, DepotClient, DepotUnreachable
+from lnet.depot.protocol import DepotError, NotFound, redact
+
+__all__ = [
+    "PUBLISH_INTERVAL_S",
+    "Published",
+    "PublicationCaps",
+    "PublicationPlan",
+    "PublicationState",
+    "Publisher",
+    "ReceiverGone",
+    "ReceiverProgress",
+    "plan_sizes",
+]
+
+PUBLISH_INTERVAL_S = 0.25
+"""How often the publication is rewritten while something changed, and the drain record read (``--follow``)."""
+_TRIES = 3
+
+
+class ReceiverGone(TransferFailed):
+    """``--follow``: the receiver drained nothing for longer than the wait allows, with blocks still to publish."""
+
+
+@dataclass(frozen=True)
+class Published:
+    """The publication is in place: ``url`` is what the far end is given (``lnet-get URL``)."""
+
+    url: str
+    follow: bool
+    at: float
+
+
+@dataclass(frozen=True)
+class ReceiverProgress:
+    """``--follow``: what the receiver's drain record says (blocks and bytes on its disk, its state)."""
+
+    drained: int
+    drained_bytes: int
+    state: str
+    message: str | None
+    at: float
+
+
+@dataclass(frozen=True, repr=False)
+class PublicationCaps:
+    """The publication's allocation and, with ``--follow``, the drain record's, at the destination ``depot``."""
+
+    depot: str
+    document: Allocation
+    drained: Allocation | None
+
+    def __repr__(self) -> str:  # capabilities are secrets
+        return f"PublicationCaps(depot={self.depot!r}, read={redact(self.document.read)})"
+
+    @property
+    def url(self) -> str:
+        """The read URL handed to the far end."""
+        return self.document.read_url
+
+    def to_dict(self) -> dict[str, Any]:
+        def one(a: Allocation) -> dict[str, Any]:
+            return {"read": a.read, "write": a.write, "manage": a.manage, "size": a.size, "expires": a.expires,
+                    "reliability": a.reliability}
+
+        return {"depot": self.depot, "document": one(self.document),
+                "drained": None if self.drained is None else one(self.drained)}
+
+    @classmethod
+    def from_dict(cls, raw: Mapping[str, Any]) -> PublicationCaps:
+        """From ``to_dict`` (the journal's line; ``KeyError``/``TypeError``/``ValueError`` for a damaged one)."""
+        def one(value: Mapping[str, Any]) -> Allocation:
+            return Allocation(str(raw["depot"]), str(value["read"]), str(value["write"]), str(value["manage"]),
+                              int(value["size"]), float(value["expires"]), str(value["reliability"]))
+
+        drained = raw["drained"]
+        return cls(str(raw["depot"]), one(raw["document"]), None if drained is None else one(drained))
+
+
+@dataclass(frozen=True)
+class PublicationPlan:
+    """What a publication describes and how large its allocations are (``plan_sizes``)."""
+
+    name: str
+    kind: str
+    spans: tuple[tuple[int, int], ...]
+    block_size: int
+    hash_algorithm: str
+    follow: bool
+    tree: dict[str, Any] | None
+    document_size: int
+    drained_size: int
+    listed_max: int
+    """With ``--follow``, the most blocks one version lists (the allocation's room); the rest wait their turn."""
+
+    @property
+    def size(self) -> int:
+        return sum(length for _, length in self.spans)
+
+    @property
+    def needed(self) -> int:
+        """The destination's bytes the two allocations take."""
+        return self.document_size + self.drained_size
+
+
+_MANIFEST_BLOCK_BYTES = 300
+"""A bound on one block's JSON in a manifest, besides its depot URL (a hash, a capability, numbers, keys)."""
+
+
+def plan_sizes(
+    *, name: str, kind: str, spans: Sequence[tuple[int, int]], block_size: int, hash_algorithm: str, follow: bool,
+    tree: dict[str, Any] | None, depot_url: str, capacity: int | None,
+) -> PublicationPlan:
+    """The allocations' sizes. Without ``--follow`` the final version holds the whole manifest: every block, each
+    naming the depot, and a tree's entries; with it, at most the blocks the destination's ``capacity`` can hold
+    at once (by the smallest block but the last), and a tree's entries and pieces, from the first version on."""
+    import json
+
+    extra = len(json.dumps(tree, separators=(",", ":"))) if tree is not None else 0
+    if not follow:
+        per_block = _MANIFEST_BLOCK_BYTES + len(depot_url)
+        size = 16 * 1024 + len(spans) * per_block + extra
+        return PublicationPlan(name, kind, tuple(spans), block_size, hash_algorithm, False, None, size, 0, 0)
+    lengths = [length for _, length in spans[:-1]] or [block_size]
+    at_once = len(spans) if capacity is None else math.ceil(capacity / max(1, min(lengths))) + 1
+    listed = max(1, min(len(spans), at_once))
+    return PublicationPlan(name, kind, tuple(spans), block_size, hash_algorithm, True, tree,
+                           published.publication_size(listed, extra), published.drained_size(len(spans)), listed)
+
+
+@dataclass
+class PublicationState:
+    """What the next version of the publication says (pure: records in, documents out)."""
+
+    plan: PublicationPlan
+    depot: str
+    ack: str | None
+    created: float
+    landed: dict[int, BlockRecord] = field(default_factory=dict)
+    drained: Drained = field(default_factory=Drained)
+    seq: int = 0
+    waiting: str | None = None
+    stopped: bool = False
+    file_hash: str | None = None
+    manifest: dict[str, Any] | None = None
+
+    @property
+    def final(self) -> bool:
+        return self.file_hash is not None
+
+    def pending(self) -> list[BlockRecord]:
+        """The landed blocks the receiver has not drained, by index."""
+        return [self.landed[i] for i in sorted(self.landed) if i not in self.drained]
+
+    def unlisted(self) -> int:
+        """``--follow``: landed blocks that wait for room in the publication."""
+        return max(0, len(self.pending()) - self.plan.listed_max)
+
+    def document(self, now: float) -> Publication:
+        plan = self.plan
+        listed = tuple(
+            PublishedBlock(r.index, r.offset, r.length, r.hash, r.allocation.read, r.allocation.manage,
+                           r.allocation.expires)
+            for r in self.pending()[: plan.listed_max]
+        ) if plan.follow else ()
+        state = "stopped" if self.stopped else "done" if self.final else "waiting" if self.waiting else "sending"
+        sender = SenderState(state, len(self.landed), sum(r.length for r in self.landed.values()), self.waiting)
+        return Publication(
+            plan.name, plan.kind, plan.size, plan.block_size, len(plan.spans), plan.hash_algorithm, plan.follow,
+            self.depot, self.created, now, self.seq, sender, self.ack, listed, self.final, self.file_hash,
+            plan.tree if plan.follow else None, None if plan.follow else self.manifest,
+        )
+
+
+class Publisher:
+    """The publication of one transfer at its destination, through ``client`` (the destination's)."""
+
+    def __init__(
+        self, client: DepotClient, plan: PublicationPlan, *, duration_s: float,
+        on_receiver: Callable[[ReceiverProgress], None] | None = None, clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.client, self.plan, self.duration_s = client, plan, duration_s
+        self.on_receiver = on_receiver or (lambda progress: None)
+        self.clock = clock
+        self.caps: PublicationCaps | None = None
+        self.state = PublicationState(plan, client.base_url, None, clock())
+        self._changed = trio.Event()
+        self._written_seq = -1
+        self._drain_seen = -1
+
+    # -- the allocations -----------------------------------------------------------------------------------------
+
+    async def open(self, previous: PublicationCaps | None) -> PublicationCaps:
+        """The publication's allocations: ``previous`` (a resumed transfer's) when the depot still has them and
+        they fit this transfer, else new ones; then its first version."""
+        if previous is not None and await self._still_there(previous):
+            self.caps = previous
+        else:
+            document = await self.client.allocate_one(self.plan.document_size, self.duration_s)
+            drained = None
+            if self.plan.follow:
+                drained = await self.client.allocate_one(self.plan.drained_size, self.duration_s)
+                await self.client.write(drained.write, Drained(updated=self.clock()).framed(), offset=0)
+            self.caps = PublicationCaps(self.client.base_url, document, drained)
+        self.state.ack = None if self.caps.drained is None else self.caps.drained.write_url
+        await self.sync(force=True)
+        return self.caps
+
+    async def _still_there(self, caps: PublicationCaps) -> bool:
+        if caps.depot.rstrip("/") != self.client.base_url.rstrip("/") or (caps.drained is not None) != self.plan.follow:
+            return False
+        if caps.document.size < self.plan.document_size or (
+                caps.drained is not None and caps.drained.size < self.plan.drained_size):
+            return False
+        try:
+            for alloc in (caps.document, caps.drained):
+                if alloc is not None:
+                    await self.client.probe(alloc.manage)
+        except NotFound:
+            return False
+        return True
+
+    # -- what changes ---------------------------------------------------------------------------------------------
+
+    def landed(self, record: BlockRecord) -> None:
+        """A block was verified at the destination (or found there on a resume)."""
+        self.state.landed[record.index] = record
+        self._changed.set()
+
+    def waiting(self, depot: str | None) -> None:
+        """The relay waits for room at ``depot`` (None: no longer)."""
+        if depot != self.state.waiting:
+            self.state.waiting = depot
+            self._changed.set()
+
+    @property
+    def drained(self) -> Drained:
+        return self.state.drained
+
+    # -- keeping it up to date -------------------------------------------------------------------------------------
+
+    async def keep_published(self) -> None:
+        """Rewrite the publication whenever something changed, and read the drain record, every
+        ``PUBLISH_INTERVAL_S`` (run beside the relay; cancel it after). A failed rewrite is tried again at the
+        next round: the relay meets a failing destination on its own."""
+        while True:
+            with trio.move_on_after(PUBLISH_INTERVAL_S):
+                await self._changed.wait()
+                await trio.sleep(PUBLISH_INTERVAL_S / 5)  # a few blocks landing together make one version
+            try:
+                await self.sync()
+            except (DepotError, DepotUnreachable):
+                pass
+
+    async def sync(self, *, force: bool = False) -> None:
+        """Read the drain record (``--follow``) and write a new version if anything changed."""
+        self._changed = trio.Event()
+        if self.caps is not None and self.caps.drained is not None:
+            await self._read_drained(self.caps.drained)
+        if force or self._dirty():
+            await self._write()
+
+    def _dirty(self) -> bool:
+        document = self.state.document(0.0)
+        key = (len(self.state.landed), tuple(b.index for b in document.blocks), document.sender.state,
+               self.state.waiting, self.state.final)
+        if key != getattr(self, "_last_key", None):
+            self._last_key = key
+            return True
+        return False
+
+    async def _write(self) -> None:
+        assert self.caps is not None
+        self.state.seq += 1
+        data = self.state.document(self.clock()).framed()
+        if len(data) > self.caps.document.size:
+            raise TransferFailed(f"the publication outgrew its allocation ({len(data)} > {self.caps.document.size} "
+                                 "bytes)")
+        await self.client.write(self.caps.document.write, data, offset=0)
+        self._written_seq = self.state.seq
+
+    async def _read_drained(self, alloc: Allocation) -> None:
+        data = await self.client.read(alloc.read)
+        try:
+            document = published.unframe(data, published.DRAINED_FORMAT)
+            if document is None:
+                return  # the receiver is writing it: read at the next round
+            drained = published.parse_drained(document)
+        except published.PublishedError:
+            return  # not the receiver's doing (its write is checked): the last good one stands
+        if drained.seq <= self._drain_seen and drained.seq != 0:
+            return
+        self._drain_seen = drained.seq
+        self.state.drained = drained
+        self.on_receiver(ReceiverProgress(drained.count, drained.drained_bytes, drained.state, drained.message,
+                                          self.clock()))
+
+    # -- the end ------------------------------------------------------------------------------------------------
+
+    async def finish(self, file_hash: str, manifest: dict[str, Any] | None) -> None:
+        """The last version: the whole file's hash, and without ``--follow`` the whole manifest."""
+        self.state.file_hash, self.state.manifest, self.state.waiting = file_hash, manifest, None
+        await self._tried(lambda: self.sync(force=True))
+
+    async def until_listed(self, wait_s: float, on_wait: Callable[[int], None]) -> None:
+        """``--follow``: return once every landed block is listed (or drained), reading the drain record as the
+        receiver frees room; ``on_wait(unlisted)`` while it waits. ``ReceiverGone`` when the receiver drains
+        nothing for ``wait_s``."""
+        last = (self.state.drained.count, trio.current_time())
+        while (unlisted := self.state.unlisted()) > 0:
+            on_wait(unlisted)
+            await trio.sleep(PUBLISH_INTERVAL_S)
+            await self._tried(self.sync)
+            now = trio.current_time()
+            if self.state.drained.count != last[0]:
+                last = (self.state.drained.count, now)
+            elif now - last[1] >= wait_s:
+                raise ReceiverGone(
+                    f"the receiver drained nothing for {wait_s:.0f} s (--space-wait) with {unlisted} blocks still "
+                    f"to publish at {self.client.base_url}")
+
+    async def stopped(self, timeout_s: float) -> None:
+        """Say in the publication that this sender stopped (best effort, bounded): the receiver waits for a resume."""
+        if self.caps is None:
+            return
+        self.state.stopped = True
+        with trio.move_on_after(timeout_s), trio.CancelScope(shield=True):
+            try:
+                await self._write()
+            except (DepotError, DepotUnreachable, TransferFailed):
+                pass
+
+    async def _tried(self, step: Callable[[], Any]) -> None:
+        for attempt in range(_TRIES):
+            try:
+                await step()
+                return
+            except (DepotError, DepotUnreachable):
+                if attempt == _TRIES - 1:
+                    raise
+                await trio.sleep(0.5 * (attempt + 1))
+
+
+def with_resumed(state: PublicationState, records: Mapping[int, BlockRecord]) -> PublicationState:
+    """``state`` with the blocks a resumed run found already delivered."""
+    return replace(state, landed={**state.landed, **records})
