@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 import trio
@@ -40,7 +40,7 @@ __all__ = [
     "plan_sizes",
 ]
 
-PUBLISH_INTERVAL_S = 0.25
+PUBLISH_INTERVAL_S = 0.1
 """How often the publication is rewritten while something changed, and the drain record read (``--follow``)."""
 _TRIES = 3
 
@@ -208,12 +208,14 @@ class Publisher:
     ) -> None:
         self.client, self.plan, self.duration_s = client, plan, duration_s
         self.on_receiver = on_receiver or (lambda progress: None)
+        self.on_room: Callable[[], None] = lambda: None
+        """Called when the receiver drained more blocks: room at the destination (the relay asks again at once)."""
         self.clock = clock
         self.caps: PublicationCaps | None = None
         self.state = PublicationState(plan, client.base_url, None, clock())
         self._changed = trio.Event()
-        self._written_seq = -1
         self._drain_seen = -1
+        self._last_key: tuple[Any, ...] | None = None
 
     # -- the allocations -----------------------------------------------------------------------------------------
 
@@ -291,7 +293,7 @@ class Publisher:
         document = self.state.document(0.0)
         key = (len(self.state.landed), tuple(b.index for b in document.blocks), document.sender.state,
                self.state.waiting, self.state.final)
-        if key != getattr(self, "_last_key", None):
+        if key != self._last_key:
             self._last_key = key
             return True
         return False
@@ -304,7 +306,6 @@ class Publisher:
             raise TransferFailed(f"the publication outgrew its allocation ({len(data)} > {self.caps.document.size} "
                                  "bytes)")
         await self.client.write(self.caps.document.write, data, offset=0)
-        self._written_seq = self.state.seq
 
     async def _read_drained(self, alloc: Allocation) -> None:
         data = await self.client.read(alloc.read)
@@ -318,7 +319,10 @@ class Publisher:
         if drained.seq <= self._drain_seen and drained.seq != 0:
             return
         self._drain_seen = drained.seq
+        more = drained.count > self.state.drained.count
         self.state.drained = drained
+        if more:
+            self.on_room()
         self.on_receiver(ReceiverProgress(drained.count, drained.drained_bytes, drained.state, drained.message,
                                           self.clock()))
 
@@ -366,8 +370,3 @@ class Publisher:
                 if attempt == _TRIES - 1:
                     raise
                 await trio.sleep(0.5 * (attempt + 1))
-
-
-def with_resumed(state: PublicationState, records: Mapping[int, BlockRecord]) -> PublicationState:
-    """``state`` with the blocks a resumed run found already delivered."""
-    return replace(state, landed={**state.landed, **records})

@@ -530,6 +530,11 @@ class _Pool:
         find none kept and ask the depot."""
         self._ready: list[Allocation] = []
         self._lock = trio.Lock()
+        self._room = trio.Event()
+
+    def room_made(self) -> None:
+        """Someone freed room at this depot (a receiver drained blocks): a wait for room asks again at once."""
+        self._room.set()
 
     def give_back(self, alloc: Allocation, now: float) -> bool:
         """Keep ``alloc``, which a block has left, for a later block: True when kept, False when the caller is to
@@ -567,7 +572,11 @@ class _Pool:
                     if now - waiting_since >= self.patience_s:
                         raise DepotStayedFull(self.name, now - waiting_since) from None
                     limit = min(full.retry_after or FULL_POLL_MAX_S, FULL_POLL_MAX_S)
-                    await trio.sleep(min(pause, limit, waiting_since + self.patience_s - now))
+                    self._room = trio.Event()
+                    with trio.move_on_after(min(pause, limit, waiting_since + self.patience_s - now)):
+                        await self._room.wait()
+                        pause = FULL_POLL_FIRST_S  # room was made: ask at once, and soon again
+                        continue
                     pause *= 1.5
                 except TooLarge:
                     if self.batch == 1:
@@ -1433,6 +1442,13 @@ class Relay:
 
     def _note(self, text: str) -> None:
         self.on_event(Note(text, self.clock()))
+
+    def room_made(self, node: str) -> None:
+        """Room was freed at ``node`` (with ``--follow``, the receiver drained blocks at the destination): a block
+        waiting for an allocation there asks again at once instead of at its next poll."""
+        pool = self._pools.get(node)
+        if pool is not None:
+            pool.room_made()
 
     def _space_wait(self, node: str, waiting: bool) -> None:
         """A depot is full (or has room again): said to ``on_event``; meanwhile the scheduler does not move the

@@ -15,6 +15,7 @@ import math
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -397,6 +398,8 @@ async def send(
             delivered=delivered,
             offload=offload,
         )
+        if publisher is not None:
+            publisher.on_room = partial(relay.room_made, dest)
         try:
             async with trio.open_nursery() as nursery:
                 if journal is not None:
