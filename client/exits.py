@@ -21,7 +21,8 @@ class ExitCode(IntEnum):
     """Bad arguments, or an input file (manifest, report, depots file) that is unreadable or invalid; or a depot
     that refuses what they ask for (a block or a duration over its limits, a wrong token)."""
     UNREACHABLE = 3
-    """A depot that was needed could not be reached, or stalled past the timeout."""
+    """A depot that was needed could not be reached, or stalled past the timeout; or it has no room (a file the
+    destination cannot hold, a depot full past ``--space-wait``), or the far end made no progress past its wait."""
     INTEGRITY = 4
     """Bytes did not match their hash: a block, or the whole file."""
     INTERRUPTED = 130
@@ -34,7 +35,8 @@ exit status:
   1    failed for another reason (the message says why)
   2    usage: bad arguments, an unreadable or invalid input file, or a depot refusing what
        they ask for (over its max_duration or max_allocation, a wrong token)
-  3    unreachable: a depot could not be reached or stalled past --timeout
+  3    unreachable: a depot could not be reached or stalled past --timeout, or has no
+       room for the file (past --space-wait), or the other end made no progress
   4    integrity: a block or the whole file does not match its hash
   130  interrupted (Ctrl-C); run the same command again to resume"""
 

@@ -1,13 +1,19 @@
-"""``lnet-get``: a file lnet delivered (``MANIFEST``), a directory tree (a tree manifest), or one file from several
-HTTP replicas at once (``URL ...``), written to ``OUT.lnet-part`` and renamed into place; run again to resume.
+"""``lnet-get``: a file lnet delivered (``MANIFEST``, or the publication URL ``lnet-send`` printed), a directory
+tree (a tree manifest), a transfer still being sent (``URL --follow``), or one file from several HTTP replicas at
+once (``URL ...``), written to ``OUT.lnet-part`` and renamed into place; run again to resume.
+
+A single depot data URL (``http://HOST:PORT/v1/data/CAP``) is told apart by its first bytes: a publication
+(``formats.published``) is fetched as its manifest says, or followed with ``--follow``; anything else is a
+replica like any other URL.
 
 Parses its arguments once into ``GetArgs``, calls ``lnet.client.fetching`` (``get_file``, ``get_directory``,
-``fetch_mirrors``) with them and the command's ``ClientIO`` (how it reaches the network), and hands the outcome to
-``commands.outcome.finish`` (output and exit code). Only argparse and the exit codes are loaded before parsing;
-the libraries, trio and rich are loaded after it (``--help`` answers at once). With URLs, the replicas are dialled
-(by ``get_entry``, the command's entry point, before this module is even loaded) and asked for their first ranges
-(``wire.predial``) before trio is loaded, so that all travels while it loads. ``run`` is ``main`` for a caller
-already in a trio loop.
+``follow``, ``fetch_mirrors``) with them and the command's ``ClientIO`` (how it reaches the network), and hands
+the outcome to ``commands.outcome.finish`` (output and exit code). Only argparse and the exit codes are loaded
+before parsing; the libraries, trio and rich are loaded after it (``--help`` answers at once). With URLs, the
+replicas are dialled (by ``get_entry``, the command's entry point, before this module is even loaded) and asked
+for their first ranges (``wire.predial``) before trio is loaded, so that all travels while it loads; not for a
+single depot data URL (most likely a publication, on which a replica's first range would be wasted) nor with
+``--follow``. ``run`` is ``main`` for a caller already in a trio loop.
 """
 
 from __future__ import annotations
@@ -33,6 +39,9 @@ if TYPE_CHECKING:
 
     from lnet.client.fetching.blocks import GetResult
     from lnet.client.fetching.mirrors import MirrorResult
+    from lnet.client.formats.manifest import Manifest
+    from lnet.client.formats.tree import TreeManifest
+    from lnet.client.wire.depot_client import DepotClient
     from lnet.client.wire.predial import Predial
 
 __all__ = ["DEFAULT_PARALLEL", "DEFAULT_TIMEOUT_S", "MAX_PARALLEL", "GetArgs", "main", "run"]
@@ -41,14 +50,19 @@ R = TypeVar("R")
 
 DEFAULT_PARALLEL = 8
 DEFAULT_TIMEOUT_S = 30.0
+DEFAULT_WAIT_S = 600.0
 MAX_PARALLEL = 256
+PREFIX_BYTES = 100
+"""The bytes read from a depot data URL to tell a publication from any other file."""
+_DEPOT_DATA_PATH = re.compile(r"/v1/data/[A-Za-z0-9_-]{22,128}")
 
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="lnet-get",
-        description="Fetch a file lnet delivered (MANIFEST: every block from its depot, each hash and the whole "
-        "file's checked), or one file from several HTTP replicas at once (URL ...: byte ranges from all of them, "
+        description="Fetch a file lnet delivered (MANIFEST, or the URL lnet-send printed: every block from its "
+        "depot, each hash and the whole file's checked), receive one lnet-send --follow is still sending (URL "
+        "--follow), or fetch one file from several HTTP replicas at once (URL ...: byte ranges from all of them, "
         "sized so that all finish together). Written to OUT.lnet-part and renamed into place; run it again to "
         "resume.",
         epilog=replica_options.EPILOG + "\n" + EXIT_CODES_HELP,
@@ -56,7 +70,8 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "sources", nargs="+", metavar="MANIFEST | URL",
-        help="the manifest lnet-send wrote, or the URLs of replicas of one file (servers that honour Range)",
+        help="the manifest lnet-send wrote, the URL it printed, or the URLs of replicas of one file (servers "
+        "that honour Range)",
     )
     p.add_argument("-o", "--output", type=Path, required=True, metavar="OUT", help="where to put the file")
     p.add_argument(
@@ -71,6 +86,16 @@ def _parser() -> argparse.ArgumentParser:
         "--depots", type=Path, metavar="FILE",
         help="a depots file whose operator tokens go to the depots that require theirs for reads (default: "
         "$LNET_DEPOTS or the user's depots file, if there is one)",
+    )
+    p.add_argument(
+        "--follow", action="store_true",
+        help="receive a transfer that lnet-send --follow is still sending (give the URL it printed): writes each "
+        "block as it lands, frees it at the depot, ends when the whole file is verified",
+    )
+    p.add_argument(
+        "--wait", type=_timeout, default=DEFAULT_WAIT_S, metavar="TIME",
+        help="--follow: how long to wait for the sender when it makes no progress before giving up (exit 3; the "
+        f"same command resumes), e.g. 30m (default {DEFAULT_WAIT_S / 60:g}m)",
     )
     p.add_argument("--json", action="store_true", help="print one JSON object with the outcome at the end")
     p.add_argument("--no-progress", action="store_true", help="no progress bar (it shows only on a terminal)")
@@ -116,11 +141,32 @@ class GetArgs:
     no_progress: bool
     replica: ReplicaArgs
     trace: Path | None = None
+    follow: bool = False
+    wait: float = DEFAULT_WAIT_S
 
     @classmethod
     def from_namespace(cls, ns: argparse.Namespace) -> GetArgs:
         return cls(tuple(ns.sources), ns.output, ns.parallel, ns.timeout, ns.depots, ns.json, ns.no_progress,
-                   ReplicaArgs.from_namespace(ns), ns.trace)
+                   ReplicaArgs.from_namespace(ns), ns.trace, ns.follow, ns.wait)
+
+    @property
+    def one_depot_url(self) -> bool:
+        """A single depot data URL: perhaps a publication (``lnet-send`` printed it), told by its first bytes."""
+        return len(self.sources) == 1 and is_depot_data_url(self.sources[0])
+
+
+def is_depot_data_url(url: str) -> bool:
+    """Whether ``url`` has the shape of a depot's data URL, ``http(s)://HOST:PORT/v1/data/CAP`` (the standard
+    library only: ``main`` asks before trio is loaded)."""
+    from urllib.parse import urlsplit
+
+    if not replica_options.is_url(url):
+        return False
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return False
+    return _DEPOT_DATA_PATH.fullmatch(parts.path) is not None and not parts.query and not parts.fragment
 
 
 def main(argv: list[str] | None = None, *, io: ClientIO | None = None, predial: Predial | None = None) -> int:
@@ -133,7 +179,9 @@ def main(argv: list[str] | None = None, *, io: ClientIO | None = None, predial: 
             return parsed
         args, out = parsed
         if io is None and all(replica_options.is_url(source) for source in args.sources):
-            predial = _predial(args, predial)
+            # A publication is no replica: asking it for a replica's first range would be wasted.
+            skip = args.follow or args.one_depot_url
+            predial = predial if skip else _predial(args, predial)
             io = ClientIO(early=predial)
         import trio
 
@@ -182,7 +230,11 @@ def _parse(argv: list[str] | None) -> tuple[GetArgs, CommandOutput] | int:
 
 
 async def _get(args: GetArgs, out: CommandOutput, io: ClientIO) -> int:
-    if all(replica_options.is_url(source) for source in args.sources):
+    if args.one_depot_url:
+        outcome = await _from_depot_url(args, out, io)
+    elif args.follow:
+        outcome = Failed(ExitCode.USAGE, "--follow takes the one URL lnet-send --follow printed")
+    elif all(replica_options.is_url(source) for source in args.sources):
         outcome = await _from_replicas(args, out, io)
     elif len(args.sources) > 1:
         outcome = Failed(ExitCode.USAGE, "give one manifest, or the URLs of one or more replicas")
@@ -209,24 +261,30 @@ async def _fetch(progress: Progress | QuietProgress, fetch: Callable[[], Awaitab
 
 async def _from_depots(args: GetArgs, out: CommandOutput, io: ClientIO, path: Path) -> Outcome:
     """A manifest's file, or a tree manifest's tree, from the depots that hold its blocks."""
-    from lnet.client.commands.outcome import Fetched, TreeFetched
-    from lnet.client.fetching.blocks import depot_tokens, get_file
-    from lnet.client.fetching.partfile import part_path
-    from lnet.client.fetching.tree import get_directory
     from lnet.client.formats import tree
     from lnet.client.formats.manifest import ManifestError
     from lnet.client.formats.manifest import load as load_manifest
-    from lnet.client.formats.overlay import OverlayError
 
-    is_tree = tree.is_tree_document(path)
     try:
-        manifest = tree.load(path) if is_tree else load_manifest(path)
+        manifest = tree.load(path) if tree.is_tree_document(path) else load_manifest(path)
     except ManifestError as exc:
         return Failed(ExitCode.USAGE, f"invalid manifest: {exc}")
-    try:
-        tokens = depot_tokens(args.depots)
-    except OverlayError as exc:
-        return Failed(ExitCode.USAGE, str(exc))
+    return await _from_manifest(args, out, io, manifest)
+
+
+async def _from_manifest(args: GetArgs, out: CommandOutput, io: ClientIO, manifest: Manifest | TreeManifest
+                         ) -> Outcome:
+    """What a manifest (from a file, or a final publication) lists, from the depots that hold its blocks."""
+    from lnet.client.commands.outcome import Fetched, TreeFetched
+    from lnet.client.fetching.blocks import get_file
+    from lnet.client.fetching.partfile import part_path
+    from lnet.client.fetching.tree import get_directory
+    from lnet.client.formats import tree
+
+    tokens = _tokens(args)
+    if isinstance(tokens, Failed):
+        return tokens
+    is_tree = isinstance(manifest, tree.TreeManifest)
     progress = out.progress(args.no_progress)
     task = progress.add_task(manifest.name, total=manifest.size)
 
@@ -248,6 +306,125 @@ async def _from_depots(args: GetArgs, out: CommandOutput, io: ClientIO, path: Pa
     if isinstance(manifest, tree.TreeManifest):
         return TreeFetched(result, args.output, len(manifest.files()), len(manifest.entries), manifest.size)
     return Fetched(result)
+
+
+def _tokens(args: GetArgs) -> dict[str, str] | Failed:
+    """``--depots``' operator tokens by depot base URL (for depots that require theirs for reads)."""
+    from lnet.client.fetching.blocks import depot_tokens
+    from lnet.client.formats.overlay import OverlayError
+
+    try:
+        return depot_tokens(args.depots)
+    except OverlayError as exc:
+        return Failed(ExitCode.USAGE, str(exc))
+
+
+async def _from_depot_url(args: GetArgs, out: CommandOutput, io: ClientIO) -> Outcome:
+    """One depot data URL: a publication is fetched as its manifest says (or followed, with ``--follow``); any
+    other file there is a replica like any URL's."""
+    from lnet.client.fetching.follow import data_url, read_publication
+    from lnet.client.formats import manifest as file_manifest
+    from lnet.client.formats import published, tree
+    from lnet.client.wire.depot_client import DepotClient
+    from lnet.depot.protocol import redact_capabilities
+
+    url = args.sources[0]
+    place = data_url(url)
+    tokens = _tokens(args)
+    if isinstance(tokens, Failed):
+        return tokens
+    publication = None
+    if place is not None:
+        base, capability = place
+        by_base = {depot.rstrip("/"): token for depot, token in tokens.items()}
+        async with DepotClient(base, token=by_base.get(base), timeout=args.timeout, transport=io.transport) as client:
+            try:
+                if published.is_publication(await _first_bytes(client, capability)):
+                    publication = await read_publication(client, capability, timeout_s=args.timeout)
+            except Failure as exc:
+                return Failed(exc.exit_code, str(exc))
+    if publication is None:
+        if args.follow:
+            return Failed(ExitCode.USAGE, f"--follow takes the URL lnet-send --follow printed; "
+                          f"{redact_capabilities(url)} is not a publication")
+        return await _from_replicas(args, out, io)
+    if args.trace is not None:
+        return Failed(ExitCode.USAGE, "--trace records the requests to replicas; this URL is a publication")
+    if args.follow:
+        if not publication.follow:
+            return Failed(ExitCode.USAGE, "this transfer was not sent with lnet-send --follow: run the same "
+                          "command without --follow")
+        return await _follow(args, out, io, tokens, publication.name, publication.size, publication.kind == "tree")
+    if publication.follow:
+        return Failed(ExitCode.USAGE, "this transfer is sent with lnet-send --follow: run the same command with "
+                      "--follow to receive it")
+    if not publication.final or publication.manifest is None:
+        return Failed(ExitCode.USAGE, f"the transfer is still under way ({publication.sender.landed} of "
+                      f"{publication.blocks_total} blocks landed): wait for lnet-send to finish, or run it with "
+                      "--follow to receive it as it arrives")
+    document = publication.manifest
+    try:
+        manifest = (tree.parse(document) if document.get("format") == tree.FORMAT
+                    else file_manifest.parse(document))
+    except file_manifest.ManifestError as exc:
+        return Failed(ExitCode.USAGE, f"the publication's manifest is invalid: {exc}")
+    return await _from_manifest(args, out, io, manifest)
+
+
+async def _first_bytes(client: DepotClient, capability: str) -> bytes:
+    """The first ``PREFIX_BYTES`` of the allocation (fewer when it holds fewer); a ``Failure`` that says what is
+    wrong with the URL when there is none to read."""
+    from lnet.client.fetching.blocks import GetError
+    from lnet.client.fetching.follow import PublicationGone, PublicationUnreachable
+    from lnet.client.wire.depot_client import DepotError, DepotUnreachable, NotFound, RangeNotSatisfiable
+    from lnet.depot.protocol import redact, redact_capabilities
+
+    shown = f"{client.base_url}/v1/data/{redact(capability)}"
+    try:
+        return await client.read(capability, 0, PREFIX_BYTES)
+    except RangeNotSatisfiable:
+        return b""  # empty: no publication
+    except NotFound:
+        raise PublicationGone(f"{shown}: the depot holds nothing there: the URL is wrong, or what it named "
+                              "expired or was freed") from None
+    except DepotUnreachable as exc:
+        raise PublicationUnreachable(redact_capabilities(str(exc))) from None
+    except DepotError as exc:
+        raise GetError(f"{shown}: the depot refused: {exc.code}: {exc.message}") from None
+
+
+async def _follow(args: GetArgs, out: CommandOutput, io: ClientIO, tokens: dict[str, str], name: str, size: int,
+                  is_tree: bool) -> Outcome:
+    """``lnet-get URL --follow``: the transfer received as lnet-send --follow sends it."""
+    from lnet.client.commands.outcome import Fetched, TreeFetched
+    from lnet.client.fetching.follow import follow
+    from lnet.client.fetching.partfile import part_path
+
+    progress = out.progress(args.no_progress)
+    task = progress.add_task(name, total=size)
+
+    def on_progress(nbytes: int) -> None:
+        progress.advance(task, nbytes)
+
+    def on_state(text: str) -> None:
+        progress.update(task, description=f"{name} ({text})")
+
+    async def fetch() -> GetResult:
+        return await follow(args.sources[0], args.output, parallel=args.parallel, timeout_s=args.timeout,
+                            tokens=tokens, transport=io.transport, on_progress=on_progress, on_state=on_state,
+                            wait_s=args.wait, offload=io.offload)
+
+    result = await _fetch(progress, fetch, f"the verified blocks are kept in {part_path(args.output)}: run the "
+                          "same command to resume")
+    if isinstance(result, Failed):
+        return result
+    if is_tree:  # the entries came with the last version of the publication: count what was rebuilt
+        from lnet.client.formats.tree import walk
+
+        entries = walk(args.output)
+        files = sum(1 for entry in entries if entry.type == "file")
+        return TreeFetched(result, args.output, files, len(entries), size, follow=True)
+    return Fetched(result, follow=True)
 
 
 async def _from_replicas(args: GetArgs, out: CommandOutput, io: ClientIO) -> Outcome:

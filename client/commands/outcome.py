@@ -2,7 +2,8 @@
 manifest, the edge memory, the report), the output (a summary, or the ``--json`` document) and the exit code.
 
 The outcomes: ``Delivered`` (``lnet-send``: a file, a file from its replicas, or a tree, with ``TreeSent``),
-``Fetched`` (``lnet-get MANIFEST``), ``TreeFetched`` (``lnet-get`` of a tree manifest), ``ReplicasFetched``
+``Fetched`` (``lnet-get MANIFEST``, or a publication's URL, ``--follow`` or not), ``TreeFetched`` (``lnet-get``
+of a tree manifest), ``ReplicasFetched``
 (``lnet-get URL ...``) and ``Failed`` (any command: its exit code, message and an optional note after it).
 lnet-send's summary goes to stderr (its stdout is the ``--json`` object only); lnet-get's to stdout.
 
@@ -96,9 +97,11 @@ class Delivered:
 
 @dataclass(frozen=True)
 class Fetched:
-    """``lnet-get MANIFEST``: the file verified and in place."""
+    """``lnet-get MANIFEST``: the file verified and in place (``follow``: received as lnet-send --follow sent it,
+    ``lnet-get URL --follow``)."""
 
     result: GetResult
+    follow: bool = False
 
 
 @dataclass(frozen=True)
@@ -110,6 +113,7 @@ class TreeFetched:
     files: int
     entries: int
     size: int
+    follow: bool = False
 
 
 @dataclass(frozen=True)
@@ -193,12 +197,14 @@ def _delivered(out: CommandOutput, sent: Delivered, as_json: bool) -> None:
 def _fetched(fetched: Fetched, as_json: bool) -> None:
     result = fetched.result
     if as_json:
-        print(json.dumps(result.to_dict()))
+        print(json.dumps({**result.to_dict(), **({"follow": True} if fetched.follow else {})}))
         return
     resumed = f", {result.resumed_blocks} resumed" if result.resumed_blocks else ""
+    followed = ", received as it was sent" if fetched.follow else ""
     print(
         f"{result.path}: {format_size(result.size)} verified, {result.blocks} blocks{resumed}, "
         f"{format_size(result.fetched_bytes)} fetched in {result.seconds:.2f} s ({result.mbps:.1f} Mbit/s)"
+        f"{followed}"
     )
     if len(result.depots) > 1:  # the blocks sat on several depots: what each gave
         for source in result.to_dict()["sources"]:
@@ -208,10 +214,12 @@ def _fetched(fetched: Fetched, as_json: bool) -> None:
 
 def _tree_fetched(fetched: TreeFetched, as_json: bool) -> None:
     if as_json:
-        print(json.dumps({**fetched.result.to_dict(), "files": fetched.files, "entries": fetched.entries}))
+        print(json.dumps({**fetched.result.to_dict(), "files": fetched.files, "entries": fetched.entries,
+                          **({"follow": True} if fetched.follow else {})}))
         return
+    followed = ", received as it was sent" if fetched.follow else ""
     print(f"{fetched.output}: {fetched.files} files ({fetched.entries} entries, {format_size(fetched.size)}) "
-          f"verified and in place in {fetched.result.seconds:.2f} s")
+          f"verified and in place in {fetched.result.seconds:.2f} s{followed}")
 
 
 def _replicas_fetched(fetched: ReplicasFetched, as_json: bool) -> None:

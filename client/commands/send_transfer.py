@@ -96,6 +96,7 @@ class _SendProgress:
         self.receive_url: str | None = None
         self.receiver: ReceiverProgress | None = None
         self.full: set[str] = set()
+        self.said_full = False
         self.follow = False
         labels = ["[bold]{task.fields[shares]}", "{task.fields[state]}"]
         if arrivals is not None:
@@ -138,11 +139,17 @@ class _SendProgress:
             self.progress.update(self.task, state=self._state())
             return
         if isinstance(event, ReceiverProgress):
+            if self.receiver is None and event.drained:
+                self.console.print("the receiver is draining the destination")
             self.receiver = event
             self.progress.update(self.task, state=self._state())
             return
         if isinstance(event, SpaceWait):
             if event.waiting:
+                if not self.said_full:  # once a run, on a line; the bar shows every wait
+                    self.said_full = True
+                    who = "the receiver" if self.follow else "room"
+                    self.console.print(f"waiting for {who} at {event.depot}: it is full (at most --space-wait)")
                 self.full.add(event.depot)
             else:
                 self.full.discard(event.depot)

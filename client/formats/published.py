@@ -8,8 +8,8 @@ rewritten as blocks land:
   ``lnet-manifest/1`` or a tree manifest) under ``manifest``: ``lnet-get URL`` then does what ``lnet-get
   MANIFEST`` does;
 - with ``--follow``: the blocks verified at the destination that the receiver has not yet drained, each with its
-  read and manage capabilities (the receiver frees a block once it is on its disk), the tree's entries for a
-  tree, and, once the last block has landed, the whole file's hash (``final``).
+  read and manage capabilities (the receiver frees a block once it is on its disk), and, once the last block
+  has landed (``final``), the whole file's hash and, for a tree, its entries.
 
 With ``--follow`` the sender also keeps a second small allocation, the **drain record** (``ack``: its write URL
 is in the publication), where the receiver writes ``"format": "lnet-drained/1"``: the block indices it holds on
@@ -164,8 +164,9 @@ class SenderState:
 @dataclass(frozen=True, repr=False)
 class Publication:
     """One version of the publication. ``kind`` is ``file`` or ``tree`` (then ``size`` and the blocks are the
-    packed stream's, and with ``--follow`` ``tree`` holds ``entries`` and ``blocks``, the pieces of each stream
-    block, as a tree manifest does); ``depot`` is
+    packed stream's, and with ``--follow`` the final version's ``tree`` holds ``entries`` and ``blocks``, the
+    pieces of each stream block, as a tree manifest does: the receiver rebuilds the tree at the end, and every
+    poll before that reads no more than the blocks); ``depot`` is
     the destination's base URL, where every listed block is; ``seq`` grows with every version; ``ack`` is the
     drain record's write URL (``--follow``), else None; ``manifest`` the whole manifest document once ``final``
     without ``--follow``."""
@@ -254,8 +255,8 @@ def parse(document: Any) -> Publication:
     tree = top["tree"]
     if tree is not None and not isinstance(tree, dict):
         raise PublishedError(f"tree must be an object or null, not {kind(tree)}")
-    if (what == "tree" and follow) != (tree is not None):
-        raise PublishedError("tree is given for a tree sent with --follow, and only then")
+    if (what == "tree" and follow and final) != (tree is not None):
+        raise PublishedError("tree is given for a tree sent with --follow, once final, and only then")
     manifest = top["manifest"]
     if manifest is not None and not isinstance(manifest, dict):
         raise PublishedError(f"manifest must be an object or null, not {kind(manifest)}")

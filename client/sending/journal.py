@@ -5,9 +5,10 @@ hex digits. The first line is the header (``"format": "lnet-send-journal/1"``): 
 the destination depot's URL, the source's size and modification time or its tree's digest, the block size, the
 hash algorithm, a digest of how the source is cut into blocks). Every further line is one block that reached the
 destination and was verified there: its index, offset, length and hash, and the destination allocation's
-capabilities and expiry; or, once per run, the capabilities of the transfer's publication (``{"publication":
-...}``, the latest wins), so that a resumed run keeps publishing at the URL the receiver has. The journal
-holds capabilities: it is a secret, like the manifest.
+capabilities and expiry; or allocations the relay took at a depot (``{"allocated": ...}``: a resume frees those
+that no recorded block keeps, which a run killed with -9 left behind); or, once per run, the capabilities of the
+transfer's publication (``{"publication": ...}``, the latest wins), so that a resumed run keeps publishing at the
+URL the receiver has. The journal holds capabilities: it is a secret, like the manifest.
 
 Why append-only records and not a whole file rewritten (temporary file, fsync, rename) per block: a record costs
 one small ``write`` whatever the file's size, where a rewrite costs the whole journal per block (a 1 TiB file in
@@ -41,6 +42,7 @@ __all__ = [
     "Decoded",
     "JournalHeader",
     "decode",
+    "encode_allocated",
     "encode_header",
     "encode_publication",
     "encode_record",
@@ -92,6 +94,9 @@ class Decoded:
     valid: int
     publication: dict[str, Any] | None = None
     """The publication's allocations (``lnet.client.sending.publish.PublicationCaps.to_dict``), the latest line."""
+    allocated: tuple[tuple[str, str], ...] = ()
+    """Every allocation the relay took, as (depot URL, manage capability): what a resume frees, but for the
+    blocks it keeps."""
 
 
 # -- encoding ---------------------------------------------------------------------------------------------------
@@ -109,6 +114,11 @@ def encode_header(header: JournalHeader) -> bytes:
 def encode_publication(capabilities: Mapping[str, Any]) -> bytes:
     """The line that says where this transfer publishes (a resumed run keeps publishing there)."""
     return _line({"publication": dict(capabilities)})
+
+
+def encode_allocated(depot: str, manage: Sequence[str]) -> bytes:
+    """The line that lists allocations the relay took at ``depot`` (a resume frees those no block kept)."""
+    return _line({"allocated": {"depot": depot, "manage": list(manage)}})
 
 
 def encode_record(record: BlockRecord) -> bytes:
@@ -129,6 +139,7 @@ def decode(data: bytes) -> Decoded:
     header: JournalHeader | None = None
     records: dict[int, BlockRecord] = {}
     publication: dict[str, Any] | None = None
+    allocated: list[tuple[str, str]] = []
     position = 0
     while True:
         end = data.find(b"\n", position)
@@ -143,13 +154,27 @@ def decode(data: bytes) -> Decoded:
                 break
         elif set(document) == {"publication"} and isinstance(document["publication"], dict):
             publication = document["publication"]
+        elif set(document) == {"allocated"}:
+            taken = _allocated(document["allocated"])
+            if taken is None:
+                break
+            allocated.extend(taken)
         else:
             record = _record(document, header.hash_algorithm)
             if record is None:
                 break
             records[record.index] = record
         position = end + 1
-    return Decoded(header, records, position if header is not None else 0, publication)
+    return Decoded(header, records, position if header is not None else 0, publication, tuple(allocated))
+
+
+def _allocated(value: Any) -> list[tuple[str, str]] | None:
+    if not isinstance(value, dict) or set(value) != {"depot", "manage"} or not isinstance(value["depot"], str):
+        return None
+    manage = value["manage"]
+    if not isinstance(manage, list) or not all(isinstance(m, str) and m for m in manage):
+        return None
+    return [(value["depot"], m) for m in manage]
 
 
 def _checked(line: bytes) -> dict[str, Any] | None:

@@ -195,7 +195,7 @@ class PublicationState:
         return Publication(
             plan.name, plan.kind, plan.size, plan.block_size, len(plan.spans), plan.hash_algorithm, plan.follow,
             self.depot, self.created, now, self.seq, sender, self.ack, listed, self.final, self.file_hash,
-            plan.tree if plan.follow else None, None if plan.follow else self.manifest,
+            plan.tree if plan.follow and self.final else None, None if plan.follow else self.manifest,
         )
 
 

@@ -73,6 +73,7 @@ from lnet.scheduler import (
 )
 
 __all__ = [
+    "Allocated",
     "BlockDelivered",
     "BlockRecord",
     "DepotRefused",
@@ -420,7 +421,20 @@ class SpaceWait:
     at: float
 
 
-RelayEvent = BlockDelivered | PathChanged | PathShares | Note | Traced | SpaceWait
+@dataclass(frozen=True, repr=False)
+class Allocated:
+    """The relay took new allocations at a depot (a block's, or a probe's): what a run killed with -9 leaves
+    behind there until they expire, unless the next run frees them (the send journal records them)."""
+
+    depot: str
+    manage: tuple[str, ...]
+    at: float
+
+    def __repr__(self) -> str:  # capabilities are secrets
+        return f"Allocated(depot={self.depot!r}, count={len(self.manage)})"
+
+
+RelayEvent = BlockDelivered | PathChanged | PathShares | Note | Traced | SpaceWait | Allocated
 
 
 @dataclass(frozen=True)
@@ -515,13 +529,15 @@ class _Pool:
 
     def __init__(
         self, client: DepotClient, size: int, duration_s: float, batch: int, patience_s: float, keep: int = 0,
-        blocks_left: int | None = None, name: str = "", on_wait: Callable[[bool], None] | None = None,
+        blocks_left: int | None = None, name: str = "depot", on_wait: Callable[[bool], None] | None = None,
+        on_allocated: Callable[[Sequence[Allocation]], None] | None = None,
     ) -> None:
         self.client, self.size, self.duration_s, self.batch = client, size, duration_s, batch
         self.full_batch = batch
         self.patience_s = patience_s
-        self.name = name or client.base_url
+        self.name = name
         self.on_wait = on_wait or (lambda waiting: None)
+        self.on_allocated = on_allocated or (lambda allocations: None)
         self.keep = keep
         """Allocations given back that are kept at most (0: none, every one is freed)."""
         self.blocks_left = blocks_left
@@ -560,7 +576,9 @@ class _Pool:
                 count = self.batch if self.blocks_left is None else max(1, min(self.batch, self.blocks_left))
                 try:
                     # extended, not replaced: an allocation may come back (``give_back``) while this one waits
-                    self._ready.extend(await self.client.allocate(self.size, self.duration_s, count=count))
+                    fresh = await self.client.allocate(self.size, self.duration_s, count=count)
+                    self.on_allocated(fresh)
+                    self._ready.extend(fresh)
                 except DepotFull as full:
                     if count > 1:  # all or none: a depot with room for fewer is asked for one at a time
                         self.batch = 1
@@ -1323,6 +1341,7 @@ class Relay:
         probe_s = self.scheduler.config.probe_s if self.scheduler is not None else self.config.probe_s
         source = None if u == self.here else await self._probe_source(u, size)
         target = await self.clients[v].allocate_one(size, self._hold(v))
+        self._allocated([target])
         made.append((v, target))
         samples: list[float] = []
         started = trio.current_time()
@@ -1357,6 +1376,7 @@ class Relay:
             held = self._probe_blocks.get(node)
             if held is None:
                 held = await self.clients[node].allocate_one(size, self._hold(node))
+                self._allocated([held])
                 self._probe_blocks[node] = held
                 await self.clients[node].write(held.write, self._probe_payload(size))
         return held
@@ -1407,6 +1427,7 @@ class Relay:
             pool = self._pools[node] = _Pool(
                 self.clients[node], self.config.block_size, self._lifetime(node), batch,
                 patience_s=self.config.space_wait_s, name=node, on_wait=partial(self._space_wait, node),
+                on_allocated=self._allocated,
                 # Blocks stay at the destination; elsewhere a block's allocation carries later blocks. A depot
                 # holds a block until it is two depots further on, so about as many as the relay admits at once.
                 keep=0 if node == self.dest else 4 * self.config.max_inflight,
@@ -1442,6 +1463,10 @@ class Relay:
 
     def _note(self, text: str) -> None:
         self.on_event(Note(text, self.clock()))
+
+    def _allocated(self, allocations: Sequence[Allocation]) -> None:
+        if allocations:
+            self.on_event(Allocated(allocations[0].depot, tuple(a.manage for a in allocations), self.clock()))
 
     def room_made(self, node: str) -> None:
         """Room was freed at ``node`` (with ``--follow``, the receiver drained blocks at the destination): a block

@@ -22,7 +22,7 @@ import fcntl
 import os
 import shlex
 import time
-from collections.abc import Awaitable, Callable, Container, Sequence
+from collections.abc import Awaitable, Callable, Container, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +32,7 @@ from lnet.client.formats.manifest import block_hasher, hash_bytes
 from lnet.client.sending import journal
 from lnet.client.sending.journal import JournalHeader
 from lnet.client.sending.relay import (
+    Allocated,
     BlockDelivered,
     BlockRecord,
     Offload,
@@ -120,6 +121,9 @@ class SendJournal:
         """The interrupted run's publication (``PublicationCaps.to_dict``), or this run's once ``publish`` said it."""
         self.discarded_publication: dict[str, Any] | None = None
         """With ``--restart``: the interrupted run's publication, freed by ``prepare``."""
+        self.leftover: tuple[tuple[str, str], ...] = previous.allocated
+        """The interrupted run's allocations (depot URL, manage capability), for ``prepare`` to free but for the
+        recorded blocks'."""
         if restart:
             self.discarded = list(previous.records.values())
             self.discarded_publication = previous.publication
@@ -171,15 +175,21 @@ class SendJournal:
     async def prepare(
         self, dest: DepotClient, source: Path | Stream, available: Callable[[int, int], Awaitable[None]] | None,
         *, offload: Offload | None = None, drained: Container[int] = (),
+        depots: Mapping[str, DepotClient] | None = None,
     ) -> dict[int, BlockRecord]:
         """The recorded blocks the relay need not send: checked against the source (``ResumeRefused`` if it
         changed) and found at the destination unchanged, or ``drained`` by the receiver of a ``--follow``
         transfer (on its disk, freed at the destination: not asked for). With ``--restart``, the old blocks and
         publication are freed first. ``available`` as the relay's (bytes still arriving); ``offload`` runs the
-        source's reads and hashes (a worker thread unless given, as in the relay)."""
+        source's reads and hashes (a worker thread unless given, as in the relay). ``depots``, by base URL: where
+        the interrupted run's other allocations are freed (blocks on their way, probes' blocks: a run killed with
+        -9 left them there, holding room for up to a day at the destination)."""
         header = self.header
         if header is None:
             raise RuntimeError("begin() first")
+        if self.leftover:
+            kept = {r.allocation.manage for r in self.records.values()} if self.previous is not None else set()
+            await self._free_leftover(depots or {dest.base_url: dest}, kept)
         if self.discarded:
             await self._free(dest, self.discarded)
             self.discarded = []
@@ -201,6 +211,9 @@ class SendJournal:
         def record(event: RelayEvent) -> None:
             if isinstance(event, BlockDelivered) and event.record is not None:
                 self.append(event.record)
+            elif isinstance(event, Allocated):
+                self._write(journal.encode_allocated(event.depot, event.manage))
+                self._dirty = True
             if on_event is not None:
                 on_event(event)
 
@@ -221,13 +234,15 @@ class SendJournal:
         self.records[record.index] = record
         self._dirty = True
 
-    async def keep_synced(self) -> None:
-        """fsync the journal about once a second while blocks arrive (run it beside the relay; cancel it after)."""
+    async def keep_synced(self, offload: Offload | None = None) -> None:
+        """fsync the journal about once a second while blocks arrive (run it beside the relay; cancel it after).
+        ``offload`` runs the fsync (a worker thread unless given: tests on a mock clock run it inline, since the
+        clock jumps to the next timer while a thread runs)."""
         while True:
             await trio.sleep(SYNC_INTERVAL_S)
             if self._dirty:
                 self._dirty = False
-                await trio.to_thread.run_sync(os.fsync, self._fd)
+                await (offload or trio.to_thread.run_sync)(os.fsync, self._fd)
 
     def close(self) -> None:
         if self._fd >= 0:
@@ -299,6 +314,25 @@ class SendJournal:
                 nursery.start_soon(ask, record)
         await self._free(dest, gone)
         return held
+
+    async def _free_leftover(self, depots: Mapping[str, DepotClient], kept: set[str]) -> None:
+        """Free the interrupted run's allocations that hold no recorded block (best effort, 16 at once)."""
+        limit = trio.CapacityLimiter(PARALLEL_DIGESTS)
+        by_url = {url.rstrip("/"): client for url, client in depots.items()}
+
+        async def free(client: DepotClient, manage: str) -> None:
+            async with limit:
+                try:
+                    await client.free(manage)
+                except (DepotError, DepotUnreachable):
+                    pass  # gone already, or it expires on its own
+
+        async with trio.open_nursery() as nursery:
+            for url, manage in self.leftover:
+                client = by_url.get(url.rstrip("/"))
+                if client is not None and manage not in kept:
+                    nursery.start_soon(free, client, manage)
+        self.leftover = ()
 
     async def _free_publication(self, dest: DepotClient, capabilities: dict[str, Any]) -> None:
         """Best effort, as ``_free``: a restarted transfer publishes afresh."""

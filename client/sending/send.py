@@ -195,12 +195,6 @@ def fit_to_limits(
         largest = limits.get(name, DepotLimits()).max_allocation
         if largest is not None and largest < block:
             raise _too_large(block, name, largest)
-    for name in on_path[:-1]:
-        free = limits.get(name, DepotLimits()).free
-        if free is not None and free < block:
-            raise SendError(ExitCode.UNREACHABLE, f"depot {name} on the pinned path has {format_size(free)} free, "
-                            f"less than one block (--block-size {format_size(block)}): free room there, give "
-                            "another --path, or leave --path out")
     if pinned is None:
         for name, limit in limits.items():
             if name != dest and limit.max_allocation is not None and limit.max_allocation < block:
@@ -345,7 +339,8 @@ async def send(
         if journal is not None and journal.publication is not None and publish is not None:
             previous, drained = await _previous_publication(clients[dest], journal.publication, publish.follow)
         if journal is not None:
-            delivered = await journal.prepare(clients[dest], file, available, offload=offload, drained=drained)
+            delivered = await journal.prepare(clients[dest], file, available, offload=offload, drained=drained,
+                                              depots={client.base_url: client for client in clients.values()})
         publisher = None
         if publish is not None:
             spans = file.spans if isinstance(file, Stream) else _file_spans(file, relay_config.block_size)
@@ -403,7 +398,7 @@ async def send(
         try:
             async with trio.open_nursery() as nursery:
                 if journal is not None:
-                    nursery.start_soon(journal.keep_synced)
+                    nursery.start_soon(journal.keep_synced, offload)
                 if publisher is not None:
                     nursery.start_soon(publisher.keep_published)
                 result = await relay.run()

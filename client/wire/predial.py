@@ -39,10 +39,12 @@ MAX_EARLY_DIALS = 32  # hosts dialled early; more replicas than this are dialled
 
 
 def command_line_urls(argv: Sequence[str]) -> list[str]:
-    """The http(s) URLs among a command line's words, to dial before it is parsed; none when it asks for help."""
-    if any(word in ("-h", "--help") for word in argv):
+    """The http(s) URLs among a command line's words, to dial before it is parsed; none when it asks for help or
+    receives a transfer as it is sent (``--follow``), and not a depot's data URL (a publication, most likely: its
+    first bytes are read through the depot client, not as a replica's range)."""
+    if any(word in ("-h", "--help", "--follow") for word in argv):
         return []
-    return [word for word in argv if is_url(word)]
+    return [word for word in argv if is_url(word) and "/v1/data/" not in word]
 
 
 class Early(NamedTuple):

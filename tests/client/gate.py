@@ -2,8 +2,9 @@
 
 A test of a program in another process (``lnet-send`` killed with -9) needs that program stopped at a known
 point, with no timing guesses: the gate forwards each request to the depot, counts what passed by operation
-(``write``, ``digest``, ``free``, ...), and holds for good any request ``hold(operation, passed)`` says to hold,
-setting ``held`` when the first one arrives. The program then waits on its answer while the test looks.
+(``write``, ``digest``, ``free``, ...; ``publish`` for a write of lnet-send's publication), and holds for good
+any request ``hold(operation, passed)`` says to hold, setting ``held`` when the first one arrives. The program
+then waits on its answer while the test looks.
 ``quiet()`` returns once no request the gate forwarded is still waiting for the depot's answer: after the program
 is killed, what it had sent has landed, and what comes next is the next run's. ``next_run()`` opens the gate for
 a new run: every request on a connection opened before it is held for good, since its program is dead and the
@@ -20,6 +21,8 @@ import h11
 import trio
 
 from lnet.depot.app import operation_of
+
+PUBLISHED = (b"lnet-published/1 ", b"lnet-drained/1 ")
 
 Hold = Callable[[str, Counter[str]], bool]
 
@@ -77,6 +80,8 @@ class Gate:
                 return
             body = await _body(server, client)
             operation = operation_of(request.method.decode(), request.target.decode().split("?")[0])
+            if operation == "write" and body.startswith(PUBLISHED):
+                operation = "publish"  # the transfer's publication or drain record, not a block
             if run != self._run or self.hold(operation, self.passed):
                 self.held.set()
                 await trio.sleep_forever()

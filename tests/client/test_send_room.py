@@ -195,7 +195,7 @@ async def test_a_destination_that_fills_meanwhile_is_waited_for_then_the_send_st
         captured = capsys.readouterr()
         assert "dst has had no room for a block for 30 s" in captured.err
         assert "to resume, run the same command again" in captured.err
-        assert 30 <= waited < 120
+        assert 30 <= waited < 120, captured.err
         assert (await other.status())["used"] <= 24 * MiB
         assert manifest.with_name("m.json.journal").exists()
         for alloc in taken:  # the other client leaves: the same command finishes the transfer

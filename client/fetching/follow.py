@@ -1,0 +1,780 @@
+"""``lnet-get URL --follow``: receive a transfer that ``lnet-send --follow`` is still sending.
+
+The sender keeps, in an allocation at the destination depot, a publication (``formats.published``) listing the
+blocks that have landed there and that this receiver has not drained yet. ``follow`` reads it over and over,
+streams every listed block it does not hold into its offset of ``OUT.lnet-part`` (hashed as it comes, checked
+against the listed hash), records it in ``OUT.lnet-part.state``, and then frees it at the depot and says so in
+the drain record the sender reads: the depot's room is what the sender waits for, so what has landed is freed
+in batches as soon as a durable state lists it (one batch per poll, a poll as soon as something landed). It ends
+once the publication is final, every block is on disk and the whole file's hash (computed alongside, over the
+part file's complete prefix) matches: the part file is then renamed into place, or, for a tree, the tree is
+rebuilt from its stream as ``fetching.tree`` does.
+
+The state lists every block on disk with its place, hash and read capability (a drained block is no longer in
+the publication, and a tree's stream manifest is built from them at the end) and whether it is freed; it is
+keyed by the SHA-256 of the publication's read capability, so a state of another transfer is ignored. Like a
+manifest it is written 0600. A second run resumes: the blocks the state lists are re-hashed from the part file,
+those not yet freed are freed, the drain record is rewritten, and the rest arrive as before.
+
+What this module must not do: free a block before the part file's bytes and a state listing them are on disk
+(a crash then would lose the block for good), list in the state a block that failed its hash, fetch more than
+``parallel`` blocks at once or hold any whole in memory, wait on the network past ``timeout_s`` (every wait goes
+through ``DepotClient``), or show a capability whole.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import os
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import httpx
+import trio
+
+from lnet.client.exits import ExitCode
+from lnet.client.fetching.blocks import (
+    BUSY_RETRIES,
+    DEFAULT_PARALLEL,
+    DEFAULT_TIMEOUT_S,
+    DepotLoad,
+    GetError,
+    GetResult,
+    IntegrityError,
+    OutputError,
+)
+from lnet.client.fetching.part_names import part_path
+from lnet.client.fetching.partfile import (
+    HASH_CHUNK,
+    PartFile,
+    PartFileError,
+    StateFile,
+    state_path,
+    write_at,
+    write_behind,
+)
+from lnet.client.fetching.tree import stream_path
+from lnet.client.formats import manifest as file_manifest
+from lnet.client.formats import published, tree
+from lnet.client.formats.manifest import ManifestError, block_hasher
+from lnet.client.formats.published import Drained, Publication, PublishedBlock, PublishedError
+from lnet.client.wire.depot_client import Busy, DepotClient, DepotError, DepotUnreachable, NotFound
+from lnet.depot.protocol import is_capability, redact, redact_capabilities
+
+__all__ = [
+    "DEFAULT_POLL_S",
+    "DEFAULT_WAIT_S",
+    "NotAPublication",
+    "PublicationGone",
+    "PublicationUnreachable",
+    "SenderSilent",
+    "data_url",
+    "describe_sender",
+    "follow",
+    "read_publication",
+]
+
+DEFAULT_POLL_S = 0.5
+"""The longest wait before reading the publication again when the last reads listed nothing new and nothing
+landed since."""
+FIRST_PAUSE_S = 0.02
+"""The first such wait after the receiver found or freed something: the sender, which may be waiting for that
+room, lands its next block soon; each read that finds nothing new doubles the wait, up to the poll interval."""
+DEFAULT_WAIT_S = 600.0
+"""How long the sender may make no progress (its publication unchanged, nothing arriving) before ``follow``
+gives up (``--wait``)."""
+TORN_TRIES = 20
+TORN_PAUSE_S = 0.05
+"""A publication read while the sender rewrites it fails its frame's checksum: read again after this pause, at
+most ``TORN_TRIES`` times."""
+BLOCK_TRIES = 3
+"""Fetches of a block whose bytes do not match its hash before the run stops (exit 4)."""
+STATE_FORMAT = "lnet-follow-state/1"
+
+Offload = Callable[..., Awaitable[Any]]
+"""How blocking disk work (an fsync, re-hashing a block) runs: ``trio.to_thread.run_sync`` unless told."""
+
+
+class NotAPublication(GetError):
+    """The URL holds something other than a valid publication (or one not sent with ``--follow``)."""
+
+    exit_code = ExitCode.USAGE
+
+
+class PublicationGone(GetError):
+    """The depot holds no such allocation: the URL is wrong, or the publication expired or was freed."""
+
+    exit_code = ExitCode.FAILED
+
+
+class PublicationUnreachable(GetError):
+    """The depot holding the publication or its blocks could not be reached, or stalled past the timeout."""
+
+    exit_code = ExitCode.UNREACHABLE
+
+
+class SenderSilent(GetError):
+    """The sender made no progress for ``--wait``: the same command resumes later."""
+
+    exit_code = ExitCode.UNREACHABLE
+
+
+# -- pure parts -----------------------------------------------------------------------------------------------
+
+
+def data_url(url: str) -> tuple[str, str] | None:
+    """``(depot base URL, capability)`` when ``url`` is a depot's data URL (``http(s)://HOST:PORT/v1/data/CAP``),
+    else None."""
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 -- raises ValueError for a port that is not a number in range
+    except ValueError:
+        return None
+    if parts.scheme not in ("http", "https") or not parts.hostname or parts.query or parts.fragment:
+        return None
+    if parts.username is not None or parts.password is not None:
+        return None
+    head, _, capability = parts.path.rpartition("/")
+    if head != "/v1/data" or not is_capability(capability) or "\n" in capability:
+        return None
+    return f"{parts.scheme}://{parts.netloc}", capability
+
+
+def describe_sender(publication: Publication) -> str:
+    """A short line of what the sender is doing, for the receiver's progress line."""
+    sender, total = publication.sender, publication.blocks_total
+    landed = f"{sender.landed}/{total} blocks landed"
+    if publication.final:
+        return f"sender: done, all {total} blocks landed"
+    if sender.state == "stopped":
+        return f"sender stopped (it may resume): {landed}"
+    if sender.landed == 0 and not publication.blocks:
+        return "waiting for the sender"
+    if sender.state == "waiting" and sender.waiting:
+        return f"sender: {landed}, waiting for room at {sender.waiting}"
+    return f"sender: {landed}"
+
+
+@dataclass
+class _Held:
+    """A block verified on this disk: where it is, its hash and read capability (a tree's stream manifest names
+    it), and whether it is freed at the depot."""
+
+    index: int
+    offset: int
+    length: int
+    hash: str
+    read: str
+    expires: float
+    freed: bool = False
+
+    @property
+    def end(self) -> int:
+        return self.offset + self.length
+
+
+def publication_key(read_cap: str) -> str:
+    """What the state is keyed by: the publication's identity without the capability itself."""
+    return hashlib.sha256(read_cap.encode()).hexdigest()
+
+
+def encode_state(key: str, publication: Publication, held: Mapping[int, _Held], drained_seq: int) -> dict[str, Any]:
+    return {
+        "format": STATE_FORMAT, "publication": key, "size": publication.size,
+        "hash_algorithm": publication.hash_algorithm, "blocks_total": publication.blocks_total,
+        "drained_seq": drained_seq + 1,  # at least the seq of the record written after this save
+        "blocks": [[h.index, h.offset, h.length, h.hash, h.read, h.expires, h.freed]
+                   for h in sorted(held.values(), key=lambda h: h.index)],
+    }
+
+
+def decode_state(document: Any, key: str, publication: Publication) -> tuple[dict[int, _Held], int]:
+    """The blocks a state claims are on disk, and the drain record's last ``seq``, if the state belongs to this
+    publication; else nothing. A state that does not parse is ignored: the worst that costs is fetching again
+    (or, for blocks already drained, a clear failure at the end)."""
+    nothing: tuple[dict[int, _Held], int] = ({}, 0)
+    if not isinstance(document, dict) or document.get("format") != STATE_FORMAT:
+        return nothing
+    if (document.get("publication"), document.get("size"), document.get("hash_algorithm"),
+            document.get("blocks_total")) != (key, publication.size, publication.hash_algorithm,
+                                              publication.blocks_total):
+        return nothing
+    seq, rows = document.get("drained_seq"), document.get("blocks")
+    if type(seq) is not int or seq < 0 or not isinstance(rows, list):
+        return nothing
+    held: dict[int, _Held] = {}
+    for row in rows:
+        if not (isinstance(row, list) and len(row) == 7):
+            return nothing
+        index, offset, length, digest, read, expires, freed = row
+        if not (type(index) is int and type(offset) is int and type(length) is int and isinstance(digest, str)
+                and isinstance(read, str) and is_capability(read) and isinstance(expires, int | float)
+                and isinstance(freed, bool)):
+            return nothing
+        if not (0 <= index < publication.blocks_total and 0 <= offset and 0 < length
+                and offset + length <= publication.size):
+            return nothing
+        held[index] = _Held(index, offset, length, digest, read, float(expires), freed)
+    return held, seq
+
+
+# -- reading the publication ----------------------------------------------------------------------------------
+
+
+async def read_publication(client: DepotClient, read_cap: str, *, timeout_s: float = DEFAULT_TIMEOUT_S
+                           ) -> Publication:
+    """The publication at ``client``'s depot under ``read_cap``, read whole and checked. A read that caught the
+    sender rewriting it (its frame's checksum fails) is read again after a short pause; all of it is bounded by
+    ``timeout_s`` (each request by the client's own timeout too).
+
+    Raises ``PublicationGone`` (404: a wrong URL, or expired or freed), ``PublicationUnreachable`` and
+    ``NotAPublication`` (anything else there, or a publication that does not parse)."""
+    shown = f"{client.base_url}/v1/data/{redact(read_cap)}"
+    try:
+        with trio.fail_after(timeout_s):
+            for attempt in range(TORN_TRIES):
+                if attempt:
+                    await trio.sleep(TORN_PAUSE_S)
+                data = await client.read(read_cap)
+                document = published.unframe(data)
+                if document is not None:
+                    return published.parse(document)
+    except trio.TooSlowError:
+        raise PublicationUnreachable(f"{shown}: no whole publication within {timeout_s:g}s") from None
+    except NotFound:
+        raise PublicationGone(
+            f"{shown}: the depot holds nothing there: the URL is wrong, or the publication expired or was freed"
+        ) from None
+    except DepotUnreachable as exc:
+        raise PublicationUnreachable(redact_capabilities(str(exc))) from None
+    except PublishedError as exc:
+        raise NotAPublication(f"{shown} is not a valid publication: {exc}") from None
+    except DepotError as exc:
+        raise GetError(f"{shown}: the depot refused: {exc.code}: {exc.message}") from None
+    raise PublicationUnreachable(
+        f"{shown}: the publication was being rewritten each of {TORN_TRIES} times it was read; try again"
+    )
+
+
+# -- the receiver ---------------------------------------------------------------------------------------------
+
+
+async def follow(
+    url: str,
+    out: Path,
+    *,
+    parallel: int = DEFAULT_PARALLEL,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+    tokens: Mapping[str, str] | None = None,
+    transport: httpx.AsyncBaseTransport | None = None,
+    on_progress: Callable[[int], None] | None = None,
+    on_state: Callable[[str], None] | None = None,
+    poll_s: float = DEFAULT_POLL_S,
+    wait_s: float = DEFAULT_WAIT_S,
+    offload: Offload | None = None,
+) -> GetResult:
+    """Receive the transfer published at ``url`` into ``out`` (a file, or a tree rebuilt under ``out``) while
+    ``lnet-send --follow`` sends it; resumes from ``out``'s part file and state if there are.
+
+    ``on_progress``: new bytes on disk (the resumed ones first); ``on_state``: the sender's state as a short
+    line, each time it changes. ``tokens``: operator tokens by depot base URL. ``offload``: how the fsyncs and
+    re-hashes run (tests on trio's mock clock run them inline: a worker thread lets the clock jump meanwhile).
+    Gives up (``SenderSilent``) when the sender made no progress for ``wait_s``. Raises a ``GetError`` whose
+    ``exit_code`` says what went wrong; the part and state files stay for a resume."""
+    if parallel < 1:
+        raise ValueError("parallel must be at least 1")
+    place = data_url(url)
+    if place is None:
+        raise NotAPublication(f"{redact_capabilities(url)} is not a depot's data URL (http://HOST:PORT/v1/data/...)")
+    receiver = _Receiver(place, Path(out), parallel, timeout_s, tokens or {}, transport,
+                         on_progress or (lambda nbytes: None), on_state or (lambda text: None), poll_s, wait_s,
+                         offload or trio.to_thread.run_sync)
+    try:
+        return await receiver.run()
+    finally:
+        with trio.CancelScope(shield=True):
+            for client in receiver.clients.values():
+                await client.aclose()
+
+
+class _Receiver:
+    """One ``follow``: the poll loop, the fetchers and the drain rounds share it."""
+
+    def __init__(
+        self, place: tuple[str, str], out: Path, parallel: int, timeout_s: float, tokens: Mapping[str, str],
+        transport: httpx.AsyncBaseTransport | None, on_progress: Callable[[int], None],
+        on_state: Callable[[str], None], poll_s: float, wait_s: float, offload: Offload,
+    ) -> None:
+        self.base, self.read_cap = place
+        self.key = publication_key(self.read_cap)
+        self.out = out
+        self.parallel = parallel
+        self.timeout_s = timeout_s
+        self.tokens = {url.rstrip("/"): token for url, token in tokens.items()}
+        self.transport = transport
+        self.on_progress = on_progress
+        self.on_state = on_state
+        self.poll_s = poll_s
+        self.wait_s = wait_s
+        self.pause_s = min(FIRST_PAUSE_S, poll_s)
+        self.offload = offload
+        self.clients: dict[str, DepotClient] = {}
+        self.held: dict[int, _Held] = {}
+        self.wanted: dict[int, PublishedBlock] = {}  # queued or being fetched
+        self.gone: dict[int, str] = {}  # read capabilities a fetch found no allocation under
+        self.drained_seq = 0
+        self.fetched_bytes = 0
+        self.refetches = 0
+        self.load = DepotLoad()
+        self.failure: GetError | None = None
+        self.landed = trio.Event()
+        self.last_progress = 0.0
+        self.shown_state = ""
+        self.fd = -1
+        self.hasher: _PrefixHash | None = None
+        self._prefix_next = 0
+        self._prefix_end = 0
+        self.publication: Publication
+        self.state: StateFile
+
+    def client(self, depot: str) -> DepotClient:
+        depot = depot.rstrip("/")
+        if depot not in self.clients:
+            self.clients[depot] = DepotClient(depot, token=self.tokens.get(depot), timeout=self.timeout_s,
+                                              transport=self.transport, max_connections=self.parallel + 2)
+        return self.clients[depot]
+
+    async def read(self) -> Publication:
+        publication = await read_publication(self.client(self.base), self.read_cap, timeout_s=self.timeout_s)
+        if not publication.follow:
+            raise NotAPublication("this transfer was not sent with lnet-send --follow: run lnet-get without --follow")
+        return publication
+
+    # -- the run ------------------------------------------------------------------------------------------------
+
+    async def run(self) -> GetResult:
+        started = trio.current_time()
+        self.publication = first = await self.read()
+        is_tree = first.kind == "tree"
+        target = stream_path(self.out) if is_tree else self.out
+        _check_output(self.out, is_tree)
+        self.state = StateFile(state_path(target), lambda: encode_state(
+            self.key, self.publication, self.held, self.drained_seq))
+        if first.final and not part_path(target).exists() and await self.offload(_is_whole, target, first):
+            # An earlier run verified and placed it, then stopped before its last steps.
+            self.held, self.drained_seq = decode_state(self.state.read(), self.key, first)
+            resumed = first.blocks_total
+            self.on_progress(first.size)
+        else:
+            resumed = await self.receive(target)
+        if is_tree:
+            await self.rebuild(target)
+        done = await self._tell("done")
+        self.state.remove()
+        if done is not None:
+            self.on_state(f"the file is in place, but the sender was not told: {done}")
+        return GetResult(self.out, first.size, trio.current_time() - started, first.blocks_total, resumed,
+                         self.fetched_bytes, self.refetches, {first.depot: self.load} if self.load.blocks else {})
+
+    async def receive(self, target: Path) -> int:
+        """Everything into ``target``'s part file, verified, and renamed into place; the blocks resumed."""
+        try:
+            part = PartFile.open(target)
+        except PartFileError as exc:
+            raise OutputError(str(exc)) from None
+        self.fd = part.fd
+        publication = self.publication
+        try:
+            try:
+                claimed, self.drained_seq = decode_state(self.state.read(), self.key, publication)
+                self.held = await self.offload(_recheck, part.fd, claimed, publication.hash_algorithm)
+                part.preallocate(publication.size)
+                self.state.changed(None)
+                self.on_progress(sum(h.length for h in self.held.values()))
+                resumed = len(self.held)
+                self.hasher = _PrefixHash(part.fd, publication.size, publication.hash_algorithm, self._prefix,
+                                          self.offload)
+                await self._transfer()
+                if self.hasher.hexdigest() != self.publication.file_hash:  # the final one's
+                    raise IntegrityError(
+                        f"the whole file's {publication.hash_algorithm} does not match the publication's; the "
+                        f"bytes are kept in {part.path} for inspection"
+                    )
+                await self.offload(part.commit)
+            except BaseException as exc:
+                await self._tell("stopped", str(exc) if isinstance(exc, GetError) else "interrupted")
+                raise
+            finally:
+                self.state.save(trio.current_time())
+        except OSError as exc:
+            raise GetError(f"{target}: {exc.strerror or exc}") from None
+        finally:
+            part.close()
+            self.fd = -1
+        return resumed
+
+    async def _tell(self, state: str, message: str | None = None) -> str | None:
+        """The drain record with ``state`` written as far as the timeout allows, even in a cancelled run; why
+        not, if it was not (the run's own outcome matters more than this)."""
+        with trio.CancelScope(shield=True), trio.move_on_after(self.timeout_s) as bound:
+            try:
+                await self.write_drained(state, message)
+            except GetError as exc:
+                return str(exc)
+        return f"no answer within {self.timeout_s:g}s" if bound.cancelled_caught else None
+
+    async def _transfer(self) -> None:
+        assert self.hasher is not None
+        send, receive = trio.open_memory_channel[PublishedBlock](math.inf)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self.hasher.run)
+            for _ in range(self.parallel):
+                nursery.start_soon(self._fetcher, receive.clone(), nursery.cancel_scope)
+            receive.close()
+            try:
+                async with send:
+                    await self._poll(send)
+            except GetError as exc:
+                self._fail(exc, nursery.cancel_scope)
+            except OSError as exc:
+                self._fail(GetError(f"{self.out}: {exc.strerror or exc}"), nursery.cancel_scope)
+        if self.failure is not None:
+            raise self.failure
+
+    async def _poll(self, send: trio.MemorySendChannel[PublishedBlock]) -> None:
+        """Read the publication, queue what is new, drain what landed; until everything is on disk."""
+        await self.drain_round()  # a resumed run frees what the last one had on disk but had not freed
+        self.last_progress = trio.current_time()
+        publication, seq = self.publication, self.publication.seq
+        while True:
+            self._show(describe_sender(publication))
+            found = self._queue(publication, send)
+            if publication.final and len(self.held) == publication.blocks_total:
+                await self.drain_round()
+                return
+            if found or self._undrained():
+                self.pause_s = min(FIRST_PAUSE_S, self.poll_s)
+            else:
+                with trio.move_on_after(self.pause_s):
+                    await self.landed.wait()
+                self.pause_s = min(self.pause_s * 2, self.poll_s)
+            if await self.drain_round():
+                self.pause_s = min(FIRST_PAUSE_S, self.poll_s)
+            publication = await self.read()
+            if (publication.size, publication.blocks_total, publication.hash_algorithm, publication.kind) != (
+                    self.publication.size, self.publication.blocks_total, self.publication.hash_algorithm,
+                    self.publication.kind):
+                raise NotAPublication("the publication now describes another file: was the sender restarted on it?")
+            self.publication = publication
+            now = trio.current_time()
+            if publication.seq != seq:
+                seq, self.last_progress = publication.seq, now
+            if not self.wanted and not publication.final and now - self.last_progress >= self.wait_s:
+                raise SenderSilent(
+                    f"the sender made no progress for {_duration(self.wait_s)} ({len(self.held)} of "
+                    f"{publication.blocks_total} blocks received); run the same command again to resume"
+                )
+
+    def _queue(self, publication: Publication, send: trio.MemorySendChannel[PublishedBlock]) -> bool:
+        """Queue the listed blocks not on disk nor on their way; whether there were any."""
+        found = False
+        for block in publication.blocks:
+            if block.index in self.held or block.index in self.wanted:
+                continue
+            if self.gone.get(block.index) == block.read:
+                raise GetError(
+                    f"block {block.index} is gone from {publication.depot} (expired or freed) though the sender "
+                    "still lists it; run the same command again to resume once lnet-send has sent it again"
+                )
+            self.wanted[block.index] = block
+            send.send_nowait(block)
+            found = True
+        if publication.final:
+            missing = set(range(publication.blocks_total)) - self.held.keys() - self.wanted.keys()
+            if missing:
+                raise GetError(
+                    f"the sender is done, but {len(missing)} block(s) (first {min(missing)}) are neither listed "
+                    "nor on this disk: an earlier run's state was lost after it drained them; send again"
+                )
+        return found
+
+    def _undrained(self) -> bool:
+        return any(not h.freed for h in self.held.values())
+
+    def _show(self, text: str) -> None:
+        if text != self.shown_state:
+            self.shown_state = text
+            self.on_state(text)
+
+    # -- fetching -----------------------------------------------------------------------------------------------
+
+    def _fail(self, failure: GetError, scope: trio.CancelScope) -> None:
+        """The first failure ends the run (``_transfer`` raises it once every task has stopped)."""
+        self.failure = self.failure or failure
+        scope.cancel()
+
+    async def _fetcher(self, blocks: trio.MemoryReceiveChannel[PublishedBlock], scope: trio.CancelScope) -> None:
+        async with blocks:
+            async for block in blocks:
+                try:
+                    held = await self._fetch(block)
+                except GetError as exc:
+                    self._fail(exc, scope)
+                    return
+                except OSError as exc:  # the part file: a full disk
+                    self._fail(GetError(f"{self.out}: {exc.strerror or exc}"), scope)
+                    return
+                del self.wanted[block.index]
+                if held is None:
+                    continue
+                self.held[block.index] = held
+                self.state.changed(None)
+                self.last_progress = trio.current_time()
+                self.landed.set()
+                assert self.hasher is not None
+                self.hasher.advanced()
+
+    async def _fetch(self, block: PublishedBlock) -> _Held | None:
+        """``block`` streamed into its place in the part file and verified; None when its allocation is gone."""
+        depot = self.publication.depot
+        algorithm = self.publication.hash_algorithm
+        busy = 0
+        mismatches = 0
+        while True:
+            landed = 0
+            hasher = block_hasher(algorithm)
+            self.load.asked(block.length, trio.current_time())
+            verified = False
+            try:
+                async with self.client(depot).stream(block.read, 0, block.length) as chunks:
+                    async for chunk in chunks:
+                        if landed + len(chunk) > block.length:
+                            raise DepotError(f"{depot} sent more bytes than asked for")
+                        hasher.update(chunk)
+                        write_at(self.fd, chunk, block.offset + landed)
+                        landed += len(chunk)
+                        self.fetched_bytes += len(chunk)
+                        self.on_progress(len(chunk))
+                verified = landed == block.length and hasher.hexdigest() == block.hash
+            except NotFound:
+                self.on_progress(-landed)
+                self.gone[block.index] = block.read
+                return None
+            except Busy as exc:
+                self.on_progress(-landed)
+                busy += 1
+                if busy > BUSY_RETRIES:
+                    raise GetError(f"block {block.index}: {depot} stayed busy: {exc.message}") from None
+                await trio.sleep(min(exc.retry_after or 1.0, 5.0))
+                continue
+            except DepotUnreachable as exc:
+                raise PublicationUnreachable(
+                    f"block {block.index}: {redact_capabilities(str(exc))}; run the same command again to resume"
+                ) from None
+            except DepotError as exc:
+                raise GetError(f"block {block.index}: {depot} refused: {exc.code}: {exc.message}") from None
+            finally:
+                self.load.answered(block.length, trio.current_time(), verified)
+            if verified:
+                return _Held(block.index, block.offset, block.length, block.hash, block.read, block.expires)
+            self.on_progress(-landed)
+            mismatches += 1
+            self.refetches += 1
+            if mismatches >= BLOCK_TRIES:
+                what = (f"holds {landed} of {block.length} bytes" if landed != block.length
+                        else f"does not match its {algorithm}")
+                raise IntegrityError(f"block {block.index} (bytes {block.offset}-{block.offset + block.length - 1}) "
+                                     f"{what}, {mismatches} times")
+
+    def _prefix(self) -> int:
+        """The end of the part file's prefix that is all verified blocks, in order (what the file hash may cover)."""
+        while (held := self.held.get(self._prefix_next)) is not None and held.offset == self._prefix_end:
+            self._prefix_end = held.end
+            self._prefix_next += 1
+        return self._prefix_end
+
+    # -- draining -----------------------------------------------------------------------------------------------
+
+    async def drain_round(self) -> bool:
+        """Free at the depot what is on disk and not yet freed, once the part file's bytes and a state that lists
+        them are durable; then say so in the drain record. One round for everything landed since the last; whether
+        there was anything to free."""
+        self.landed = trio.Event()
+        batch = [h for h in self.held.values() if not h.freed]
+        if not batch:
+            return False
+        listed = {b.index: b for b in self.publication.blocks}
+        self.state.changed(None)
+        await self.offload(self._make_durable, trio.current_time())
+        limiter = trio.CapacityLimiter(self.parallel)
+        failures: list[GetError] = []
+
+        async def free(held: _Held) -> None:
+            block = listed.get(held.index)
+            async with limiter:
+                try:
+                    if block is not None:  # not listed: the sender already dropped it (or it expired)
+                        await self.client(self.publication.depot).free(block.manage)
+                except NotFound:
+                    pass  # already freed
+                except DepotUnreachable as exc:
+                    failures.append(PublicationUnreachable(redact_capabilities(str(exc))))
+                    return
+                except DepotError as exc:
+                    failures.append(GetError(f"freeing block {held.index}: {exc.code}: {exc.message}"))
+                    return
+            held.freed = True
+
+        async with trio.open_nursery() as nursery:
+            for held in batch:
+                nursery.start_soon(free, held)
+        self.state.changed(None)
+        if failures:
+            raise failures[0]
+        await self.write_drained("receiving")
+        return True
+
+    def _make_durable(self, now: float) -> None:
+        """The part file's bytes, then the state that lists them, on disk: only then may their blocks be freed."""
+        os.fdatasync(self.fd)
+        self.state.save(now)
+
+    async def write_drained(self, state: str, message: str | None = None) -> None:
+        """The drain record: every block on disk and freed, its bytes, this receiver's state."""
+        ack = self.publication.ack
+        place = data_url(ack) if ack is not None else None
+        if place is None:
+            raise NotAPublication("the publication's ack is not a depot's data URL")
+        freed = [h for h in self.held.values() if h.freed]
+        self.drained_seq += 1
+        record = Drained(self.drained_seq, time.time(), published.ranges(h.index for h in freed),
+                         sum(h.length for h in freed), state, message[: file_manifest.MAX_TEXT] if message else None)
+        try:
+            await self.client(place[0]).write(place[1], record.framed(), offset=0)
+        except DepotUnreachable as exc:
+            raise PublicationUnreachable(redact_capabilities(str(exc))) from None
+        except NotFound:
+            raise PublicationGone("the drain record is gone from the depot (expired or freed)") from None
+        except DepotError as exc:
+            raise GetError(f"writing the drain record: {exc.code}: {exc.message}") from None
+
+    # -- a tree -------------------------------------------------------------------------------------------------
+
+    async def rebuild(self, spool: Path) -> None:
+        """The tree put in place under ``out`` from its verified stream, then the stream file removed."""
+        publication = self.publication
+        assert publication.tree is not None
+        stream = {
+            "format": file_manifest.FORMAT, "name": publication.name, "size": publication.size,
+            "block_size": publication.block_size, "hash_algorithm": publication.hash_algorithm,
+            "file_hash": publication.file_hash, "created": publication.created, "path": [],
+            "blocks": [{"index": h.index, "offset": h.offset, "length": h.length, "hash": h.hash,
+                        "sources": [{"depot": publication.depot, "read": h.read, "expires": h.expires}]}
+                       for h in sorted(self.held.values(), key=lambda h: h.index)],
+        }
+        try:
+            manifest = tree.parse({"format": tree.FORMAT, "name": publication.name, "created": publication.created,
+                                   "entries": publication.tree.get("entries"), "blocks": publication.tree.get("blocks"),
+                                   "stream": stream})
+        except ManifestError as exc:
+            raise NotAPublication(f"the publication's tree is not valid: {exc}") from None
+        try:
+            await self.offload(tree.rebuild, manifest, spool, self.out)
+        except OSError as exc:
+            raise OutputError(f"{self.out}: {exc.strerror or exc}") from None
+        except tree.RebuildError as exc:
+            raise OutputError(str(exc)) from None
+        os.unlink(spool)
+
+
+class _PrefixHash:
+    """The whole file's hash over the part file's prefix of verified blocks, as it grows (``partfile.PrefixHasher``'s
+    way, with the chunks hashed through ``offload``): at the end little is left to hash."""
+
+    def __init__(self, fd: int, size: int, algorithm: str, prefix: Callable[[], int], offload: Offload) -> None:
+        self.fd = fd
+        self.size = size
+        self.hashed = 0
+        self._prefix = prefix
+        self._offload = offload
+        self._hasher = block_hasher(algorithm)
+        self._wake = trio.Event()
+
+    def advanced(self) -> None:
+        self._wake.set()
+
+    async def run(self) -> None:
+        while True:
+            end = min(self._prefix(), self.size)
+            while self.hashed < end:  # chunk by chunk, so that a cancellation is heard in between
+                length = min(HASH_CHUNK, end - self.hashed)
+                await self._offload(self._hash_chunk, self.hashed, length)
+                self.hashed += length
+            if self.hashed >= self.size:
+                return
+            await self._wake.wait()
+            self._wake = trio.Event()
+
+    def hexdigest(self) -> str:
+        if self.hashed != self.size:
+            raise RuntimeError(f"only {self.hashed} of {self.size} bytes are hashed")
+        return str(self._hasher.hexdigest())
+
+    def _hash_chunk(self, offset: int, length: int) -> None:
+        data = os.pread(self.fd, length, offset)
+        if len(data) != length:
+            raise OSError(f"the part file ended at {offset + len(data)}, before {offset + length}")
+        self._hasher.update(data)
+        write_behind(self.fd, offset, length)
+
+
+def _check_output(out: Path, is_tree: bool) -> None:
+    if is_tree:
+        if os.path.lexists(out) and not out.is_dir():
+            raise OutputError(f"{out} exists and is not a directory")
+        return
+    if out.is_dir():
+        raise OutputError(f"{out} is a directory")
+    if not out.parent.is_dir():
+        raise OutputError(f"{out.parent} is not a directory")
+
+
+def _is_whole(path: Path, publication: Publication) -> bool:
+    """Whether ``path`` already holds the whole file the publication describes (hash checked)."""
+    try:
+        if not path.is_file() or path.stat().st_size != publication.size:
+            return False
+        hasher = block_hasher(publication.hash_algorithm)
+        with path.open("rb") as f:
+            while chunk := f.read(HASH_CHUNK):
+                hasher.update(chunk)
+    except OSError:
+        return False
+    return hasher.hexdigest() == publication.file_hash
+
+
+def _recheck(fd: int, claimed: Mapping[int, _Held], algorithm: str) -> dict[int, _Held]:
+    """The blocks a state claims whose bytes in the part file still match their hash."""
+    size = os.fstat(fd).st_size
+    verified: dict[int, _Held] = {}
+    for index, held in sorted(claimed.items()):
+        if held.end > size:
+            continue
+        hasher = block_hasher(algorithm)
+        for offset in range(held.offset, held.end, HASH_CHUNK):  # a block may be large: never read whole
+            data = os.pread(fd, min(HASH_CHUNK, held.end - offset), offset)
+            hasher.update(data)
+        if hasher.hexdigest() == held.hash:
+            verified[index] = held
+    return verified
+
+
+def _duration(seconds: float) -> str:
+    if seconds >= 60 and seconds % 60 == 0:
+        return f"{seconds / 60:g} min"
+    return f"{seconds:g} s"
