@@ -28,7 +28,8 @@ import hashlib
 import math
 import os
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -63,7 +64,14 @@ from lnet.client.formats import manifest as file_manifest
 from lnet.client.formats import published, tree
 from lnet.client.formats.manifest import ManifestError, block_hasher
 from lnet.client.formats.published import Drained, Publication, PublishedBlock, PublishedError
-from lnet.client.wire.depot_client import Busy, DepotClient, DepotError, DepotUnreachable, NotFound
+from lnet.client.wire.depot_client import (
+    Busy,
+    DepotClient,
+    DepotError,
+    DepotUnreachable,
+    NotFound,
+    RangeNotSatisfiable,
+)
 from lnet.depot.protocol import is_capability, redact, redact_capabilities
 
 __all__ = [
@@ -302,6 +310,36 @@ async def follow(
                 await client.aclose()
 
 
+def _hash_and_write(fd: int, view: memoryview, offset: int, algorithm: str) -> str:
+    """``view`` written at ``offset`` of the part file; its hash (both release the GIL for large buffers)."""
+    write_at(fd, view, offset)
+    hasher = block_hasher(algorithm)
+    hasher.update(view)
+    return hasher.hexdigest()
+
+
+class _Buffers:
+    """At most ``count`` block buffers, reused: a receiver holds no more than ``parallel`` blocks in memory."""
+
+    def __init__(self, count: int) -> None:
+        self.free: list[bytearray] = []
+        self.count = count
+
+    @contextmanager
+    def lease(self, length: int) -> Iterator[memoryview]:
+        buffer = next((b for b in self.free if len(b) >= length), None)
+        if buffer is not None:
+            self.free.remove(buffer)
+        else:
+            buffer = bytearray(length)
+        try:
+            with memoryview(buffer) as whole, whole[:length] as view:
+                yield view
+        finally:
+            if len(self.free) < self.count:
+                self.free.append(buffer)
+
+
 class _Receiver:
     """One ``follow``: the poll loop, the fetchers and the drain rounds share it."""
 
@@ -336,6 +374,7 @@ class _Receiver:
         self.last_progress = 0.0
         self.shown_state = ""
         self.fd = -1
+        self.buffers = _Buffers(parallel)
         self.hasher: _PrefixHash | None = None
         self._prefix_next = 0
         self._prefix_end = 0
@@ -540,27 +579,28 @@ class _Receiver:
                 self.hasher.advanced()
 
     async def _fetch(self, block: PublishedBlock) -> _Held | None:
-        """``block`` streamed into its place in the part file and verified; None when its allocation is gone."""
+        """``block`` read, written into its place in the part file and verified; None when its allocation is gone."""
         depot = self.publication.depot
         algorithm = self.publication.hash_algorithm
         busy = 0
         mismatches = 0
         while True:
             landed = 0
-            hasher = block_hasher(algorithm)
             self.load.asked(block.length, trio.current_time())
             verified = False
             try:
-                async with self.client(depot).stream(block.read, 0, block.length) as chunks:
-                    async for chunk in chunks:
-                        if landed + len(chunk) > block.length:
-                            raise DepotError(f"{depot} sent more bytes than asked for")
-                        hasher.update(chunk)
-                        write_at(self.fd, chunk, block.offset + landed)
-                        landed += len(chunk)
-                        self.fetched_bytes += len(chunk)
-                        self.on_progress(len(chunk))
-                verified = landed == block.length and hasher.hexdigest() == block.hash
+                # Read whole into one of ``parallel`` buffers, then hashed and written at its place off the event
+                # loop (one hop per block): the loop keeps every fetch and the drain rounds moving meanwhile.
+                with self.buffers.lease(block.length) as view:
+                    landed = await self.client(depot).read_into(block.read, view)
+                    digest = await self.offload(_hash_and_write, self.fd, view, block.offset, algorithm)
+                    verified = digest == block.hash
+                    if verified and self.hasher is not None:
+                        await self.hasher.offer(block.offset, view)
+                self.fetched_bytes += landed
+                self.on_progress(landed)
+            except RangeNotSatisfiable:  # holds fewer bytes than the block: as a hash that does not match
+                verified = False
             except NotFound:
                 self.on_progress(-landed)
                 self.gone[block.index] = block.read
@@ -704,17 +744,30 @@ class _PrefixHash:
         self._offload = offload
         self._hasher = block_hasher(algorithm)
         self._wake = trio.Event()
+        self._lock = trio.Lock()
 
     def advanced(self) -> None:
         self._wake.set()
+
+    async def offer(self, offset: int, view: memoryview) -> None:
+        """A verified block's bytes, still in memory: hashed from there when they are next in the file (blocks come
+        mostly in order), which spares reading them back from the part file."""
+        if offset != self.hashed or self._lock.locked():
+            return
+        async with self._lock:
+            if offset == self.hashed:
+                await self._offload(self._hasher.update, view)
+                self.hashed += len(view)
 
     async def run(self) -> None:
         while True:
             end = min(self._prefix(), self.size)
             while self.hashed < end:  # chunk by chunk, so that a cancellation is heard in between
-                length = min(HASH_CHUNK, end - self.hashed)
-                await self._offload(self._hash_chunk, self.hashed, length)
-                self.hashed += length
+                async with self._lock:
+                    length = min(HASH_CHUNK, end - self.hashed)
+                    if length > 0:
+                        await self._offload(self._hash_chunk, self.hashed, length)
+                        self.hashed += length
             if self.hashed >= self.size:
                 return
             await self._wake.wait()

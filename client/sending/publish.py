@@ -208,7 +208,7 @@ class Publisher:
     ) -> None:
         self.client, self.plan, self.duration_s = client, plan, duration_s
         self.on_receiver = on_receiver or (lambda progress: None)
-        self.on_room: Callable[[], None] = lambda: None
+        self.on_room: Callable[[int], None] = lambda blocks: None
         """Called when the receiver drained more blocks: room at the destination (the relay asks again at once)."""
         self.clock = clock
         self.caps: PublicationCaps | None = None
@@ -319,10 +319,10 @@ class Publisher:
         if drained.seq <= self._drain_seen and drained.seq != 0:
             return
         self._drain_seen = drained.seq
-        more = drained.count > self.state.drained.count
+        more = drained.count - self.state.drained.count
         self.state.drained = drained
-        if more:
-            self.on_room()
+        if more > 0:
+            self.on_room(more)
         self.on_receiver(ReceiverProgress(drained.count, drained.drained_bytes, drained.state, drained.message,
                                           self.clock()))
 

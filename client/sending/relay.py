@@ -548,8 +548,10 @@ class _Pool:
         self._lock = trio.Lock()
         self._room = trio.Event()
 
-    def room_made(self) -> None:
-        """Someone freed room at this depot (a receiver drained blocks): a wait for room asks again at once."""
+    def room_made(self, blocks: int = 1) -> None:
+        """Someone freed room at this depot for about ``blocks`` blocks (a receiver drained them): a wait for room
+        asks again at once, for that many in one request."""
+        self.batch = max(1, min(self.full_batch, blocks))
         self._room.set()
 
     def give_back(self, alloc: Allocation, now: float) -> bool:
@@ -1468,12 +1470,13 @@ class Relay:
         if allocations:
             self.on_event(Allocated(allocations[0].depot, tuple(a.manage for a in allocations), self.clock()))
 
-    def room_made(self, node: str) -> None:
-        """Room was freed at ``node`` (with ``--follow``, the receiver drained blocks at the destination): a block
-        waiting for an allocation there asks again at once instead of at its next poll."""
+    def room_made(self, node: str, blocks: int = 1) -> None:
+        """Room for about ``blocks`` blocks was freed at ``node`` (with ``--follow``, the receiver drained them at
+        the destination): a block waiting for an allocation there asks again at once instead of at its next poll,
+        for that many allocations in one request."""
         pool = self._pools.get(node)
         if pool is not None:
-            pool.room_made()
+            pool.room_made(blocks)
 
     def _space_wait(self, node: str, waiting: bool) -> None:
         """A depot is full (or has room again): said to ``on_event``; meanwhile the scheduler does not move the
