@@ -54,14 +54,14 @@ from lnet.client.fetching.partfile import (
     HASH_CHUNK,
     PartFile,
     PartFileError,
-    StateFile,
     state_path,
     write_at,
     write_behind,
 )
 from lnet.client.fetching.tree import stream_path
+from lnet.client.formats import lines, published, tree
 from lnet.client.formats import manifest as file_manifest
-from lnet.client.formats import published, tree
+from lnet.client.formats.documents import write_private_file
 from lnet.client.formats.manifest import ManifestError, block_hasher
 from lnet.client.formats.published import Drained, Publication, PublishedBlock, PublishedError
 from lnet.client.wire.depot_client import (
@@ -102,7 +102,7 @@ TORN_PAUSE_S = 0.05
 most ``TORN_TRIES`` times."""
 BLOCK_TRIES = 3
 """Fetches of a block whose bytes do not match its hash before the run stops (exit 4)."""
-STATE_FORMAT = "lnet-follow-state/1"
+STATE_FORMAT = "lnet-follow-state/2"
 
 Offload = Callable[..., Awaitable[Any]]
 """How blocking disk work (an fsync, re-hashing a block) runs: ``trio.to_thread.run_sync`` unless told."""
@@ -180,6 +180,8 @@ class _Held:
     read: str
     expires: float
     freed: bool = False
+    logged: bool = False
+    """In the state on disk (a block not yet there is fetched again by a resumed run)."""
 
     @property
     def end(self) -> int:
@@ -191,44 +193,108 @@ def publication_key(read_cap: str) -> str:
     return hashlib.sha256(read_cap.encode()).hexdigest()
 
 
-def encode_state(key: str, publication: Publication, held: Mapping[int, _Held], drained_seq: int) -> dict[str, Any]:
-    return {
-        "format": STATE_FORMAT, "publication": key, "size": publication.size,
-        "hash_algorithm": publication.hash_algorithm, "blocks_total": publication.blocks_total,
-        "drained_seq": drained_seq + 1,  # at least the seq of the record written after this save
-        "blocks": [[h.index, h.offset, h.length, h.hash, h.read, h.expires, h.freed]
-                   for h in sorted(held.values(), key=lambda h: h.index)],
-    }
+def _row(held: _Held) -> list[Any]:
+    return [held.index, held.offset, held.length, held.hash, held.read, held.expires]
 
 
-def decode_state(document: Any, key: str, publication: Publication) -> tuple[dict[int, _Held], int]:
-    """The blocks a state claims are on disk, and the drain record's last ``seq``, if the state belongs to this
-    publication; else nothing. A state that does not parse is ignored: the worst that costs is fetching again
-    (or, for blocks already drained, a clear failure at the end)."""
-    nothing: tuple[dict[int, _Held], int] = ({}, 0)
-    if not isinstance(document, dict) or document.get("format") != STATE_FORMAT:
-        return nothing
-    if (document.get("publication"), document.get("size"), document.get("hash_algorithm"),
-            document.get("blocks_total")) != (key, publication.size, publication.hash_algorithm,
-                                              publication.blocks_total):
-        return nothing
-    seq, rows = document.get("drained_seq"), document.get("blocks")
-    if type(seq) is not int or seq < 0 or not isinstance(rows, list):
-        return nothing
-    held: dict[int, _Held] = {}
-    for row in rows:
-        if not (isinstance(row, list) and len(row) == 7):
-            return nothing
-        index, offset, length, digest, read, expires, freed = row
-        if not (type(index) is int and type(offset) is int and type(length) is int and isinstance(digest, str)
-                and isinstance(read, str) and is_capability(read) and isinstance(expires, int | float)
-                and isinstance(freed, bool)):
-            return nothing
-        if not (0 <= index < publication.blocks_total and 0 <= offset and 0 < length
-                and offset + length <= publication.size):
-            return nothing
-        held[index] = _Held(index, offset, length, digest, read, float(expires), freed)
-    return held, seq
+class _StateLog:
+    """``OUT.lnet-part.state``: the blocks on this disk, appended as they become durable, and those freed.
+
+    Lines of ``formats.lines`` (append-only, checksummed): a header naming the publication (by the SHA-256 of its
+    read capability, never the capability), then ``{"held": [[index, offset, length, hash, read, expires], ...],
+    "seq": N}`` for each drain round's blocks, written and fdatasynced before they are freed, and ``{"freed":
+    [[start, end], ...], "seq": N}`` once they are; ``seq`` is at least that of the drain record written next. A
+    round appends only its own blocks, so a transfer of any length costs the state a constant per block; a
+    resumed run rewrites it once, compact, with the blocks that still match their hash."""
+
+    def __init__(self, path: Path, header: dict[str, Any]) -> None:
+        self.path, self.header = path, header
+        self._fd = -1
+
+    def read(self, publication: Publication) -> tuple[dict[int, _Held], int]:
+        """The blocks an earlier run left on disk by its state, and the drain record's last ``seq``; nothing when
+        there is no state, or it is another transfer's."""
+        try:
+            data = self.path.read_bytes()
+        except OSError:
+            return {}, 0
+        documents, _ = lines.decode(data)
+        if not documents or documents[0] != self.header:
+            return {}, 0
+        held: dict[int, _Held] = {}
+        freed: set[int] = set()
+        seq = 0
+        for document in documents[1:]:
+            value = document.get("seq")
+            if type(value) is int and value >= 0:
+                seq = max(seq, value)
+            for row in document.get("held", ()):
+                block = _held_row(row, publication)
+                if block is None:
+                    return {}, 0
+                held[block.index] = block
+            for pair in document.get("freed", ()):
+                if isinstance(pair, list) and len(pair) == 2 and all(type(i) is int for i in pair):
+                    freed.update(range(max(0, pair[0]), min(pair[1], publication.blocks_total)))
+        for index, block in held.items():
+            block.freed = index in freed
+            block.logged = True
+        return held, seq
+
+    def rewrite(self, held: Mapping[int, _Held], seq: int) -> None:
+        """The state anew, compact (atomically, 0600), then open for appending."""
+        blocks = sorted(held.values(), key=lambda h: h.index)
+        data = lines.encode(self.header)
+        for start in range(0, len(blocks), 4096):
+            data += lines.encode({"held": [_row(h) for h in blocks[start : start + 4096]], "seq": seq})
+        data += lines.encode({"freed": [list(r) for r in published.ranges(h.index for h in blocks if h.freed)],
+                              "seq": seq})
+        write_private_file(self.path, data)
+        for block in blocks:
+            block.logged = True
+        self.close()
+        self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC)
+
+    def append_held(self, blocks: list[_Held], seq: int) -> None:
+        """Blocks now durable in the part file, durable here too (before they may be freed)."""
+        if blocks:
+            self._append({"held": [_row(h) for h in blocks], "seq": seq})
+            os.fdatasync(self._fd)
+            for block in blocks:
+                block.logged = True
+
+    def append_freed(self, indices: list[int], seq: int) -> None:
+        """Blocks freed at the depot (not synced: a line lost only means freeing again, which answers 404)."""
+        if indices:
+            self._append({"freed": [list(r) for r in published.ranges(indices)], "seq": seq})
+
+    def _append(self, document: dict[str, Any]) -> None:
+        data = lines.encode(document)
+        if os.write(self._fd, data) != len(data):
+            raise OSError(f"{self.path}: short write")
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+    def remove(self) -> None:
+        self.close()
+        self.path.unlink(missing_ok=True)
+
+
+def _held_row(row: Any, publication: Publication) -> _Held | None:
+    if not (isinstance(row, list) and len(row) == 6):
+        return None
+    index, offset, length, digest, read, expires = row
+    if not (type(index) is int and type(offset) is int and type(length) is int and isinstance(digest, str)
+            and isinstance(read, str) and is_capability(read) and isinstance(expires, int | float)
+            and not isinstance(expires, bool)):
+        return None
+    if not (0 <= index < publication.blocks_total and 0 <= offset and 0 < length
+            and offset + length <= publication.size):
+        return None
+    return _Held(index, offset, length, digest, read, float(expires))
 
 
 # -- reading the publication ----------------------------------------------------------------------------------
@@ -379,7 +445,7 @@ class _Receiver:
         self._prefix_next = 0
         self._prefix_end = 0
         self.publication: Publication
-        self.state: StateFile
+        self.state: _StateLog
 
     def client(self, depot: str) -> DepotClient:
         depot = depot.rstrip("/")
@@ -402,11 +468,12 @@ class _Receiver:
         is_tree = first.kind == "tree"
         target = stream_path(self.out) if is_tree else self.out
         _check_output(self.out, is_tree)
-        self.state = StateFile(state_path(target), lambda: encode_state(
-            self.key, self.publication, self.held, self.drained_seq))
+        self.state = _StateLog(state_path(target), {
+            "format": STATE_FORMAT, "publication": self.key, "size": first.size,
+            "hash_algorithm": first.hash_algorithm, "blocks_total": first.blocks_total})
         if first.final and not part_path(target).exists() and await self.offload(_is_whole, target, first):
             # An earlier run verified and placed it, then stopped before its last steps.
-            self.held, self.drained_seq = decode_state(self.state.read(), self.key, first)
+            self.held, self.drained_seq = self.state.read(first)
             resumed = first.blocks_total
             self.on_progress(first.size)
         else:
@@ -430,10 +497,10 @@ class _Receiver:
         publication = self.publication
         try:
             try:
-                claimed, self.drained_seq = decode_state(self.state.read(), self.key, publication)
+                claimed, self.drained_seq = self.state.read(publication)
                 self.held = await self.offload(_recheck, part.fd, claimed, publication.hash_algorithm)
                 part.preallocate(publication.size)
-                self.state.changed(None)
+                await self.offload(self.state.rewrite, self.held, self.drained_seq + 1)
                 self.on_progress(sum(h.length for h in self.held.values()))
                 resumed = len(self.held)
                 self.hasher = _PrefixHash(part.fd, publication.size, publication.hash_algorithm, self._prefix,
@@ -449,7 +516,9 @@ class _Receiver:
                 await self._tell("stopped", str(exc) if isinstance(exc, GetError) else "interrupted")
                 raise
             finally:
-                self.state.save(trio.current_time())
+                with trio.CancelScope(shield=True):  # what is on disk, kept for a resume
+                    await self.offload(self._make_durable)
+                self.state.close()
         except OSError as exc:
             raise GetError(f"{target}: {exc.strerror or exc}") from None
         finally:
@@ -572,7 +641,6 @@ class _Receiver:
                 if held is None:
                     continue
                 self.held[block.index] = held
-                self.state.changed(None)
                 self.last_progress = trio.current_time()
                 self.landed.set()
                 assert self.hasher is not None
@@ -649,8 +717,7 @@ class _Receiver:
         if not batch:
             return False
         listed = {b.index: b for b in self.publication.blocks}
-        self.state.changed(None)
-        await self.offload(self._make_durable, trio.current_time())
+        await self.offload(self._make_durable)
         limiter = trio.CapacityLimiter(self.parallel)
         failures: list[GetError] = []
 
@@ -673,16 +740,18 @@ class _Receiver:
         async with trio.open_nursery() as nursery:
             for held in batch:
                 nursery.start_soon(free, held)
-        self.state.changed(None)
+        await self.offload(self.state.append_freed, [h.index for h in batch if h.freed], self.drained_seq + 1)
         if failures:
             raise failures[0]
         await self.write_drained("receiving")
         return True
 
-    def _make_durable(self, now: float) -> None:
+    def _make_durable(self) -> None:
         """The part file's bytes, then the state that lists them, on disk: only then may their blocks be freed."""
-        os.fdatasync(self.fd)
-        self.state.save(now)
+        new = [h for h in self.held.values() if not h.logged]
+        if new and self.fd >= 0:
+            os.fdatasync(self.fd)
+            self.state.append_held(new, self.drained_seq + 1)
 
     async def write_drained(self, state: str, message: str | None = None) -> None:
         """The drain record: every block on disk and freed, its bytes, this receiver's state."""

@@ -27,11 +27,11 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-import zlib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
+from lnet.client.formats import lines
 from lnet.client.formats.manifest import HASH_ALGORITHMS
 from lnet.client.sending.relay import BlockRecord
 from lnet.client.wire.depot_client import Allocation
@@ -102,9 +102,7 @@ class Decoded:
 # -- encoding ---------------------------------------------------------------------------------------------------
 
 
-def _line(document: Mapping[str, Any]) -> bytes:
-    text = json.dumps(document, separators=(",", ":"), sort_keys=True, allow_nan=False).encode()
-    return b"%08x " % zlib.crc32(text) + text + b"\n"
+_line = lines.encode
 
 
 def encode_header(header: JournalHeader) -> bytes:
@@ -177,17 +175,7 @@ def _allocated(value: Any) -> list[tuple[str, str]] | None:
     return [(value["depot"], m) for m in manage]
 
 
-def _checked(line: bytes) -> dict[str, Any] | None:
-    if not _FRAME.fullmatch(line[:9]):
-        return None
-    text = line[9:]
-    try:
-        if int(line[:8], 16) != zlib.crc32(text):
-            return None
-        document = json.loads(text)
-    except (ValueError, RecursionError):
-        return None
-    return document if isinstance(document, dict) else None
+_checked = lines.checked
 
 
 def _header(document: dict[str, Any]) -> JournalHeader | None:

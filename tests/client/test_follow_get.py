@@ -27,8 +27,8 @@ from lnet.client.exits import ExitCode
 from lnet.client.fetching import follow as following
 from lnet.client.fetching.part_names import part_path, state_path
 from lnet.client.fetching.partfile import PartFile
+from lnet.client.formats import lines, published
 from lnet.client.formats import manifest as file_manifest
-from lnet.client.formats import published
 from lnet.client.formats.published import Drained, Publication, PublishedBlock, SenderState
 from lnet.client.wire.depot_client import Allocation, DepotClient, DepotFull
 
@@ -380,10 +380,10 @@ async def test_a_cancelled_receiver_resumes_without_fetching_blocks_twice(
             nursery.start_soon(sender.send)
             with trio.move_on_after(0.8):  # a few blocks in
                 await get.run([sender.url, *argv], io=io_for(network))
-            state = json.loads(state_path(out).read_text())
-            on_disk = {row[0] for row in state["blocks"]}
+            state, _ = lines.decode(state_path(out).read_bytes())  # the header, then what each round appended
+            on_disk = {row[0] for document in state[1:] for row in document.get("held", ())}
             assert 0 < len(on_disk) < 16
-            assert state["publication"] != sender.publication_allocation.read
+            assert state[0]["publication"] != sender.publication_allocation.read
             assert sender.publication_allocation.read not in state_path(out).read_text()
             assert state_path(out).stat().st_mode & 0o777 == 0o600
             stopped = await sender.read_drained()
@@ -502,3 +502,28 @@ def test_the_senders_state_line() -> None:
     assert line("waiting", 3, "dst") == "sender: 3/4 blocks landed, waiting for room at dst"
     assert line("stopped", 3) == "sender stopped (it may resume): 3/4 blocks landed"
     assert line("done", 4, final=True) == "sender: done, all 4 blocks landed"
+
+
+def test_the_state_appends_each_round_and_a_torn_tail_costs_only_that_round(tmp_path: Path) -> None:
+    blocks = tuple(PublishedBlock(i, i * MiB, MiB, "ab" * 32, f"{i:032d}", "", 9e9) for i in range(6))
+    publication = Publication("f", "file", 6 * MiB, MiB, 6, "blake3", True, "http://d.test:6714", 1.0, 1.0, 1,
+                              SenderState(), "http://d.test:6714/v1/data/" + "w" * 32, blocks, False, None)
+    header = {"format": following.STATE_FORMAT, "publication": "k", "size": 6 * MiB, "hash_algorithm": "blake3",
+              "blocks_total": 6}
+    log = following._StateLog(tmp_path / "s", header)
+    held = {b.index: following._Held(b.index, b.offset, b.length, b.hash, b.read, b.expires) for b in blocks}
+    log.rewrite({}, 1)
+    log.append_held([held[0], held[1]], 2)
+    log.append_freed([0, 1], 2)
+    size = (tmp_path / "s").stat().st_size
+    log.append_held([held[2]], 3)
+    assert (tmp_path / "s").stat().st_size - size < 300  # one round's block, not the whole state again
+    log.close()
+    got, seq = following._StateLog(tmp_path / "s", header).read(publication)
+    assert (sorted(got), seq) == ([0, 1, 2], 3)
+    assert [got[i].freed for i in (0, 1, 2)] == [True, True, False]
+    with (tmp_path / "s").open("ab") as f:
+        f.write(b"0badc0de {\"held\": [[3")  # a round torn by a crash: that block is fetched again
+    assert sorted(following._StateLog(tmp_path / "s", header).read(publication)[0]) == [0, 1, 2]
+    other = {**header, "publication": "another"}
+    assert following._StateLog(tmp_path / "s", other).read(publication) == ({}, 0)
