@@ -10,7 +10,8 @@ Loopback (real `lnet-depot` processes, no emulation): relays a and b of 256 MiB,
           (small: 256 MiB, a quarter of the file at 1 GiB)
 Emulated Abilene (needs root; the demo's settings: 96 MiB from ORNL to Sunnyvale, 1 MiB blocks, 2 per hop, a
 warm start from one cold run's edge memory, the same memory for every run): the same two, with the receiver on
-Sunnyvale and the small destination holding 32 MiB.
+Sunnyvale; Sunnyvale's depot is started afresh for each run at the same address, holding 2 GiB alone and 32 MiB
+with --follow.
 
 Every run's time is wall clock from lnet-send's start to the last process's exit (the receiver's, with
 --follow), start-up included; the runs alternate alone / follow. Prints each run, then the medians with their
@@ -177,7 +178,6 @@ async def loopback(size: int, runs: int, say: Callable[[str], None]) -> dict[str
 
 
 async def testbed(size: int, runs: int, say: Callable[[str], None]) -> dict[str, Any]:
-    small_port = PORT + 1
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)
         payload = tmp / "payload.bin"
@@ -185,20 +185,26 @@ async def testbed(size: int, runs: int, say: Callable[[str], None]) -> dict[str,
         digest = sha256(payload)
         async with Testbed(TOPOLOGY, name="lnet-follow") as tb:
             for host in tb.hosts:
-                if host == SOURCE:
-                    continue
-                ports = [(PORT, "2GiB")] + ([(small_port, "32MiB")] if host == DESTINATION else [])
-                for port, capacity in ports:
-                    await start_depot(tb, host, port, capacity, tmp / f"data-{host}-{port}")
-            write_depots_file(tb, tmp / "alone.toml", SOURCE)
-            follow_file = tmp / "follow.toml"
-            follow_file.write_text((tmp / "alone.toml").read_text().replace(
-                f"{tb.address(DESTINATION)}:{PORT}", f"{tb.address(DESTINATION)}:{small_port}"))
-            base = ["--to", DESTINATION, "--block-size", "1MiB", "--max-inflight", "2", "--json", "--no-progress"]
+                if host not in (SOURCE, DESTINATION):
+                    await start_depot(tb, host, PORT, "2GiB", tmp / f"data-{host}")
+            write_depots_file(tb, tmp / "depots.toml", SOURCE)
+            base = ["--to", DESTINATION, "--block-size", "1MiB", "--max-inflight", "2", "--json", "--no-progress",
+                    "--depots", str(tmp / "depots.toml")]
             memory = tmp / "edges.json"
+            # The destination's depot is started afresh for every run, at the same address: 2 GiB alone, 32 MiB
+            # with --follow (its peers' weather names it by that address either way).
+            destination: list[trio.Process] = []
+
+            async def fresh_destination(capacity: str) -> None:
+                for process in destination:
+                    process.kill()
+                    await process.wait()
+                destination[:] = [await start_depot(tb, DESTINATION, PORT, capacity, tmp / "data-dst")]
+
             say("  testbed: one cold start to learn the edges (not counted)")
-            await tb.run(SOURCE, [PY, "-m", "lnet.client.send", str(payload), "--depots", str(tmp / "alone.toml"),
-                                  "--memory", str(memory), "--cold", *base, "--manifest", str(tmp / "cold.json")])
+            await fresh_destination("2GiB")
+            await tb.run(SOURCE, [PY, "-m", "lnet.client.send", str(payload), "--memory", str(memory), "--cold",
+                                  *base, "--manifest", str(tmp / "cold.json")])
 
             async def on(host: str) -> Spawn:
                 async def spawn(argv: list[str], **kwargs: Any) -> trio.Process:
@@ -211,10 +217,10 @@ async def testbed(size: int, runs: int, say: Callable[[str], None]) -> dict[str,
                 for mode in ("alone", "follow"):
                     warm = tmp / f"edges-{mode}-{run}.json"
                     shutil.copy(memory, warm)  # every run starts from the same memory
+                    await fresh_destination("2GiB" if mode == "alone" else "32MiB")
                     out = tmp / f"received-{run}.bin"
-                    argv = [PY, "-m", "lnet.client.send", str(payload), "--depots",
-                            str(tmp / ("alone.toml" if mode == "alone" else "follow.toml")), "--memory", str(warm),
-                            *base, "--manifest", str(tmp / f"{mode}-{run}.manifest.json")]
+                    argv = [PY, "-m", "lnet.client.send", str(payload), "--memory", str(warm), *base,
+                            "--manifest", str(tmp / f"{mode}-{run}.manifest.json")]
                     if mode == "follow":
                         argv.append("--follow")
                     result = await timed_send(
