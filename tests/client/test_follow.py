@@ -22,6 +22,8 @@ from lnet.client.commands.clientio import ClientIO
 from lnet.client.exits import ExitCode
 from lnet.client.wire.depot_client import DepotClient
 
+from .http_replicas import Replica
+from .http_replicas import emulated as emulated_replicas
 from .loopback import depots_file as loopback_depots_file
 from .loopback import loopback_depots
 from .network import MiB, Network, depots, inline
@@ -222,6 +224,35 @@ async def test_a_tree_follows_too(
     for name, content in files.items():
         assert (out / name).read_bytes() == content
     assert (out / "empty").is_dir()
+
+
+async def test_replicas_feed_a_follow_send(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], autojump_clock: trio.abc.Clock
+) -> None:
+    # lnet-send --source: the file arrives from two HTTP replicas while it is relayed, and is drained at the far end
+    network = Network(default_rate=8 * MiB)
+    data = os.urandom(3 * CAPACITY + 999)
+    config = depots_file(tmp_path, network, ["dst"])
+    out = tmp_path / "received.bin"
+    async with depots(network, ["dst"], tmp_path, capacity=CAPACITY, max_allocation=4 * MiB), \
+            emulated_replicas(Replica(data, rate=4 * MiB), Replica(data, rate=2 * MiB)) as (replicas, connect):
+        io = ClientIO(transport=network.transport("here"), offload=inline, connect=connect)
+        codes: dict[str, int] = {}
+        async with trio.open_nursery() as nursery:
+
+            async def sender() -> None:
+                codes["send"] = await send.run(
+                    ["--source", replicas[0].url, "--source", replicas[1].url, "--to", "dst", "--depots", str(config),
+                     "--block-size", "1MiB", "--follow", "--json", "--no-progress", "--spool", str(tmp_path),
+                     "--manifest", str(tmp_path / "f.manifest.json"), "--memory", str(tmp_path / "edges.json")],
+                    io=io)
+
+            nursery.start_soon(sender)
+            url = await url_from(capsys, [])
+            codes["get"] = await get.run([url, "-o", str(out), "--follow", "--no-progress"], io=emulated(network))
+    assert codes == {"send": ExitCode.OK, "get": ExitCode.OK}
+    assert out.read_bytes() == data
+    assert all(replica.sent > 0 for replica in replicas)  # both fed it
 
 
 def test_real_processes_on_loopback_move_a_file_several_times_a_depot(tmp_path: Path) -> None:
