@@ -406,8 +406,15 @@ async def _follow(args: GetArgs, out: CommandOutput, io: ClientIO, tokens: dict[
     def on_progress(nbytes: int) -> None:
         progress.advance(task, nbytes)
 
+    said: list[str] = []
+
     def on_state(text: str) -> None:
         progress.update(task, description=f"{name} ({text})")
+        # Without a bar (a log, a pipe), a line each time the sender's state changes kind, not at every count.
+        kind = "".join(c for c in text if not c.isdigit())
+        if not out.show_progress(args.no_progress) and not args.json and said[-1:] != [kind]:
+            said[:] = [kind]
+            out.note(text)
 
     async def fetch() -> GetResult:
         return await follow(args.sources[0], args.output, parallel=args.parallel, timeout_s=args.timeout,
