@@ -41,7 +41,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from lnet.testbed import Testbed  # noqa: E402
-from lnet.testbed.demo import DESTINATION, PORT, SOURCE, TOPOLOGY, write_depots_file  # noqa: E402
+from lnet.testbed.demo import DESTINATION, SOURCE, TOPOLOGY, _start_depot, write_depots_file  # noqa: E402
 from lnet.units import format_size, parse_size  # noqa: E402
 from tests.client.loopback import loopback_depots  # noqa: E402
 
@@ -110,6 +110,38 @@ async def timed_send(spawn_send: Spawn, send_argv: list[str], spawn_get: Spawn |
     return result
 
 
+async def alternate(
+    name: str, runs: int, argv: Callable[[str, int], list[str]], before: Callable[[str], Awaitable[None]],
+    spawn_send: Spawn, spawn_get: Spawn, tmp: Path, digest: str, say: Callable[[str], None],
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """``runs`` pairs, alone then --follow (with the receiver): each run's figures, and whether the received file
+    is the one sent."""
+    alone: list[dict[str, Any]] = []
+    follow: list[dict[str, Any]] = []
+    for run in range(runs):
+        for mode in ("alone", "follow"):
+            await before(mode)
+            out = tmp / f"received-{run}.bin"
+            command = argv(mode, run) + (["--follow"] if mode == "follow" else [])
+
+            def receiver(url: str, out: Path = out) -> list[str]:
+                return [PY, "-m", "lnet.client.get", url, "-o", str(out), "--follow", "--no-progress", "--json"]
+
+            if mode == "alone":
+                result = await timed_send(spawn_send, command, None, None)
+                alone.append(result)
+            else:
+                result = await timed_send(spawn_send, command, spawn_get, receiver)
+                result["identical"] = out.exists() and sha256(out) == digest
+                out.unlink(missing_ok=True)
+                follow.append(result)
+            say(f"  {name} {mode} run {run + 1}: {result['seconds']:.2f} s"
+                + (f" (identical: {result['identical']})" if mode == "follow" else "")
+                + ("" if result["send_exit"] == 0 else f" lnet-send exit {result['send_exit']}")
+                + (f" lnet-get exit {result['get_exit']}" if result.get("get_exit") else ""))
+    return alone, follow
+
+
 def spread(values: list[float]) -> dict[str, float]:
     return {"median": statistics.median(values), "min": min(values), "max": max(values)}
 
@@ -149,31 +181,15 @@ async def loopback(size: int, runs: int, say: Callable[[str], None]) -> dict[str
             async def spawn(argv: list[str], **kwargs: Any) -> trio.Process:
                 return await trio.lowlevel.open_process(argv, stdin=subprocess.DEVNULL, **kwargs)
 
-            alone: list[dict[str, Any]] = []
-            follow: list[dict[str, Any]] = []
-            for run in range(runs):
-                for mode in ("alone", "follow"):
-                    dest = "big" if mode == "alone" else "small"
-                    out = tmp / f"received-{run}.bin"
-                    argv = [PY, "-m", "lnet.client.send", str(payload), "--to", dest, "--depots", str(config),
-                            "--path", "a,b", "--memory", str(tmp / "edges.json"), "--json", "--no-progress",
-                            "--manifest", str(tmp / f"{mode}-{run}.manifest.json")]
-                    if mode == "follow":
-                        argv.append("--follow")
-                    result = await timed_send(
-                        spawn, argv, spawn if mode == "follow" else None,
-                        (lambda url, out=out: [PY, "-m", "lnet.client.get", url, "-o", str(out), "--follow",
-                                               "--no-progress", "--json"]) if mode == "follow" else None)
-                    if mode == "follow":
-                        result["identical"] = out.exists() and sha256(out) == digest
-                        out.unlink(missing_ok=True)
-                        follow.append(result)
-                    else:
-                        alone.append(result)
-                    say(f"  loopback {mode} run {run + 1}: {result['seconds']:.2f} s"
-                        + (f" (identical: {result['identical']})" if mode == "follow" else "")
-                        + ("" if result["send_exit"] == 0 else f" lnet-send exit {result['send_exit']}")
-                        + (f" lnet-get exit {result['get_exit']}" if result.get("get_exit") else ""))
+            def argv(mode: str, run: int) -> list[str]:
+                return [PY, "-m", "lnet.client.send", str(payload), "--to", "big" if mode == "alone" else "small",
+                        "--depots", str(config), "--path", "a,b", "--memory", str(tmp / "edges.json"), "--json",
+                        "--no-progress", "--manifest", str(tmp / f"{mode}-{run}.manifest.json")]
+
+            async def nothing(mode: str) -> None:
+                return None
+
+            alone, follow = await alternate("loopback", runs, argv, nothing, spawn, spawn, tmp, digest, say)
     return summarize(f"loopback, {format_size(size)} through a, b (256 MiB each)", alone, follow, 0.8, say)
 
 
@@ -186,7 +202,7 @@ async def testbed(size: int, runs: int, say: Callable[[str], None]) -> dict[str,
         async with Testbed(TOPOLOGY, name="lnet-follow") as tb:
             for host in tb.hosts:
                 if host not in (SOURCE, DESTINATION):
-                    await start_depot(tb, host, PORT, "2GiB", tmp / f"data-{host}")
+                    await _start_depot(tb, host, tmp / "data")
             write_depots_file(tb, tmp / "depots.toml", SOURCE)
             base = ["--to", DESTINATION, "--block-size", "1MiB", "--max-inflight", "2", "--json", "--no-progress",
                     "--depots", str(tmp / "depots.toml")]
@@ -199,7 +215,8 @@ async def testbed(size: int, runs: int, say: Callable[[str], None]) -> dict[str,
                 for process in destination:
                     process.kill()
                     await process.wait()
-                destination[:] = [await start_depot(tb, DESTINATION, PORT, capacity, tmp / "data-dst")]
+                shutil.rmtree(tmp / "data" / DESTINATION, ignore_errors=True)
+                destination[:] = [await _start_depot(tb, DESTINATION, tmp / "data", capacity=capacity)]
 
             say("  testbed: one cold start to learn the edges (not counted)")
             await fresh_destination("2GiB")
@@ -211,50 +228,19 @@ async def testbed(size: int, runs: int, say: Callable[[str], None]) -> dict[str,
                     return await tb.spawn(host, argv, stdin=subprocess.DEVNULL, **kwargs)
                 return spawn
 
-            alone: list[dict[str, Any]] = []
-            follow: list[dict[str, Any]] = []
-            for run in range(runs):
-                for mode in ("alone", "follow"):
-                    warm = tmp / f"edges-{mode}-{run}.json"
-                    shutil.copy(memory, warm)  # every run starts from the same memory
-                    await fresh_destination("2GiB" if mode == "alone" else "32MiB")
-                    out = tmp / f"received-{run}.bin"
-                    argv = [PY, "-m", "lnet.client.send", str(payload), "--memory", str(warm), *base,
-                            "--manifest", str(tmp / f"{mode}-{run}.manifest.json")]
-                    if mode == "follow":
-                        argv.append("--follow")
-                    result = await timed_send(
-                        await on(SOURCE), argv, await on(DESTINATION) if mode == "follow" else None,
-                        (lambda url, out=out: [PY, "-m", "lnet.client.get", url, "-o", str(out), "--follow",
-                                               "--no-progress", "--json"]) if mode == "follow" else None)
-                    if mode == "follow":
-                        result["identical"] = out.exists() and sha256(out) == digest
-                        out.unlink(missing_ok=True)
-                        follow.append(result)
-                    else:
-                        alone.append(result)
-                    say(f"  testbed {mode} run {run + 1}: {result['seconds']:.2f} s"
-                        + (f" (identical: {result['identical']})" if mode == "follow" else "")
-                        + ("" if result["send_exit"] == 0 else f" lnet-send exit {result['send_exit']}")
-                        + (f" lnet-get exit {result['get_exit']}" if result.get("get_exit") else ""))
+            def argv(mode: str, run: int) -> list[str]:
+                warm = tmp / f"edges-{mode}-{run}.json"
+                shutil.copy(memory, warm)  # every run starts from the same memory
+                return [PY, "-m", "lnet.client.send", str(payload), "--memory", str(warm), *base,
+                        "--manifest", str(tmp / f"{mode}-{run}.manifest.json")]
+
+            async def before(mode: str) -> None:
+                await fresh_destination("2GiB" if mode == "alone" else "32MiB")
+
+            alone, follow = await alternate("testbed", runs, argv, before, await on(SOURCE), await on(DESTINATION),
+                                            tmp, digest, say)
     return summarize(f"abilene, {format_size(size)} ORNL -> Sunnyvale (32 MiB there with --follow)", alone, follow,
                      0.9, say)
-
-
-async def start_depot(tb: Testbed, host: str, port: int, capacity: str, data_dir: Path) -> trio.Process:
-    argv = [PY, "-m", "lnet.depot.cli", "--listen", f"{tb.address(host)}:{port}", "--name", host,
-            "--data-dir", str(data_dir), "--capacity", capacity, "--max-allocation", "16MiB",
-            "--log-level", "warning"]
-    process = await tb.spawn(host, argv, stdin=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    assert process.stderr is not None
-    seen = b""
-    with trio.fail_after(30):
-        while b"serving on" not in seen:
-            chunk = await process.stderr.receive_some(4096)
-            if not chunk:
-                raise RuntimeError(f"the depot on {host}:{port} exited: {seen.decode(errors='replace')}")
-            seen += chunk
-    return process
 
 
 async def main(argv: list[str] | None = None) -> int:

@@ -27,18 +27,10 @@ from .http_replicas import emulated as emulated_replicas
 from .loopback import depots_file as loopback_depots_file
 from .loopback import loopback_depots
 from .network import MiB, Network, depots, inline
+from .test_send_cli import emulated
+from .test_send_cli import emulated_depots_file as depots_file
 
 CAPACITY = 8 * MiB
-
-
-def depots_file(tmp_path: Path, network: Network, names: list[str]) -> Path:
-    path = tmp_path / "depots.toml"
-    path.write_text('here = "me"\n' + "".join(f'[depots.{n}]\nurl = "{network.url(n)}"\n' for n in names))
-    return path
-
-
-def emulated(network: Network) -> ClientIO:
-    return ClientIO(transport=network.transport("here"), offload=inline)
 
 
 def payload(tmp_path: Path, size: int) -> tuple[Path, bytes]:

@@ -15,7 +15,6 @@ import pytest
 import trio
 
 from lnet.client.commands import send
-from lnet.client.commands.clientio import ClientIO
 from lnet.client.exits import ExitCode
 from lnet.client.formats import manifest as manifest_format
 from lnet.client.formats import published
@@ -24,17 +23,9 @@ from lnet.client.sending.relay import BlockRecord
 from lnet.client.sending.send import DepotLimits, SendError, check_room
 from lnet.client.wire.depot_client import Allocation, DepotClient
 
-from .network import MiB, Network, depots, inline
-
-
-def depots_file(tmp_path: Path, network: Network, names: list[str]) -> Path:
-    path = tmp_path / "depots.toml"
-    path.write_text('here = "me"\n' + "".join(f'[depots.{n}]\nurl = "{network.url(n)}"\n' for n in names))
-    return path
-
-
-def emulated(network: Network) -> ClientIO:
-    return ClientIO(transport=network.transport("here"), offload=inline)
+from .network import MiB, Network, depots
+from .test_send_cli import emulated
+from .test_send_cli import emulated_depots_file as depots_file
 
 
 def payload(tmp_path: Path, size: int, name: str = "big.bin") -> tuple[Path, bytes]:
