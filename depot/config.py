@@ -213,7 +213,8 @@ class DepotConfig:
         environ: Mapping[str, str] | None = None,
         overrides: Mapping[str, Any] | None = None,
     ) -> DepotConfig:
-        """The configuration from a TOML file, then ``LNET_DEPOT_<KEY>`` variables, then ``overrides`` (flags)."""
+        """The configuration from a TOML file, then ``LNET_DEPOT_<KEY>`` variables, then ``overrides`` (flags).
+        ``max_allocation`` not given anywhere is the smaller of 256 MiB and the capacity."""
         values: dict[str, Any] = {}
         keys = {f.name for f in dataclasses.fields(cls)}
         if file is not None:
@@ -236,6 +237,8 @@ class DepotConfig:
         for name, raw in (overrides or {}).items():
             if raw is not None:
                 values[name] = _convert(name, raw, f"--{name.replace('_', '-')}")
+        if "max_allocation" not in values:  # a small depot lends at most what it has
+            values["max_allocation"] = min(cls.max_allocation, values.get("capacity", cls.capacity))
         try:
             return cls(**values)
         except ConfigError:

@@ -132,3 +132,11 @@ def test_bad_weather_tables(tmp_path: Path) -> None:
     file.write_text('weather_block = "1MiB"\n[weather]\nblock = "2MiB"\n')
     with pytest.raises(ConfigError, match="given twice"):
         DepotConfig.load(file)
+
+
+def test_a_small_depot_lends_at_most_its_capacity_unless_told_otherwise() -> None:
+    assert DepotConfig.load(overrides={"capacity": "64MiB"}).max_allocation == 64 * 2**20
+    assert DepotConfig.load(overrides={"capacity": "8GiB"}).max_allocation == 256 * 2**20
+    assert DepotConfig.load(overrides={"capacity": "64MiB", "max_allocation": "16MiB"}).max_allocation == 16 * 2**20
+    with pytest.raises(ConfigError, match="exceeds capacity"):
+        DepotConfig.load(overrides={"capacity": "64MiB", "max_allocation": "128MiB"})
