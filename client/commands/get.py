@@ -425,7 +425,7 @@ async def _follow(args: GetArgs, out: CommandOutput, io: ClientIO, tokens: dict[
                           "same command to resume")
     if isinstance(result, Failed):
         return result
-    if is_tree:  # the entries came with the last version of the publication: count what was rebuilt
+    if is_tree:  # count what was put in place
         from lnet.client.formats.tree import walk
 
         entries = walk(args.output)

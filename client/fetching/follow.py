@@ -7,19 +7,27 @@ against the listed hash), records it in ``OUT.lnet-part.state``, and then frees 
 the drain record the sender reads: the depot's room is what the sender waits for, so what has landed is freed
 in batches as soon as a durable state lists it (one batch per poll, a poll as soon as something landed). It ends
 once the publication is final, every block is on disk and the whole file's hash (computed alongside, over the
-part file's complete prefix) matches: the part file is then renamed into place, or, for a tree, the tree is
-rebuilt from its stream as ``fetching.tree`` does.
+part file's complete prefix) matches: the part file is then renamed into place.
+
+A tree's packed stream arrives the same way into the spool ``OUT.lnet-stream.lnet-part``, but the tree is put in
+place as it arrives (``fetching.follow_tree``): its shape (entries, and the pieces each block holds) is read once
+at the start from the allocation the publication names, each file is written into place once every block holding
+a piece of it is on disk, and a block every file of which is in place, durably, is punched out of the spool once
+the whole stream's hash has covered it and the state lists it. The receiver's disk holds the tree and what is in
+flight, and the spool is removed at the end.
 
 The state lists every block on disk with its place, hash and read capability (a drained block is no longer in
-the publication, and a tree's stream manifest is built from them at the end) and whether it is freed; it is
-keyed by the SHA-256 of the publication's read capability, so a state of another transfer is ignored. Like a
-manifest it is written 0600. A second run resumes: the blocks the state lists are re-hashed from the part file,
-those not yet freed are freed, the drain record is rewritten, and the rest arrive as before.
+the publication) and whether it is freed, and for a tree the files in place and the blocks punched; it is keyed
+by the SHA-256 of the publication's read capability, so a state of another transfer is ignored. Like a manifest
+it is written 0600. A second run resumes: the blocks the state lists are re-hashed (from the part file; a punched
+block from the files that hold it), those not yet freed are freed, the drain record is rewritten, a file already
+in place is not written again, and the rest arrive as before.
 
 What this module must not do: free a block before the part file's bytes and a state listing them are on disk
-(a crash then would lose the block for good), list in the state a block that failed its hash, fetch more than
-``parallel`` blocks at once or hold any whole in memory, wait on the network past ``timeout_s`` (every wait goes
-through ``DepotClient``), or show a capability whole.
+(a crash then would lose the block for good), punch a block before its files are durably in place and the state
+says so, list in the state a block that failed its hash, fetch more than ``parallel`` blocks at once or hold any
+whole in memory, wait on the network past ``timeout_s`` (every wait goes through ``DepotClient``), or show a
+capability whole.
 """
 
 from __future__ import annotations
@@ -28,9 +36,10 @@ import hashlib
 import math
 import os
 import time
-from collections.abc import Awaitable, Callable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -49,6 +58,7 @@ from lnet.client.fetching.blocks import (
     IntegrityError,
     OutputError,
 )
+from lnet.client.fetching.follow_tree import BATCH_FILES, Shape, ShapeError, TreeSpool, shape
 from lnet.client.fetching.part_names import part_path
 from lnet.client.fetching.partfile import (
     HASH_CHUNK,
@@ -62,8 +72,9 @@ from lnet.client.fetching.tree import stream_path
 from lnet.client.formats import lines, published, tree
 from lnet.client.formats import manifest as file_manifest
 from lnet.client.formats.documents import write_private_file
-from lnet.client.formats.manifest import ManifestError, block_hasher
+from lnet.client.formats.manifest import block_hasher
 from lnet.client.formats.published import Drained, Publication, PublishedBlock, PublishedError
+from lnet.client.formats.tree import StreamRead
 from lnet.client.wire.depot_client import (
     Busy,
     DepotClient,
@@ -102,7 +113,7 @@ TORN_PAUSE_S = 0.05
 most ``TORN_TRIES`` times."""
 BLOCK_TRIES = 3
 """Fetches of a block whose bytes do not match its hash before the run stops (exit 4)."""
-STATE_FORMAT = "lnet-follow-state/2"
+STATE_FORMAT = "lnet-follow-state/3"
 
 Offload = Callable[..., Awaitable[Any]]
 """How blocking disk work (an fsync, re-hashing a block) runs: ``trio.to_thread.run_sync`` unless told."""
@@ -170,8 +181,8 @@ def describe_sender(publication: Publication) -> str:
 
 @dataclass
 class _Held:
-    """A block verified on this disk: where it is, its hash and read capability (a tree's stream manifest names
-    it), and whether it is freed at the depot."""
+    """A block verified on this disk: where it is, its hash and read capability, and whether it is freed at the
+    depot."""
 
     index: int
     offset: int
@@ -197,6 +208,17 @@ def _row(held: _Held) -> list[Any]:
     return [held.index, held.offset, held.length, held.hash, held.read, held.expires]
 
 
+@dataclass
+class _Found:
+    """What an earlier run's state says: the blocks on disk, the drain record's last ``seq`` and, for a tree, the
+    files in place (entry indices) and the blocks punched out of the spool."""
+
+    held: dict[int, _Held]
+    seq: int = 0
+    placed: set[int] = field(default_factory=set)
+    punched: set[int] = field(default_factory=set)
+
+
 class _StateLog:
     """``OUT.lnet-part.state``: the blocks on this disk, appended as they become durable, and those freed.
 
@@ -205,43 +227,45 @@ class _StateLog:
     "seq": N}`` for each drain round's blocks, written and fdatasynced before they are freed, and ``{"freed":
     [[start, end], ...], "seq": N}`` once they are; ``seq`` is at least that of the drain record written next. A
     round appends only its own blocks, so a transfer of any length costs the state a constant per block; a
-    resumed run rewrites it once, compact, with the blocks that still match their hash."""
+    resumed run rewrites it once, compact, with the blocks that still match their hash. For a tree, ``{"placed":
+    [[start, end], ...], "punched": [[start, end], ...], "seq": N}`` says, once durable, which files (by entry
+    index) are in place and which blocks are punched out of the spool (written before the punch)."""
 
     def __init__(self, path: Path, header: dict[str, Any]) -> None:
         self.path, self.header = path, header
         self._fd = -1
 
-    def read(self, publication: Publication) -> tuple[dict[int, _Held], int]:
-        """The blocks an earlier run left on disk by its state, and the drain record's last ``seq``; nothing when
-        there is no state, or it is another transfer's."""
+    def read(self, publication: Publication, entries: int = 0) -> _Found:
+        """What an earlier run left on disk by its state (``entries``: a tree's); nothing when there is no state,
+        or it is another transfer's."""
         try:
             data = self.path.read_bytes()
         except OSError:
-            return {}, 0
+            return _Found({})
         documents, _ = lines.decode(data)
         if not documents or documents[0] != self.header:
-            return {}, 0
-        held: dict[int, _Held] = {}
+            return _Found({})
+        found = _Found({})
         freed: set[int] = set()
-        seq = 0
         for document in documents[1:]:
             value = document.get("seq")
             if type(value) is int and value >= 0:
-                seq = max(seq, value)
+                found.seq = max(found.seq, value)
             for row in document.get("held", ()):
                 block = _held_row(row, publication)
                 if block is None:
-                    return {}, 0
-                held[block.index] = block
-            for pair in document.get("freed", ()):
-                if isinstance(pair, list) and len(pair) == 2 and all(type(i) is int for i in pair):
-                    freed.update(range(max(0, pair[0]), min(pair[1], publication.blocks_total)))
-        for index, block in held.items():
+                    return _Found({})
+                found.held[block.index] = block
+            freed |= _indices(document.get("freed", ()), publication.blocks_total)
+            found.placed |= _indices(document.get("placed", ()), entries)
+            found.punched |= _indices(document.get("punched", ()), publication.blocks_total)
+        for index, block in found.held.items():
             block.freed = index in freed
             block.logged = True
-        return held, seq
+        return found
 
-    def rewrite(self, held: Mapping[int, _Held], seq: int) -> None:
+    def rewrite(self, held: Mapping[int, _Held], seq: int, placed: Iterable[int] = (),
+                punched: Iterable[int] = ()) -> None:
         """The state anew, compact (atomically, 0600), then open for appending."""
         blocks = sorted(held.values(), key=lambda h: h.index)
         data = lines.encode(self.header)
@@ -249,6 +273,8 @@ class _StateLog:
             data += lines.encode({"held": [_row(h) for h in blocks[start : start + 4096]], "seq": seq})
         data += lines.encode({"freed": [list(r) for r in published.ranges(h.index for h in blocks if h.freed)],
                               "seq": seq})
+        data += lines.encode({"placed": [list(r) for r in published.ranges(placed)],
+                              "punched": [list(r) for r in published.ranges(punched)], "seq": seq})
         write_private_file(self.path, data)
         for block in blocks:
             block.logged = True
@@ -262,6 +288,14 @@ class _StateLog:
             os.fdatasync(self._fd)
             for block in blocks:
                 block.logged = True
+
+    def append_extracted(self, placed: list[int], punched: list[int], seq: int) -> None:
+        """A tree's files now durable in place, and the blocks about to be punched: durable here before the punch
+        (a resumed run reads a punched block back from its files)."""
+        if placed or punched:
+            self._append({"placed": [list(r) for r in published.ranges(placed)],
+                          "punched": [list(r) for r in published.ranges(punched)], "seq": seq})
+            os.fdatasync(self._fd)
 
     def append_freed(self, indices: list[int], seq: int) -> None:
         """Blocks freed at the depot (not synced: a line lost only means freeing again, which answers 404)."""
@@ -281,6 +315,15 @@ class _StateLog:
     def remove(self) -> None:
         self.close()
         self.path.unlink(missing_ok=True)
+
+
+def _indices(pairs: Any, limit: int) -> set[int]:
+    """The indices below ``limit`` in a state's ``[[start, end], ...]`` (anything else in it ignored)."""
+    found: set[int] = set()
+    for pair in pairs if isinstance(pairs, list) else ():
+        if isinstance(pair, list) and len(pair) == 2 and all(type(i) is int for i in pair):
+            found.update(range(max(0, pair[0]), min(pair[1], limit)))
+    return found
 
 
 def _held_row(row: Any, publication: Publication) -> _Held | None:
@@ -308,6 +351,14 @@ async def read_publication(client: DepotClient, read_cap: str, *, timeout_s: flo
 
     Raises ``PublicationGone`` (404: a wrong URL, or expired or freed), ``PublicationUnreachable`` and
     ``NotAPublication`` (anything else there, or a publication that does not parse)."""
+    publication: Publication = await _read_framed(client, read_cap, published.FORMAT, published.parse,
+                                                  "publication", timeout_s)
+    return publication
+
+
+async def _read_framed(client: DepotClient, read_cap: str, expected: str, parse: Callable[[Any], Any], what: str,
+                       timeout_s: float) -> Any:
+    """A framed document (``expected``: its format) read whole and ``parse``d, as ``read_publication`` says."""
     shown = f"{client.base_url}/v1/data/{redact(read_cap)}"
     try:
         with trio.fail_after(timeout_s):
@@ -315,23 +366,23 @@ async def read_publication(client: DepotClient, read_cap: str, *, timeout_s: flo
                 if attempt:
                     await trio.sleep(TORN_PAUSE_S)
                 data = await client.read(read_cap)
-                document = published.unframe(data)
+                document = published.unframe(data, expected)
                 if document is not None:
-                    return published.parse(document)
+                    return parse(document)
     except trio.TooSlowError:
-        raise PublicationUnreachable(f"{shown}: no whole publication within {timeout_s:g}s") from None
+        raise PublicationUnreachable(f"{shown}: no whole {what} within {timeout_s:g}s") from None
     except NotFound:
         raise PublicationGone(
-            f"{shown}: the depot holds nothing there: the URL is wrong, or the publication expired or was freed"
+            f"{shown}: the depot holds nothing there: the URL is wrong, or the {what} expired or was freed"
         ) from None
     except DepotUnreachable as exc:
         raise PublicationUnreachable(redact_capabilities(str(exc))) from None
     except PublishedError as exc:
-        raise NotAPublication(f"{shown} is not a valid publication: {exc}") from None
+        raise NotAPublication(f"{shown} is not a valid {what}: {exc}") from None
     except DepotError as exc:
         raise GetError(f"{shown}: the depot refused: {exc.code}: {exc.message}") from None
     raise PublicationUnreachable(
-        f"{shown}: the publication was being rewritten each of {TORN_TRIES} times it was read; try again"
+        f"{shown}: the {what} was being rewritten each of {TORN_TRIES} times it was read; try again"
     )
 
 
@@ -444,6 +495,9 @@ class _Receiver:
         self.hasher: _PrefixHash | None = None
         self._prefix_next = 0
         self._prefix_end = 0
+        self.shape: Shape | None = None
+        self.spool: TreeSpool | None = None
+        self._extract_wake = trio.Event()
         self.publication: Publication
         self.state: _StateLog
 
@@ -468,27 +522,43 @@ class _Receiver:
         is_tree = first.kind == "tree"
         target = stream_path(self.out) if is_tree else self.out
         _check_output(self.out, is_tree)
+        if is_tree:
+            self.shape = await self.read_shape(first)
         self.state = _StateLog(state_path(target), {
             "format": STATE_FORMAT, "publication": self.key, "size": first.size,
             "hash_algorithm": first.hash_algorithm, "blocks_total": first.blocks_total})
-        if first.final and not part_path(target).exists() and await self.offload(_is_whole, target, first):
+        if (not is_tree and first.final and not part_path(target).exists()
+                and await self.offload(_is_whole, target, first)):
             # An earlier run verified and placed it, then stopped before its last steps.
-            self.held, self.drained_seq = self.state.read(first)
+            found = self.state.read(first)
+            self.held, self.drained_seq = found.held, found.seq
             resumed = first.blocks_total
             self.on_progress(first.size)
         else:
             resumed = await self.receive(target)
-        if is_tree:
-            await self.rebuild(target)
         done = await self._tell("done")
         self.state.remove()
         if done is not None:
-            self.on_state(f"the file is in place, but the sender was not told: {done}")
+            self.on_state(f"the {first.kind} is in place, but the sender was not told: {done}")
         return GetResult(self.out, first.size, trio.current_time() - started, first.blocks_total, resumed,
                          self.fetched_bytes, self.refetches, {first.depot: self.load} if self.load.blocks else {})
 
+    async def read_shape(self, publication: Publication) -> Shape:
+        """A tree's entries and pieces, read once from the allocation the publication names, and checked."""
+        place = data_url(publication.tree_url) if publication.tree_url is not None else None
+        if place is None:
+            raise NotAPublication("the publication's tree_url is not a depot's data URL")
+        raw_entries, raw_blocks = await _read_framed(self.client(place[0]), place[1], published.TREE_FORMAT,
+                                                     published.parse_tree, "tree's shape", self.timeout_s)
+        try:
+            return shape(raw_entries, raw_blocks, size=publication.size, block_size=publication.block_size,
+                         blocks_total=publication.blocks_total)
+        except ShapeError as exc:
+            raise NotAPublication(f"the tree's shape is not valid: {exc}") from None
+
     async def receive(self, target: Path) -> int:
-        """Everything into ``target``'s part file, verified, and renamed into place; the blocks resumed."""
+        """Everything into ``target``'s part file, verified, and renamed into place (a tree: each file put in place
+        as its blocks arrive, the spool removed at the end); the blocks resumed."""
         try:
             part = PartFile.open(target)
         except PartFileError as exc:
@@ -497,21 +567,33 @@ class _Receiver:
         publication = self.publication
         try:
             try:
-                claimed, self.drained_seq = self.state.read(publication)
-                self.held = await self.offload(_recheck, part.fd, claimed, publication.hash_algorithm)
-                part.preallocate(publication.size)
-                await self.offload(self.state.rewrite, self.held, self.drained_seq + 1)
+                found = self.state.read(publication, len(self.shape.entries) if self.shape is not None else 0)
+                self.drained_seq = found.seq
+                read: StreamRead = partial(_pread, part.fd)
+                if self.shape is not None:
+                    self.spool = TreeSpool(self.out, part.fd, self.shape)
+                    read = self.spool.read
+                    self.held = await self.offload(self._resume_tree, self.spool, found)
+                else:
+                    self.held = await self.offload(_recheck, read, found.held, publication.hash_algorithm)
+                    part.preallocate(publication.size)
+                extraction = self.spool.extraction if self.spool is not None else None
+                await self.offload(self.state.rewrite, self.held, self.drained_seq + 1,
+                                   extraction.placed if extraction else (), extraction.punched if extraction else ())
                 self.on_progress(sum(h.length for h in self.held.values()))
                 resumed = len(self.held)
-                self.hasher = _PrefixHash(part.fd, publication.size, publication.hash_algorithm, self._prefix,
-                                          self.offload)
+                self.hasher = _PrefixHash(part.fd, read, publication.size, publication.hash_algorithm, self._prefix,
+                                          self.offload, self._extract_soon)
                 await self._transfer()
                 if self.hasher.hexdigest() != self.publication.file_hash:  # the final one's
                     raise IntegrityError(
                         f"the whole file's {publication.hash_algorithm} does not match the publication's; the "
                         f"bytes are kept in {part.path} for inspection"
                     )
-                await self.offload(part.commit)
+                if self.spool is None:
+                    await self.offload(part.commit)
+                else:
+                    await self.offload(self._finish_tree, self.spool, part.path)
             except BaseException as exc:
                 await self._tell("stopped", str(exc) if isinstance(exc, GetError) else "interrupted")
                 raise
@@ -521,10 +603,80 @@ class _Receiver:
                 self.state.close()
         except OSError as exc:
             raise GetError(f"{target}: {exc.strerror or exc}") from None
+        except tree.RebuildError as exc:
+            raise OutputError(str(exc)) from None
         finally:
+            if self.spool is not None:
+                self.spool.close()
             part.close()
             self.fd = -1
         return resumed
+
+    # -- a tree -------------------------------------------------------------------------------------------------
+
+    def _resume_tree(self, spool: TreeSpool, found: _Found) -> dict[int, _Held]:
+        """A tree's spool made ready: sparse at the stream's size (never preallocated: it holds only what is in
+        flight), the directories and symlinks in place, and what an earlier run left checked: its files still in
+        place, its blocks re-hashed (a punched one from the files that hold it). The blocks that match."""
+        os.ftruncate(spool.fd, self.publication.size)
+        spool.make_skeleton()
+        extraction = spool.extraction
+        for file in spool.in_place(found.placed):
+            extraction.file_placed(file)
+        claimed = {i: h for i, h in found.held.items() if spool.fits(i, h.offset, h.length)}
+        extraction.resumed_punched(found.punched & claimed.keys())
+        held = _recheck(spool.read, claimed, self.publication.hash_algorithm)
+        for index in held:
+            extraction.block_held(index)
+        for index in extraction.punched - held.keys():
+            extraction.punched_lost(index)
+        return held
+
+    def _extract_soon(self) -> None:
+        self._extract_wake.set()
+
+    def _may_punch(self, index: int) -> bool:
+        """Whether block ``index``'s bytes may leave the spool: the whole stream's hash has covered it and the state
+        lists it (its files are in place: ``Extraction`` asks only then)."""
+        held = self.held.get(index)
+        return (held is not None and held.logged and self.hasher is not None and held.end <= self.hasher.hashed
+                and self.spool is not None and self.spool.can_punch)
+
+    async def _extractor(self, spool: TreeSpool, scope: trio.CancelScope) -> None:
+        """A tree's files written into place as their blocks arrive, and the blocks they leave spent punched out of
+        the spool, until every file is in place."""
+        extraction = spool.extraction
+        try:
+            while not extraction.done:
+                self._extract_wake = trio.Event()
+                ready = sorted(extraction.ready)[:BATCH_FILES]
+                if ready:
+                    await self.offload(spool.write_files, ready)
+                    for file in ready:
+                        extraction.file_placed(file)
+                spent = extraction.punchable(self._may_punch)
+                if ready or spent:
+                    await self.offload(self.state.append_extracted, ready, spent, self.drained_seq + 1)
+                if spent:
+                    for index in spent:  # read back from the files from now on, before the bytes go
+                        extraction.block_punched(index)
+                    await self.offload(spool.punch, spent)
+                    if not spool.can_punch:
+                        self.on_state("this file system cannot punch holes: the spool keeps every block to the end")
+                if not ready and not spent:
+                    await self._extract_wake.wait()
+        except tree.RebuildError as exc:
+            self._fail(OutputError(str(exc)), scope)
+        except OSError as exc:
+            self._fail(OutputError(f"{self.out}: {exc.strerror or exc}"), scope)
+
+    def _finish_tree(self, spool: TreeSpool, path: Path) -> None:
+        """The directories' modes and times; then the spool removed, once the state says every block is punched
+        (a run stopped in between reads them all back from the files)."""
+        spool.finish()
+        left = [index for index in range(self.publication.blocks_total) if index not in spool.extraction.punched]
+        self.state.append_extracted([], left, self.drained_seq + 1)
+        os.unlink(path)
 
     async def _tell(self, state: str, message: str | None = None) -> str | None:
         """The drain record with ``state`` written as far as the timeout allows, even in a cancelled run; why
@@ -541,6 +693,8 @@ class _Receiver:
         send, receive = trio.open_memory_channel[PublishedBlock](math.inf)
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self.hasher.run)
+            if self.spool is not None:
+                nursery.start_soon(self._extractor, self.spool, nursery.cancel_scope)
             for _ in range(self.parallel):
                 nursery.start_soon(self._fetcher, receive.clone(), nursery.cancel_scope)
             receive.close()
@@ -594,6 +748,8 @@ class _Receiver:
         for block in publication.blocks:
             if block.index in self.held or block.index in self.wanted:
                 continue
+            if self.spool is not None and not self.spool.fits(block.index, block.offset, block.length):
+                raise NotAPublication(f"block {block.index} is not where the tree's shape puts it")
             if self.gone.get(block.index) == block.read:
                 raise GetError(
                     f"block {block.index} is gone from {publication.depot} (expired or freed) though the sender "
@@ -641,6 +797,9 @@ class _Receiver:
                 if held is None:
                     continue
                 self.held[block.index] = held
+                if self.spool is not None:
+                    self.spool.extraction.block_held(block.index)
+                    self._extract_soon()
                 self.last_progress = trio.current_time()
                 self.landed.set()
                 assert self.hasher is not None
@@ -718,6 +877,7 @@ class _Receiver:
             return False
         listed = {b.index: b for b in self.publication.blocks}
         await self.offload(self._make_durable)
+        self._extract_soon()  # listed in the state: may be punched
         limiter = trio.CapacityLimiter(self.parallel)
         failures: list[GetError] = []
 
@@ -772,45 +932,19 @@ class _Receiver:
         except DepotError as exc:
             raise GetError(f"writing the drain record: {exc.code}: {exc.message}") from None
 
-    # -- a tree -------------------------------------------------------------------------------------------------
-
-    async def rebuild(self, spool: Path) -> None:
-        """The tree put in place under ``out`` from its verified stream, then the stream file removed."""
-        publication = self.publication
-        assert publication.tree is not None
-        stream = {
-            "format": file_manifest.FORMAT, "name": publication.name, "size": publication.size,
-            "block_size": publication.block_size, "hash_algorithm": publication.hash_algorithm,
-            "file_hash": publication.file_hash, "created": publication.created, "path": [],
-            "blocks": [{"index": h.index, "offset": h.offset, "length": h.length, "hash": h.hash,
-                        "sources": [{"depot": publication.depot, "read": h.read, "expires": h.expires}]}
-                       for h in sorted(self.held.values(), key=lambda h: h.index)],
-        }
-        try:
-            manifest = tree.parse({"format": tree.FORMAT, "name": publication.name, "created": publication.created,
-                                   "entries": publication.tree.get("entries"), "blocks": publication.tree.get("blocks"),
-                                   "stream": stream})
-        except ManifestError as exc:
-            raise NotAPublication(f"the publication's tree is not valid: {exc}") from None
-        try:
-            await self.offload(tree.rebuild, manifest, spool, self.out)
-        except OSError as exc:
-            raise OutputError(f"{self.out}: {exc.strerror or exc}") from None
-        except tree.RebuildError as exc:
-            raise OutputError(str(exc)) from None
-        os.unlink(spool)
-
-
 class _PrefixHash:
     """The whole file's hash over the part file's prefix of verified blocks, as it grows (``partfile.PrefixHasher``'s
     way, with the chunks hashed through ``offload``): at the end little is left to hash."""
 
-    def __init__(self, fd: int, size: int, algorithm: str, prefix: Callable[[], int], offload: Offload) -> None:
+    def __init__(self, fd: int, read: StreamRead, size: int, algorithm: str, prefix: Callable[[], int],
+                 offload: Offload, on_hashed: Callable[[], None]) -> None:
         self.fd = fd
+        self.read = read
         self.size = size
         self.hashed = 0
         self._prefix = prefix
         self._offload = offload
+        self._on_hashed = on_hashed
         self._hasher = block_hasher(algorithm)
         self._wake = trio.Event()
         self._lock = trio.Lock()
@@ -827,6 +961,7 @@ class _PrefixHash:
             if offset == self.hashed:
                 await self._offload(self._hasher.update, view)
                 self.hashed += len(view)
+                self._on_hashed()
 
     async def run(self) -> None:
         while True:
@@ -837,6 +972,7 @@ class _PrefixHash:
                     if length > 0:
                         await self._offload(self._hash_chunk, self.hashed, length)
                         self.hashed += length
+                        self._on_hashed()
             if self.hashed >= self.size:
                 return
             await self._wake.wait()
@@ -848,7 +984,7 @@ class _PrefixHash:
         return str(self._hasher.hexdigest())
 
     def _hash_chunk(self, offset: int, length: int) -> None:
-        data = os.pread(self.fd, length, offset)
+        data = self.read(offset, length)
         if len(data) != length:
             raise OSError(f"the part file ended at {offset + len(data)}, before {offset + length}")
         self._hasher.update(data)
@@ -880,17 +1016,21 @@ def _is_whole(path: Path, publication: Publication) -> bool:
     return hasher.hexdigest() == publication.file_hash
 
 
-def _recheck(fd: int, claimed: Mapping[int, _Held], algorithm: str) -> dict[int, _Held]:
-    """The blocks a state claims whose bytes in the part file still match their hash."""
-    size = os.fstat(fd).st_size
+def _pread(fd: int, offset: int, length: int) -> bytes:
+    return os.pread(fd, length, offset)
+
+
+def _recheck(read: StreamRead, claimed: Mapping[int, _Held], algorithm: str) -> dict[int, _Held]:
+    """The blocks a state claims whose bytes, as ``read`` gives them, still match their hash."""
     verified: dict[int, _Held] = {}
     for index, held in sorted(claimed.items()):
-        if held.end > size:
-            continue
         hasher = block_hasher(algorithm)
-        for offset in range(held.offset, held.end, HASH_CHUNK):  # a block may be large: never read whole
-            data = os.pread(fd, min(HASH_CHUNK, held.end - offset), offset)
-            hasher.update(data)
+        try:
+            for offset in range(held.offset, held.end, HASH_CHUNK):  # a block may be large: never read whole
+                data = read(offset, min(HASH_CHUNK, held.end - offset))
+                hasher.update(data)
+        except OSError:
+            continue  # a punched block whose file cannot be read back
         if hasher.hexdigest() == held.hash:
             verified[index] = held
     return verified

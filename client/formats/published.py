@@ -2,25 +2,33 @@
 
 Every ``lnet-send`` keeps one allocation at the destination, the **publication**, whose read URL is the one line a
 user hands to the far end (``lnet-get URL``). It holds a JSON document, ``"format": "lnet-published/1"``,
-rewritten as blocks land:
+rewritten as blocks land. Its fields: ``name``, ``kind`` (``file`` or ``tree``: then ``size`` and the blocks are
+the packed stream's), ``size``, ``block_size``, ``blocks_total``, ``hash_algorithm``, ``follow``, ``depot`` (the
+destination's base URL), ``created``, ``updated``, ``seq`` (grows with every version), ``sender`` (its state and
+the blocks landed so far), ``ack``, ``blocks``, ``final``, ``file_hash``, ``tree_url`` and ``manifest``:
 
 - without ``--follow``: the transfer's progress, and once it is over (``final``) the whole manifest (an
   ``lnet-manifest/1`` or a tree manifest) under ``manifest``: ``lnet-get URL`` then does what ``lnet-get
   MANIFEST`` does;
-- with ``--follow``: the blocks verified at the destination that the receiver has not yet drained, each with its
-  read and manage capabilities (the receiver frees a block once it is on its disk), and, once the last block
-  has landed (``final``), the whole file's hash and, for a tree, its entries.
+- with ``--follow``: under ``blocks`` the blocks verified at the destination that the receiver has not yet drained,
+  each with its read and manage capabilities (the receiver frees a block once it is on its disk), and, once the
+  last block has landed (``final``), the whole file's hash (``file_hash``). For a tree, ``tree_url`` names from the
+  first version on a third allocation, the **tree's shape** (``lnet-published-tree/1``): the entries and the
+  pieces of files each stream block holds (``{"entries": [...], "blocks": [[{path, offset, length}, ...], ...]}``,
+  as in a tree manifest), written once before any block moves, so that the receiver puts each file in place as
+  soon as the blocks holding it are on its disk. ``tree_url`` is null for a file, and without ``--follow``.
 
-With ``--follow`` the sender also keeps a second small allocation, the **drain record** (``ack``: its write URL
-is in the publication), where the receiver writes ``"format": "lnet-drained/1"``: the block indices it holds on
-its disk and has freed at the depot, as ranges. That is how the sender learns what the receiver drained (its
-progress, and a resume of either end), with nothing but depot allocations between them.
+With ``--follow`` the sender also keeps a small allocation, the **drain record** (``ack``: its write URL is in the
+publication), where the receiver writes ``"format": "lnet-drained/1"``: the block indices it holds on its disk
+and has freed at the depot, as ranges. That is how the sender learns what the receiver drained (its progress,
+and a resume of either end), with nothing but depot allocations between them.
 
 A depot allocation is rewritten in place and a reader may see it half-written, so each document is framed:
-``lnet-published/1 LENGTH SHA256\\n`` (or ``lnet-drained/1 ...``) then ``LENGTH`` bytes of JSON whose SHA-256 is
-``SHA256``. A torn or stale tail fails the check and is read again (``unframe`` returns None); bytes past the
-frame (a longer earlier version) are ignored. The documents come from the network, so ``parse`` and
-``parse_drained`` trust nothing: any problem is a ``PublishedError`` naming the field.
+``lnet-published/1 LENGTH SHA256\\n`` (or ``lnet-drained/1 ...``, ``lnet-published-tree/1 ...``) then ``LENGTH``
+bytes of JSON whose SHA-256 is ``SHA256``. A torn or stale tail fails the check and is read again (``unframe``
+returns None); bytes past the frame (a longer earlier version) are ignored. The documents come from the network,
+so ``parse``, ``parse_drained`` and ``parse_tree`` trust nothing: any problem is a ``PublishedError`` naming the
+field (the tree's entries and pieces are checked by ``formats.tree.parse_shape`` where they are used).
 
 This module is pure: no network I/O.
 """
@@ -49,23 +57,27 @@ __all__ = [
     "PublishedBlock",
     "PublishedError",
     "SenderState",
+    "TREE_FORMAT",
     "drained_size",
     "frame",
     "indices",
     "is_publication",
     "parse",
     "parse_drained",
+    "parse_tree",
     "publication_size",
     "ranges",
+    "tree_document",
     "unframe",
 ]
 
 FORMAT = "lnet-published/1"
 DRAINED_FORMAT = "lnet-drained/1"
+TREE_FORMAT = "lnet-published-tree/1"
 MAGIC = FORMAT.encode() + b" "
 MAX_DOCUMENT_BYTES = 256 * 1024 * 1024
 """The largest framed document read or written (a tree of a million files' entries fits)."""
-_HEADER = re.compile(rb"(lnet-published/1|lnet-drained/1) ([0-9]{1,10}) ([0-9a-f]{64})\n")
+_HEADER = re.compile(rb"(lnet-published/1|lnet-drained/1|lnet-published-tree/1) ([0-9]{1,10}) ([0-9a-f]{64})\n")
 _MAX_HEADER = 100
 _CAPABILITY = re.compile(r"[A-Za-z0-9_-]+")
 
@@ -164,10 +176,9 @@ class SenderState:
 @dataclass(frozen=True, repr=False)
 class Publication:
     """One version of the publication. ``kind`` is ``file`` or ``tree`` (then ``size`` and the blocks are the
-    packed stream's, and with ``--follow`` the final version's ``tree`` holds ``entries`` and ``blocks``, the
-    pieces of each stream block, as a tree manifest does: the receiver rebuilds the tree at the end, and every
-    poll before that reads no more than the blocks); ``depot`` is
-    the destination's base URL, where every listed block is; ``seq`` grows with every version; ``ack`` is the
+    packed stream's, and with ``--follow`` ``tree_url`` is the read URL of the tree's shape, its entries and the
+    pieces of each stream block, from the first version on: every poll reads no more than the blocks); ``depot``
+    is the destination's base URL, where every listed block is; ``seq`` grows with every version; ``ack`` is the
     drain record's write URL (``--follow``), else None; ``manifest`` the whole manifest document once ``final``
     without ``--follow``."""
 
@@ -187,7 +198,7 @@ class Publication:
     blocks: tuple[PublishedBlock, ...]
     final: bool
     file_hash: str | None
-    tree: dict[str, Any] | None = None
+    tree_url: str | None = None
     manifest: dict[str, Any] | None = None
 
     def __repr__(self) -> str:
@@ -200,7 +211,7 @@ class Publication:
             "blocks_total": self.blocks_total, "hash_algorithm": self.hash_algorithm, "follow": self.follow,
             "depot": self.depot, "created": self.created, "updated": self.updated, "seq": self.seq,
             "sender": self.sender.to_dict(), "ack": self.ack, "blocks": [b.to_dict() for b in self.blocks],
-            "final": self.final, "file_hash": self.file_hash, "tree": self.tree, "manifest": self.manifest,
+            "final": self.final, "file_hash": self.file_hash, "tree_url": self.tree_url, "manifest": self.manifest,
         }
 
     def framed(self) -> bytes:
@@ -208,14 +219,14 @@ class Publication:
 
 
 _FIELDS = ("format", "name", "kind", "size", "block_size", "blocks_total", "hash_algorithm", "follow", "depot",
-           "created", "updated", "seq", "sender", "ack", "blocks", "final", "file_hash", "tree", "manifest")
+           "created", "updated", "seq", "sender", "ack", "blocks", "final", "file_hash", "tree_url", "manifest")
 _BLOCK_FIELDS = ("index", "offset", "length", "hash", "read", "manage", "expires")
 _SENDER_FIELDS = ("state", "landed", "landed_bytes", "waiting")
 
 
 def parse(document: Any) -> Publication:
-    """Validate a decoded publication. The embedded ``manifest`` and ``tree`` are checked where they are used
-    (``formats.manifest.parse``, ``formats.tree.parse``), here only for their type."""
+    """Validate a decoded publication. The embedded ``manifest`` is checked where it is used
+    (``formats.manifest.parse``, ``formats.tree.parse``), here only for its type."""
     top = check_object(document, "the publication", _FIELDS, PublishedError)
     if top["format"] != FORMAT:
         raise PublishedError(f"format is {show(top['format'])}, expected {FORMAT!r}")
@@ -252,11 +263,11 @@ def parse(document: Any) -> Publication:
         file_hash = _digest(file_hash, "file_hash", algorithm)
     elif file_hash is not None:
         raise PublishedError("file_hash is given before the publication is final")
-    tree = top["tree"]
-    if tree is not None and not isinstance(tree, dict):
-        raise PublishedError(f"tree must be an object or null, not {kind(tree)}")
-    if (what == "tree" and follow and final) != (tree is not None):
-        raise PublishedError("tree is given for a tree sent with --follow, once final, and only then")
+    tree_url = top["tree_url"]
+    if tree_url is not None:
+        tree_url = _url(tree_url, "tree_url")
+    if (what == "tree" and follow) != (tree_url is not None):
+        raise PublishedError("tree_url is given for a tree sent with --follow, and only then")
     manifest = top["manifest"]
     if manifest is not None and not isinstance(manifest, dict):
         raise PublishedError(f"manifest must be an object or null, not {kind(manifest)}")
@@ -267,7 +278,7 @@ def parse(document: Any) -> Publication:
     return Publication(
         name, what, size, block_size, total, algorithm, follow, depot, _time(top["created"], "created"),
         _time(top["updated"], "updated"), _whole(top["seq"], "seq", 0, MAX_FILE_SIZE), sender, ack, blocks, final,
-        file_hash, tree, manifest,
+        file_hash, tree_url, manifest,
     )
 
 
@@ -303,13 +314,30 @@ def _sender(raw: Any) -> SenderState:
 
 def publication_size(listed_blocks: int, extra_bytes: int) -> int:
     """Bytes to allocate for a publication that lists at most ``listed_blocks`` blocks and carries
-    ``extra_bytes`` more (a tree's entries, a final manifest), with room for the frame and the other fields."""
+    ``extra_bytes`` more (a final manifest), with room for the frame and the other fields."""
     return 16 * 1024 + listed_blocks * _BLOCK_BYTES + extra_bytes
 
 
 def listed_at_most(allocation: int, extra_bytes: int) -> int:
     """How many blocks a publication of ``allocation`` bytes may list (``publication_size``'s inverse)."""
     return max(0, (allocation - 16 * 1024 - extra_bytes) // _BLOCK_BYTES)
+
+
+# -- the tree's shape ---------------------------------------------------------------------------------------------
+
+
+def tree_document(shape: dict[str, Any]) -> dict[str, Any]:
+    """The document of the tree's shape allocation: ``shape``'s ``entries`` and ``blocks`` under its format."""
+    return {"format": TREE_FORMAT, "entries": shape["entries"], "blocks": shape["blocks"]}
+
+
+def parse_tree(document: Any) -> tuple[Any, Any]:
+    """A decoded tree's shape as ``(entries, blocks)``, checked here only for the document's own fields: the
+    entries and pieces are checked by ``formats.tree.parse_shape``, where the stream's layout is known."""
+    top = check_object(document, "the tree's shape", ("format", "entries", "blocks"), PublishedError)
+    if top["format"] != TREE_FORMAT:
+        raise PublishedError(f"format is {show(top['format'])}, expected {TREE_FORMAT!r}")
+    return top["entries"], top["blocks"]
 
 
 # -- the drain record ---------------------------------------------------------------------------------------------

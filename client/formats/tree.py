@@ -23,7 +23,7 @@ from __future__ import annotations
 import json
 import os
 import stat
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -36,11 +36,17 @@ __all__ = [
     "FORMAT",
     "Entry",
     "RebuildError",
+    "StreamRead",
     "TreeManifest",
+    "TreePiece",
+    "TreeWriter",
     "check_path",
+    "extents",
     "is_tree_document",
     "load",
     "parse",
+    "parse_entries",
+    "parse_pieces",
     "rebuild",
     "walk",
 ]
@@ -148,13 +154,7 @@ class TreeManifest:
 
     def extents(self) -> dict[str, list[tuple[int, int, int]]]:
         """For each file path, its pieces as ``(stream offset, file offset, length)``."""
-        found: dict[str, list[tuple[int, int, int]]] = {}
-        for block, pieces in zip(self.stream.blocks, self.blocks, strict=True):
-            position = block.offset
-            for piece in pieces:
-                found.setdefault(piece.path, []).append((position, piece.offset, piece.length))
-                position += piece.length
-        return found
+        return extents(self.blocks, [block.offset for block in self.stream.blocks])
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -173,6 +173,17 @@ class TreeManifest:
         text = json.dumps(self.to_dict(), indent=1, allow_nan=False) + "\n"
         parse(json.loads(text))
         write_private_file(Path(path), text.encode())
+
+
+def extents(blocks: Sequence[Sequence[TreePiece]], offsets: Sequence[int]) -> dict[str, list[tuple[int, int, int]]]:
+    """For each file path, its pieces as ``(stream offset, file offset, length)``, the stream's blocks starting at
+    ``offsets``."""
+    found: dict[str, list[tuple[int, int, int]]] = {}
+    for position, pieces in zip(offsets, blocks, strict=True):
+        for piece in pieces:
+            found.setdefault(piece.path, []).append((position, piece.offset, piece.length))
+            position += piece.length
+    return found
 
 
 def is_tree_document(path: Path) -> bool:
@@ -215,7 +226,18 @@ def parse(document: Any) -> TreeManifest:
     created = top["created"]
     if not isinstance(created, int | float) or isinstance(created, bool) or not 0 <= created < 253402300800:
         raise ManifestError(f"created is {show(created)}, not a time")
-    raw_entries = top["entries"]
+    entries = parse_entries(top["entries"])
+    try:
+        stream = file_manifest.parse(top["stream"])
+    except ManifestError as exc:
+        raise ManifestError(f"stream: {exc}") from None
+    blocks = parse_pieces(top["blocks"], entries, [block.length for block in stream.blocks])
+    return TreeManifest(name, float(created), entries, blocks, stream)
+
+
+def parse_entries(raw_entries: Any) -> tuple[Entry, ...]:
+    """A tree's entries, each checked (``check_path``), none listed twice, each one's parent a directory listed
+    before it; any problem is a ``ManifestError``."""
     if not isinstance(raw_entries, list) or len(raw_entries) > MAX_ENTRIES:
         raise ManifestError(f"entries must be a list of at most {MAX_ENTRIES}")
     entries: list[Entry] = []
@@ -230,17 +252,21 @@ def parse(document: Any) -> TreeManifest:
             raise ManifestError(f"entries[{i}] {show(entry.path)}: its parent {show(parent)} is {what}")
         types[entry.path] = entry.type
         entries.append(entry)
-    try:
-        stream = file_manifest.parse(top["stream"])
-    except ManifestError as exc:
-        raise ManifestError(f"stream: {exc}") from None
-    raw_blocks = top["blocks"]
-    if not isinstance(raw_blocks, list) or len(raw_blocks) != len(stream.blocks):
-        raise ManifestError(f"blocks must be a list with one entry per stream block ({len(stream.blocks)})")
+    return tuple(entries)
+
+
+def parse_pieces(raw_blocks: Any, entries: Sequence[Entry], lengths: Sequence[int] | None
+                 ) -> tuple[tuple[TreePiece, ...], ...]:
+    """The pieces of files each stream block holds, checked against ``entries``: every file covered exactly, in
+    order. With ``lengths`` (the stream's blocks'), one list of pieces per block, holding its length; without, as
+    many blocks as listed (their lengths are then the pieces' sums, for the caller to check)."""
+    if not isinstance(raw_blocks, list) or (lengths is not None and len(raw_blocks) != len(lengths)):
+        wanted = "" if lengths is None else f" with one entry per stream block ({len(lengths)})"
+        raise ManifestError(f"blocks must be a list{wanted}")
     sizes = {entry.path: entry.size for entry in entries if entry.type == "file"}
     filled = dict.fromkeys(sizes, 0)
     blocks = []
-    for i, (raw, block) in enumerate(zip(raw_blocks, stream.blocks, strict=True)):
+    for i, raw in enumerate(raw_blocks):
         if not isinstance(raw, list) or not raw:
             raise ManifestError(f"blocks[{i}] must be a non-empty list of pieces")
         pieces = []
@@ -259,14 +285,14 @@ def parse(document: Any) -> TreeManifest:
                 )
             filled[path] = offset + length
             pieces.append(TreePiece(path, offset, length))
-        if sum(p.length for p in pieces) != block.length:
+        if lengths is not None and sum(p.length for p in pieces) != lengths[i]:
             raise ManifestError(f"blocks[{i}]: the pieces hold {sum(p.length for p in pieces)} bytes, "
-                                f"the stream's block {block.length}")
+                                f"the stream's block {lengths[i]}")
         blocks.append(tuple(pieces))
     short = [path for path, size in sizes.items() if filled[path] != size]
     if short:
         raise ManifestError(f"the blocks do not hold all of {show(short[0])} ({len(short)} file(s) short)")
-    return TreeManifest(name, float(created), tuple(entries), tuple(blocks), stream)
+    return tuple(blocks)
 
 
 def _entry(raw: Any, where: str) -> Entry:
@@ -322,42 +348,113 @@ class _Directories:
                 os.close(fd)
 
 
-def rebuild(tree: TreeManifest, stream_path: Path, out: Path, on_file: Callable[[Entry], None] | None = None) -> None:
-    """Put ``tree`` in place under ``out`` from the verified stream at ``stream_path``.
+StreamRead = Callable[[int, int], bytes]
+"""``read(offset, length)``: up to ``length`` bytes of the packed stream from ``offset``."""
 
-    ``out`` is made if missing; what is already there under the entries' names is replaced (a re-run after an
-    interruption finishes the job), except a directory in a file's place or a symlink on any path, which is
-    refused (``RebuildError``). Nothing is written outside ``out``."""
-    out.mkdir(exist_ok=True)
-    extents = tree.extents()
-    root_fd = os.open(out, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    directories = _Directories(root_fd)
-    source = os.open(stream_path, os.O_RDONLY | os.O_CLOEXEC)
-    try:
-        for entry in tree.entries:
-            parent_fd, name = directories.parent_of(entry.path)
-            try:
-                if entry.type == "dir":
-                    _make_directory(parent_fd, name, entry)
-                    directories.open(entry.path)
-                elif entry.type == "file":
-                    _write_file(parent_fd, name, entry, source, extents.get(entry.path, []))
-                else:
-                    _make_symlink(parent_fd, name, entry)
-            except OSError as exc:
-                raise RebuildError(f"{out / entry.path}: {exc.strerror or exc}") from None
-            if on_file is not None:
-                on_file(entry)
-        # Last, deepest first: a read-only directory must not stop its children, nor a child's arrival its time.
-        for entry in reversed(tree.entries):
+
+class TreeWriter:
+    """Puts a tree's entries in place under ``out`` one at a time, parents first: the whole tree at once
+    (``rebuild``), or each file as the stream's blocks that hold it arrive (``lnet-get URL --follow``).
+
+    ``out`` is made if missing; what is already there under an entry's name is replaced (a re-run finishes the job),
+    except a directory in a file's place or a symlink on any path, which is refused (``RebuildError``). Every
+    directory is opened relative to its parent with ``O_NOFOLLOW``, so nothing is written outside ``out``; a file
+    is written under a temporary name, its mode and time set after its content, then renamed; directories stay
+    0700 until ``finish`` sets their modes and times, deepest first (a read-only directory must not stop its
+    children, nor a child's arrival its time). With ``durable``, each file is fsynced before its rename and
+    ``sync`` fsyncs the directories written into since: for a caller that then drops the only other copy."""
+
+    def __init__(self, out: Path, *, durable: bool = False) -> None:
+        out.mkdir(exist_ok=True)
+        self.out = out
+        self.durable = durable
+        self._root = os.open(out, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        self._directories = _Directories(self._root)
+        self._touched: set[str] = set()
+
+    def __enter__(self) -> TreeWriter:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def place(self, entry: Entry, read: StreamRead | None = None,
+              pieces: Sequence[tuple[int, int, int]] = ()) -> None:
+        """``entry`` in place; a file's bytes read with ``read`` from its ``pieces``, each ``(stream offset, file
+        offset, length)`` (``TreeManifest.extents``)."""
+        parent_fd, name = self._directories.parent_of(entry.path)
+        try:
             if entry.type == "dir":
-                fd = directories.open(entry.path)
+                _make_directory(parent_fd, name, entry)
+                self._directories.open(entry.path)
+            elif entry.type == "file":
+                _write_file(parent_fd, name, entry, read, pieces, self.durable)
+            else:
+                _make_symlink(parent_fd, name, entry)
+        except OSError as exc:
+            raise RebuildError(f"{self.out / entry.path}: {exc.strerror or exc}") from None
+        self._touched.add(entry.path.rpartition("/")[0])
+
+    def sync(self) -> None:
+        """The renames since the last ``sync`` on disk: each directory written into, fsynced."""
+        for path in sorted(self._touched):
+            os.fsync(self._directories.open(path))
+        self._touched.clear()
+
+    def holds(self, entry: Entry) -> bool:
+        """Whether a regular file of ``entry``'s size is in place at its path (no symlink followed)."""
+        try:
+            parent_fd, name = self._directories.parent_of(entry.path)
+            info = os.stat(name, dir_fd=parent_fd, follow_symlinks=False)
+        except (RebuildError, OSError):
+            return False
+        return stat.S_ISREG(info.st_mode) and info.st_size == entry.size
+
+    def read_file(self, path: str, offset: int, length: int) -> bytes:
+        """``length`` bytes at ``offset`` of the file in place at ``path`` (no symlink followed); ``OSError`` when it
+        cannot be read or is shorter."""
+        try:
+            parent_fd, name = self._directories.parent_of(path)
+        except RebuildError as exc:
+            raise OSError(str(exc)) from None
+        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=parent_fd)
+        try:
+            return b"".join(chunk for _, chunk in _chunks(lambda at, n: os.pread(fd, n, at), offset, length))
+        except RebuildError as exc:
+            raise OSError(f"{path}: {exc}") from None
+        finally:
+            os.close(fd)
+
+    def finish(self, entries: Sequence[Entry]) -> None:
+        """The directories' modes and times, last, deepest first."""
+        for entry in reversed(entries):
+            if entry.type == "dir":
+                fd = self._directories.open(entry.path)
                 os.chmod(fd, entry.mode & RESTORED_MODE_BITS)
                 os.utime(fd, ns=(entry.mtime_ns, entry.mtime_ns))
-    finally:
-        os.close(source)
-        directories.close()
-        os.close(root_fd)
+
+    def close(self) -> None:
+        if self._root >= 0:
+            self._directories.close()
+            os.close(self._root)
+            self._root = -1
+
+
+def rebuild(tree: TreeManifest, stream_path: Path, out: Path, on_file: Callable[[Entry], None] | None = None) -> None:
+    """Put ``tree`` in place under ``out`` from the verified stream at ``stream_path`` (as ``TreeWriter`` says:
+    what is in the way is replaced, a symlink on a path refused, nothing written outside ``out``)."""
+    pieces = tree.extents()
+    with TreeWriter(out) as writer:
+        source = os.open(stream_path, os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            for entry in tree.entries:
+                writer.place(entry, lambda offset, length: os.pread(source, length, offset),
+                             pieces.get(entry.path, ()))
+                if on_file is not None:
+                    on_file(entry)
+            writer.finish(tree.entries)
+        finally:
+            os.close(source)
 
 
 def _make_directory(parent_fd: int, name: str, entry: Entry) -> None:
@@ -369,16 +466,20 @@ def _make_directory(parent_fd: int, name: str, entry: Entry) -> None:
             raise RebuildError(f"{entry.path}: something that is not a directory is in the way") from None
 
 
-def _write_file(parent_fd: int, name: str, entry: Entry, source: int, extents: list[tuple[int, int, int]]) -> None:
+def _write_file(parent_fd: int, name: str, entry: Entry, read: StreamRead | None,
+                pieces: Sequence[tuple[int, int, int]], durable: bool) -> None:
     part = f".{name}{PART_SUFFIX}"[:255]
     fd = os.open(part, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=parent_fd)
     try:
-        for stream_offset, file_offset, length in extents:
-            for chunk_offset, chunk in _chunks(source, stream_offset, length):
+        for stream_offset, file_offset, length in pieces:
+            assert read is not None, "a file with pieces needs the stream"
+            for chunk_offset, chunk in _chunks(read, stream_offset, length):
                 os.pwrite(fd, chunk, file_offset + chunk_offset)
         os.ftruncate(fd, entry.size)
         os.chmod(fd, entry.mode & RESTORED_MODE_BITS)
         os.utime(fd, ns=(entry.mtime_ns, entry.mtime_ns))
+        if durable:
+            os.fsync(fd)
     except BaseException:
         os.close(fd)
         os.unlink(part, dir_fd=parent_fd)
@@ -406,12 +507,11 @@ def _make_symlink(parent_fd: int, name: str, entry: Entry) -> None:
         raise RebuildError(f"{entry.path}: a directory is in the way") from None
 
 
-def _chunks(fd: int, offset: int, length: int, size: int = 4 * 1024 * 1024) -> Iterator[tuple[int, bytes]]:
+def _chunks(read: StreamRead, offset: int, length: int, size: int = 4 * 1024 * 1024) -> Iterator[tuple[int, bytes]]:
     done = 0
     while done < length:
-        data = os.pread(fd, min(size, length - done), offset + done)
+        data = read(offset + done, min(size, length - done))
         if not data:
             raise RebuildError("the stream file is shorter than its manifest")
         yield done, data
         done += len(data)
-

@@ -8,7 +8,8 @@ room at the destination for the next ones. It is the I/O shell; what goes into e
 
 The allocations are made once, before any block moves, and are sized for the largest version the transfer can
 need (``plan_sizes``): the whole manifest without ``--follow``; with it, the blocks the destination can hold at
-once and a tree's entries. Their capabilities go into the send journal, so that a resumed ``lnet-send`` keeps
+once, and for a tree a third allocation, the tree's shape (its entries and pieces, written once: the receiver
+reads it at the start). Their capabilities go into the send journal, so that a resumed ``lnet-send`` keeps
 publishing at the same URL while the receiver keeps running.
 """
 
@@ -17,7 +18,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import trio
@@ -71,11 +72,13 @@ class ReceiverProgress:
 
 @dataclass(frozen=True, repr=False)
 class PublicationCaps:
-    """The publication's allocation and, with ``--follow``, the drain record's, at the destination ``depot``."""
+    """The publication's allocation and, with ``--follow``, the drain record's and, for a tree, its shape's, at the
+    destination ``depot``."""
 
     depot: str
     document: Allocation
     drained: Allocation | None
+    tree: Allocation | None = None
 
     def __repr__(self) -> str:  # capabilities are secrets
         return f"PublicationCaps(depot={self.depot!r}, read={redact(self.document.read)})"
@@ -91,17 +94,23 @@ class PublicationCaps:
                     "reliability": a.reliability}
 
         return {"depot": self.depot, "document": one(self.document),
-                "drained": None if self.drained is None else one(self.drained)}
+                "drained": None if self.drained is None else one(self.drained),
+                "tree": None if self.tree is None else one(self.tree)}
 
     @classmethod
     def from_dict(cls, raw: Mapping[str, Any]) -> PublicationCaps:
-        """From ``to_dict`` (the journal's line; ``KeyError``/``TypeError``/``ValueError`` for a damaged one)."""
-        def one(value: Mapping[str, Any]) -> Allocation:
+        """From ``to_dict`` (the journal's line; ``KeyError``/``TypeError``/``ValueError`` for a damaged one). A
+        line without ``tree`` is a publication without a tree's shape."""
+        def one(value: Mapping[str, Any] | None) -> Allocation | None:
+            if value is None:
+                return None
             return Allocation(str(raw["depot"]), str(value["read"]), str(value["write"]), str(value["manage"]),
                               int(value["size"]), float(value["expires"]), str(value["reliability"]))
 
-        drained = raw["drained"]
-        return cls(str(raw["depot"]), one(raw["document"]), None if drained is None else one(drained))
+        document = one(raw["document"])
+        if document is None:
+            raise ValueError("the publication's allocation is missing")
+        return cls(str(raw["depot"]), document, one(raw["drained"]), one(raw.get("tree")))
 
 
 @dataclass(frozen=True)
@@ -115,10 +124,13 @@ class PublicationPlan:
     hash_algorithm: str
     follow: bool
     tree: dict[str, Any] | None
+    """With ``--follow``, a tree's shape (``{"entries": ..., "blocks": ...}``), else None."""
     document_size: int
     drained_size: int
     listed_max: int
     """With ``--follow``, the most blocks one version lists (the allocation's room); the rest wait their turn."""
+    tree_size: int = 0
+    """With ``--follow``, the bytes of a tree's shape allocation (its framed document, written once)."""
 
     @property
     def size(self) -> int:
@@ -126,8 +138,13 @@ class PublicationPlan:
 
     @property
     def needed(self) -> int:
-        """The destination's bytes the two allocations take."""
-        return self.document_size + self.drained_size
+        """The destination's bytes the publication's allocations take."""
+        return self.document_size + self.drained_size + self.tree_size
+
+    def tree_framed(self) -> bytes:
+        """The tree's shape as written into its allocation."""
+        assert self.tree is not None
+        return published.frame(published.tree_document(self.tree))
 
 
 _MANIFEST_BLOCK_BYTES = 300
@@ -140,19 +157,21 @@ def plan_sizes(
 ) -> PublicationPlan:
     """The allocations' sizes. Without ``--follow`` the final version holds the whole manifest: every block, each
     naming the depot, and a tree's entries; with it, at most the blocks the destination's ``capacity`` can hold
-    at once (by the smallest block but the last), and a tree's entries and pieces, from the first version on."""
+    at once (by the smallest block but the last), and a tree's entries and pieces go into an allocation of their
+    own, sized to the framed document."""
     import json
 
-    extra = len(json.dumps(tree, separators=(",", ":"))) if tree is not None else 0
     if not follow:
+        extra = len(json.dumps(tree, separators=(",", ":"))) if tree is not None else 0
         per_block = _MANIFEST_BLOCK_BYTES + len(depot_url)
         size = 16 * 1024 + len(spans) * per_block + extra
         return PublicationPlan(name, kind, tuple(spans), block_size, hash_algorithm, False, None, size, 0, 0)
     lengths = [length for _, length in spans[:-1]] or [block_size]
     at_once = len(spans) if capacity is None else math.ceil(capacity / max(1, min(lengths))) + 1
     listed = max(1, min(len(spans), at_once))
-    return PublicationPlan(name, kind, tuple(spans), block_size, hash_algorithm, True, tree,
-                           published.publication_size(listed, extra), published.drained_size(len(spans)), listed)
+    plan = PublicationPlan(name, kind, tuple(spans), block_size, hash_algorithm, True, tree,
+                           published.publication_size(listed, 0), published.drained_size(len(spans)), listed)
+    return plan if tree is None else replace(plan, tree_size=len(plan.tree_framed()))
 
 
 @dataclass
@@ -163,6 +182,7 @@ class PublicationState:
     depot: str
     ack: str | None
     created: float
+    tree_url: str | None = None
     landed: dict[int, BlockRecord] = field(default_factory=dict)
     drained: Drained = field(default_factory=Drained)
     seq: int = 0
@@ -195,7 +215,7 @@ class PublicationState:
         return Publication(
             plan.name, plan.kind, plan.size, plan.block_size, len(plan.spans), plan.hash_algorithm, plan.follow,
             self.depot, self.created, now, self.seq, sender, self.ack, listed, self.final, self.file_hash,
-            plan.tree if plan.follow and self.final else None, None if plan.follow else self.manifest,
+            self.tree_url if plan.follow else None, None if plan.follow else self.manifest,
         )
 
 
@@ -226,23 +246,32 @@ class Publisher:
             self.caps = previous
         else:
             document = await self.client.allocate_one(self.plan.document_size, self.duration_s)
-            drained = None
+            drained = shape = None
             if self.plan.follow:
                 drained = await self.client.allocate_one(self.plan.drained_size, self.duration_s)
                 await self.client.write(drained.write, Drained(updated=self.clock()).framed(), offset=0)
-            self.caps = PublicationCaps(self.client.base_url, document, drained)
+            if self.plan.follow and self.plan.tree is not None:
+                shape = await self.client.allocate_one(self.plan.tree_size, self.duration_s)
+                await self.client.write(shape.write, self.plan.tree_framed(), offset=0)
+            self.caps = PublicationCaps(self.client.base_url, document, drained, shape)
         self.state.ack = None if self.caps.drained is None else self.caps.drained.write_url
+        self.state.tree_url = None if self.caps.tree is None else self.caps.tree.read_url
         await self.sync(force=True)
         return self.caps
 
     async def _still_there(self, caps: PublicationCaps) -> bool:
+        """Whether a resumed transfer's allocations are still at the depot and fit this plan (the tree's shape is
+        the same: the journal's check of the source found the stream unchanged, so it is not written again)."""
         if caps.depot.rstrip("/") != self.client.base_url.rstrip("/") or (caps.drained is not None) != self.plan.follow:
             return False
+        if (caps.tree is not None) != (self.plan.follow and self.plan.tree is not None):
+            return False
         if caps.document.size < self.plan.document_size or (
-                caps.drained is not None and caps.drained.size < self.plan.drained_size):
+                caps.drained is not None and caps.drained.size < self.plan.drained_size) or (
+                caps.tree is not None and caps.tree.size != self.plan.tree_size):
             return False
         try:
-            for alloc in (caps.document, caps.drained):
+            for alloc in (caps.document, caps.drained, caps.tree):
                 if alloc is not None:
                     await self.client.probe(alloc.manage)
         except NotFound:

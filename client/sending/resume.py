@@ -336,7 +336,7 @@ class SendJournal:
 
     async def _free_publication(self, dest: DepotClient, capabilities: dict[str, Any]) -> None:
         """Best effort, as ``_free``: a restarted transfer publishes afresh."""
-        for key in ("document", "drained"):
+        for key in ("document", "drained", "tree"):
             alloc = capabilities.get(key)
             if isinstance(alloc, dict) and isinstance(alloc.get("manage"), str) and capabilities.get(
                     "depot") == dest.base_url:

@@ -92,8 +92,8 @@ SendEvent = RelayEvent | Published | ReceiverProgress
 class PublishOptions:
     """What the publication at the destination describes (``lnet.client.sending.publish``): the transfer's
     ``name`` and ``kind`` (``file`` or ``tree``), whether a receiver follows it (``--follow``), a tree's entries
-    and pieces (``{"entries": ..., "blocks": ...}``, for ``--follow``), and ``manifest_of``, the whole manifest
-    document the final version holds without ``--follow``."""
+    and pieces (``{"entries": ..., "blocks": ...}``, for ``--follow``: the shape's allocation beside the
+    publication), and ``manifest_of``, the whole manifest document the final version holds without ``--follow``."""
 
     name: str
     kind: str = "file"
@@ -224,6 +224,10 @@ def check_room(
         raise SendError(ExitCode.USAGE, f"the publication of {len(plan.spans)} blocks needs one allocation of "
                         f"{format_size(plan.document_size)}, over depot {dest}'s max_allocation of "
                         f"{format_size(largest)}: give a larger --block-size")
+    if largest is not None and plan.tree_size > largest:
+        raise SendError(ExitCode.USAGE, f"the tree's entries and pieces need one allocation of "
+                        f"{format_size(plan.tree_size)}, over depot {dest}'s max_allocation of "
+                        f"{format_size(largest)}: send the tree without --follow, or to a depot that lends more")
     if free is None:
         return
     if plan.follow:
@@ -351,8 +355,8 @@ async def send(
             )
             remaining = plan.size - sum(record.length for record in delivered.values())
             check_room(dest, DepotLimits.from_status(statuses[dest]), plan if previous is None else replace(
-                plan, document_size=0, drained_size=0), remaining=remaining, block_size=relay_config.block_size,
-                subject=publish.name)
+                plan, document_size=0, drained_size=0, tree_size=0), remaining=remaining,
+                block_size=relay_config.block_size, subject=publish.name)
             publisher = Publisher(clients[dest], plan, duration_s=relay_config.duration_s, on_receiver=on_event,
                                   clock=time.time)
             try:

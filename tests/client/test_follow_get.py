@@ -69,6 +69,7 @@ class Sender:
     client: DepotClient = field(init=False)
     publication_allocation: Allocation = field(init=False)
     ack: Allocation = field(init=False)
+    shape: Allocation | None = field(init=False, default=None)
 
     @property
     def depot(self) -> str:
@@ -87,10 +88,13 @@ class Sender:
 
     async def start(self) -> None:
         self.client = DepotClient(self.depot, transport=self.network.transport("src"))
-        extra = len(json.dumps(self.tree)) if self.tree else 0
         self.publication_allocation = await self.client.allocate_one(
-            published.publication_size(self.total, extra + 64 * 1024), 3600)
+            published.publication_size(self.total, 64 * 1024), 3600)
         self.ack = await self.client.allocate_one(published.drained_size(self.total), 3600)
+        if self.tree is not None and self.follow:
+            framed = published.frame(published.tree_document(self.tree))
+            self.shape = await self.client.allocate_one(len(framed), 3600)
+            await self.client.write(self.shape.write, framed, offset=0)
         await self.publish()
 
     def publication(self) -> Publication:
@@ -110,7 +114,8 @@ class Sender:
             time.time(), time.time(), self.seq, SenderState(self.state, self.landed, self.landed * self.block_size,
                                                             self.waiting),
             f"{self.depot}/v1/data/{self.ack.write}" if self.follow else None, blocks, self.final,
-            self.file_hash if self.final else None, self.tree if self.follow and self.final else None, manifest,
+            self.file_hash if self.final else None, self.shape.read_url if self.shape is not None else None,
+            manifest,
         )
 
     @property
@@ -519,11 +524,12 @@ def test_the_state_appends_each_round_and_a_torn_tail_costs_only_that_round(tmp_
     log.append_held([held[2]], 3)
     assert (tmp_path / "s").stat().st_size - size < 300  # one round's block, not the whole state again
     log.close()
-    got, seq = following._StateLog(tmp_path / "s", header).read(publication)
+    found = following._StateLog(tmp_path / "s", header).read(publication)
+    got, seq = found.held, found.seq
     assert (sorted(got), seq) == ([0, 1, 2], 3)
     assert [got[i].freed for i in (0, 1, 2)] == [True, True, False]
     with (tmp_path / "s").open("ab") as f:
         f.write(b"0badc0de {\"held\": [[3")  # a round torn by a crash: that block is fetched again
-    assert sorted(following._StateLog(tmp_path / "s", header).read(publication)[0]) == [0, 1, 2]
+    assert sorted(following._StateLog(tmp_path / "s", header).read(publication).held) == [0, 1, 2]
     other = {**header, "publication": "another"}
-    assert following._StateLog(tmp_path / "s", other).read(publication) == ({}, 0)
+    assert following._StateLog(tmp_path / "s", other).read(publication) == following._Found({})
