@@ -64,9 +64,10 @@ from lnet.client.fetching.partfile import (
     HASH_CHUNK,
     PartFile,
     PartFileError,
+    PrefixHasher,
     state_path,
+    whole_file_is,
     write_at,
-    write_behind,
 )
 from lnet.client.fetching.tree import stream_path
 from lnet.client.formats import lines, published, tree
@@ -492,7 +493,7 @@ class _Receiver:
         self.shown_state = ""
         self.fd = -1
         self.buffers = _Buffers(parallel)
-        self.hasher: _PrefixHash | None = None
+        self.hasher: PrefixHasher | None = None
         self._prefix_next = 0
         self._prefix_end = 0
         self.shape: Shape | None = None
@@ -582,8 +583,8 @@ class _Receiver:
                                    extraction.placed if extraction else (), extraction.punched if extraction else ())
                 self.on_progress(sum(h.length for h in self.held.values()))
                 resumed = len(self.held)
-                self.hasher = _PrefixHash(part.fd, read, publication.size, publication.hash_algorithm, self._prefix,
-                                          self.offload, self._extract_soon)
+                self.hasher = PrefixHasher(part.fd, publication.size, publication.hash_algorithm, self._prefix,
+                                           offload=self.offload, read=read, on_hashed=self._extract_soon)
                 await self._transfer()
                 if self.hasher.hexdigest() != self.publication.file_hash:  # the final one's
                     raise IntegrityError(
@@ -932,65 +933,6 @@ class _Receiver:
         except DepotError as exc:
             raise GetError(f"writing the drain record: {exc.code}: {exc.message}") from None
 
-class _PrefixHash:
-    """The whole file's hash over the part file's prefix of verified blocks, as it grows (``partfile.PrefixHasher``'s
-    way, with the chunks hashed through ``offload``): at the end little is left to hash."""
-
-    def __init__(self, fd: int, read: StreamRead, size: int, algorithm: str, prefix: Callable[[], int],
-                 offload: Offload, on_hashed: Callable[[], None]) -> None:
-        self.fd = fd
-        self.read = read
-        self.size = size
-        self.hashed = 0
-        self._prefix = prefix
-        self._offload = offload
-        self._on_hashed = on_hashed
-        self._hasher = block_hasher(algorithm)
-        self._wake = trio.Event()
-        self._lock = trio.Lock()
-
-    def advanced(self) -> None:
-        self._wake.set()
-
-    async def offer(self, offset: int, view: memoryview) -> None:
-        """A verified block's bytes, still in memory: hashed from there when they are next in the file (blocks come
-        mostly in order), which spares reading them back from the part file."""
-        if offset != self.hashed or self._lock.locked():
-            return
-        async with self._lock:
-            if offset == self.hashed:
-                await self._offload(self._hasher.update, view)
-                self.hashed += len(view)
-                self._on_hashed()
-
-    async def run(self) -> None:
-        while True:
-            end = min(self._prefix(), self.size)
-            while self.hashed < end:  # chunk by chunk, so that a cancellation is heard in between
-                async with self._lock:
-                    length = min(HASH_CHUNK, end - self.hashed)
-                    if length > 0:
-                        await self._offload(self._hash_chunk, self.hashed, length)
-                        self.hashed += length
-                        self._on_hashed()
-            if self.hashed >= self.size:
-                return
-            await self._wake.wait()
-            self._wake = trio.Event()
-
-    def hexdigest(self) -> str:
-        if self.hashed != self.size:
-            raise RuntimeError(f"only {self.hashed} of {self.size} bytes are hashed")
-        return str(self._hasher.hexdigest())
-
-    def _hash_chunk(self, offset: int, length: int) -> None:
-        data = self.read(offset, length)
-        if len(data) != length:
-            raise OSError(f"the part file ended at {offset + len(data)}, before {offset + length}")
-        self._hasher.update(data)
-        write_behind(self.fd, offset, length)
-
-
 def _check_output(out: Path, is_tree: bool) -> None:
     if is_tree:
         if os.path.lexists(out) and not out.is_dir():
@@ -1004,16 +946,7 @@ def _check_output(out: Path, is_tree: bool) -> None:
 
 def _is_whole(path: Path, publication: Publication) -> bool:
     """Whether ``path`` already holds the whole file the publication describes (hash checked)."""
-    try:
-        if not path.is_file() or path.stat().st_size != publication.size:
-            return False
-        hasher = block_hasher(publication.hash_algorithm)
-        with path.open("rb") as f:
-            while chunk := f.read(HASH_CHUNK):
-                hasher.update(chunk)
-    except OSError:
-        return False
-    return hasher.hexdigest() == publication.file_hash
+    return whole_file_is(path, publication.size, publication.hash_algorithm, publication.file_hash or "")
 
 
 def _pread(fd: int, offset: int, length: int) -> bytes:

@@ -15,7 +15,7 @@ import errno
 import fcntl
 import json
 import os
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -126,29 +126,53 @@ class PartFile:
 class PrefixHasher:
     """The whole file's hash, computed while the download runs: it hashes the part file's bytes from 0 up to
     ``prefix()`` (what is in place and final from the start: verified blocks, or ranges written), and goes on each
-    time it is told the prefix ``advanced()``, so that at the end little is left to hash.
+    time it is told the prefix ``advanced()``, so that at the end little is left to hash; a block still in memory
+    may be ``offer``ed instead, which spares reading it back when it is next in order.
 
     Bytes in the prefix never change again in a run, so what it has hashed stays true. Run it with ``run()``
-    alongside the download; it returns once all ``size`` bytes are hashed (cancel it to stop earlier)."""
+    alongside the download; it returns once all ``size`` bytes are hashed (cancel it to stop earlier). ``offload``
+    runs the reads and hashing (worker threads unless given: tests on a mock clock run them inline); ``read``
+    reads the bytes of a range (the part file's, unless given); ``on_hashed`` is told each time more is hashed."""
 
-    def __init__(self, fd: int, size: int, algorithm: str, prefix: Callable[[], int]) -> None:
+    def __init__(
+        self, fd: int, size: int, algorithm: str, prefix: Callable[[], int], *,
+        offload: Callable[..., Awaitable[Any]] | None = None, read: Callable[[int, int], bytes] | None = None,
+        on_hashed: Callable[[], None] | None = None,
+    ) -> None:
         self.fd = fd
         self.size = size
         self.hashed = 0  # bytes of the file hashed so far
         self._prefix = prefix
+        self._offload = offload or trio.to_thread.run_sync
+        self._read = read or (lambda offset, length: os.pread(self.fd, length, offset))
+        self._on_hashed = on_hashed or (lambda: None)
         self._hasher = block_hasher(algorithm)
         self._wake = trio.Event()
+        self._lock = trio.Lock()
 
     def advanced(self) -> None:
         self._wake.set()
+
+    async def offer(self, offset: int, view: memoryview) -> None:
+        """A verified block's bytes, still in memory: hashed from there if they are next in the file."""
+        if offset != self.hashed or self._lock.locked():
+            return
+        async with self._lock:
+            if offset == self.hashed:
+                await self._offload(self._hasher.update, view)
+                self.hashed += len(view)
+                self._on_hashed()
 
     async def run(self) -> None:
         while True:
             end = min(self._prefix(), self.size)
             while self.hashed < end:  # chunk by chunk, so that a cancellation (Ctrl-C) is heard in between
-                length = min(HASH_CHUNK, end - self.hashed)
-                await trio.to_thread.run_sync(self._hash_chunk, self.hashed, length)
-                self.hashed += length
+                async with self._lock:
+                    length = min(HASH_CHUNK, end - self.hashed)
+                    if length > 0:
+                        await self._offload(self._hash_chunk, self.hashed, length)
+                        self.hashed += length
+                        self._on_hashed()
             if self.hashed >= self.size:
                 return
             await self._wake.wait()
@@ -157,14 +181,29 @@ class PrefixHasher:
     def hexdigest(self) -> str:
         if self.hashed != self.size:
             raise RuntimeError(f"only {self.hashed} of {self.size} bytes are hashed")
-        return self._hasher.hexdigest()
+        return str(self._hasher.hexdigest())
 
     def _hash_chunk(self, offset: int, length: int) -> None:
-        data = os.pread(self.fd, length, offset)
+        data = self._read(offset, length)
         if len(data) != length:
             raise OSError(errno.EIO, f"the part file ended at {offset + len(data)}, before {offset + length}")
         self._hasher.update(data)
         write_behind(self.fd, offset, length)
+
+
+def whole_file_is(path: Path, size: int, algorithm: str, expected: str) -> bool:
+    """Whether ``path`` holds ``size`` bytes whose hash is ``expected`` (an earlier run's finished file: checked
+    again all the same, since anything may have touched it since). Unreadable: no."""
+    try:
+        if not path.is_file() or path.stat().st_size != size:
+            return False
+        hasher = block_hasher(algorithm)
+        with path.open("rb") as f:
+            while chunk := f.read(HASH_CHUNK):
+                hasher.update(chunk)
+    except OSError:
+        return False
+    return hasher.hexdigest() == expected
 
 
 def write_behind(fd: int, offset: int, length: int) -> None:

@@ -22,9 +22,8 @@ from lnet.client.fetching.blocks import (
     OutputError,
     get_file,
 )
-from lnet.client.fetching.partfile import HASH_CHUNK
+from lnet.client.fetching.partfile import whole_file_is
 from lnet.client.formats import tree
-from lnet.client.formats.manifest import block_hasher
 
 __all__ = ["get_directory", "stream_path"]
 
@@ -34,19 +33,9 @@ def stream_path(out: Path) -> Path:
 
 
 def _stream_is_whole(path: Path, manifest: tree.TreeManifest) -> bool:
-    """Whether an earlier run left the whole verified stream (it was renamed into place only once verified; the
-    hash is checked again all the same, since anything may have touched it since)."""
+    """Whether an earlier run left the whole verified stream (it was renamed into place only once verified)."""
     stream = manifest.stream
-    try:
-        if path.stat().st_size != stream.size:
-            return False
-        hasher = block_hasher(stream.hash_algorithm)
-        with path.open("rb") as f:
-            while chunk := f.read(HASH_CHUNK):
-                hasher.update(chunk)
-    except OSError:
-        return False
-    return hasher.hexdigest() == stream.file_hash
+    return whole_file_is(path, stream.size, stream.hash_algorithm, stream.file_hash)
 
 
 def _check_output(out: Path) -> None:

@@ -44,7 +44,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from lnet.client.formats.documents import check_object, kind, show
-from lnet.client.formats.manifest import HASH_ALGORITHMS, MAX_BLOCK_SIZE, MAX_FILE_SIZE, MAX_TEXT
+from lnet.client.formats.manifest import (
+    HASH_ALGORITHMS,
+    MAX_BLOCK_SIZE,
+    MAX_FILE_SIZE,
+    MAX_TEXT,
+    ManifestError,
+    whole_number,
+)
 from lnet.depot.protocol import is_capability, redact
 
 __all__ = [
@@ -429,11 +436,11 @@ def indices(spans: Sequence[tuple[int, int]]) -> set[int]:
 
 
 def _whole(value: Any, where: str, low: int, high: int) -> int:
-    if not isinstance(value, int) or isinstance(value, bool):
-        raise PublishedError(f"{where} must be a whole number, not {kind(value)}")
-    if not low <= value <= high:
-        raise PublishedError(f"{where} is {show(value)}, outside [{low}, {high}]")
-    return value
+    """``manifest.whole_number``'s check, its failure a ``PublishedError``."""
+    try:
+        return whole_number(value, where, low, high)
+    except ManifestError as exc:
+        raise PublishedError(str(exc)) from None
 
 
 def _flag(value: Any, where: str) -> bool:
