@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/scheduler.py [--seeds N] [--duration-s S]
     .venv/bin/python bench/scheduler.py --multipath [--seeds N] [--margins 0.05,0.1,0.15,0.25]
+    .venv/bin/python bench/scheduler.py --random N [--seed S] [--jobs J] [--only I,J,...]
 
 Prints tables and, last, one JSON line with every figure. Targets (issue 4): widest path under 5 ms on a
 full mesh of 50 vertices and under 0.5 s at 1000; in the simulator, at most as many path attempts as vertices
@@ -9,22 +10,38 @@ full mesh of 50 vertices and under 0.5 s at 1000; in the simulator, at most as m
 streams a hop on ``two_routes``, ``three_routes`` and ``one_bottleneck`` with ``max_paths`` 1, 2 and 3 and each
 path margin; targets: at least 0.85 of the sum of the disjoint routes' pinned rates, at least 1.4x ``max_paths``
 1 where two routes of similar rate exist, never below 0.95x of it where every route shares one bottleneck.
+
+``--random N`` runs only the distribution: N seeded scenarios (``lnet.scheduler.scenarios``; a fresh seed unless
+``--seed``, always printed), each a cold transfer of ``COLD_S`` (600) simulated seconds and then a warm one of
+``WARM_S`` (300) from the memory it left, both with lnet-send's defaults (16 blocks in flight a hop at most, 2 at
+least, the in-flight rule, up to 3 paths), against the scenario's oracle. It prints a table per kind, writes
+every scenario's figures to ``bench/results/scheduler-random-<seed>-<time>.json`` and the ratios' CDFs to
+``bench/results/scheduler-random-<seed>.png``.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
+import multiprocessing
+import os
 import random
 import statistics
+import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
 import networkx as nx
 
+from lnet.client.commands.send import DEFAULT_MAX_PATHS
+from lnet.client.sending.relay import RelayConfig
 from lnet.scheduler import THROUGHPUT, EdgeMemory, PathScheduler, SchedulerConfig, edges_of, widest_path
+from lnet.scheduler.scenarios import COLD_S, KINDS, MIN_STREAMS, SIZES, STEP_S, STREAMS, WARM_S, scenario
 from lnet.scheduler.simulator import (
     ABILENE_DST,
     ABILENE_SRC,
@@ -202,6 +219,252 @@ def multipath(seeds: int, duration_s: float, margins: list[float], noise: float)
     return figures
 
 
+# -- the distribution over random scenarios ----------------------------------------------------------------
+
+RESULTS = Path(__file__).resolve().parent / "results"
+SIZE_CLASSES = ("<=8", "16", "32")
+
+
+def send_config() -> SchedulerConfig:
+    """lnet-send's scheduler settings when nothing is given: ``send()`` replaces the streams by the relay's
+    in-flight bounds, and ``--max-paths`` defaults to ``DEFAULT_MAX_PATHS``."""
+    relay = RelayConfig()
+    if (relay.max_inflight, relay.min_inflight) != (STREAMS, MIN_STREAMS):
+        raise RuntimeError("lnet-send's in-flight defaults moved: update lnet.scheduler.scenarios to match")
+    return replace(SchedulerConfig(max_paths=DEFAULT_MAX_PATHS), streams=relay.max_inflight,
+                   min_streams=relay.min_inflight)
+
+
+def _mbps(bps: float | None) -> float | None:
+    return None if bps is None else round(bps * 8e-6, 3)
+
+
+def _ratio(num: float, den: float | None) -> float | None:
+    return None if not den else num / den
+
+
+def run_random(job: tuple[int, int, float, float, float]) -> dict[str, Any]:
+    """One scenario's cold and warm transfers and its figures (run in a worker process)."""
+    seed, index, cold_s, warm_s, step_s = job
+    began = time.perf_counter()
+    case = scenario(seed, index, cold_s=cold_s, warm_s=warm_s, step_s=step_s)
+    built = time.perf_counter() - began
+    network, config = case.network, send_config()
+    rtt = network.rtts_from(case.src)
+    memory = EdgeMemory()
+    noise = seed * 1_000_003 + 2 * index
+    options: dict[str, Any] = {"step_s": step_s, "depth": "adaptive", "min_depth": config.min_streams}
+    cold = simulate_transfer(network, PathScheduler(network.vertices, case.src, case.dst, memory, config, rtt_s=rtt),
+                             duration_s=cold_s, seed=noise, **options)
+    warm = simulate_transfer(network, PathScheduler(network.vertices, case.src, case.dst, memory, config, rtt_s=rtt),
+                             start_s=cold_s, duration_s=warm_s, seed=noise + 1, **options)
+    cold_bps, warm_bps = cold.mean_rate(0.0), warm.mean_rate(cold_s)
+    reached = cold.first_time_at(0.9 * case.cold.steady_bps)
+    return {
+        "index": index, "kind": case.kind, "depots": case.depots, "size_class": case.size_class, "draws": case.draws,
+        "change_at_s": list(case.change_at_s),
+        "oracle": {
+            "cold_mbps": _mbps(case.cold.best_bps), "warm_mbps": _mbps(case.warm.best_bps),
+            "steady_mbps": _mbps(case.cold.steady_bps), "best_paths": [list(p) for p in case.cold.best_paths],
+            "warm_best_paths": [list(p) for p in case.warm.best_paths],
+            "direct_cold_mbps": _mbps(case.cold.direct_bps), "direct_warm_mbps": _mbps(case.warm.direct_bps),
+            "routes_cold_mbps": _mbps(case.cold.routes_bps), "routes_warm_mbps": _mbps(case.warm.routes_bps),
+            "routes": [list(r) for r in case.routes],
+        },
+        "cold_mbps": _mbps(cold_bps), "warm_mbps": _mbps(warm_bps),
+        "cold_ratio": _ratio(cold_bps, case.cold.best_bps), "warm_ratio": _ratio(warm_bps, case.warm.best_bps),
+        "warm_over_direct": _ratio(warm_bps, case.warm.direct_bps),
+        "cold_over_direct": _ratio(cold_bps, case.cold.direct_bps),
+        "warm_over_routes": _ratio(warm_bps, case.warm.routes_bps),
+        "cold_over_routes": _ratio(cold_bps, case.cold.routes_bps),
+        "cold_to_90_s": reached,
+        "cold_attempts": len(cold.attempts), "warm_attempts": len(warm.attempts),
+        "cold_final_paths": [list(p) for p in cold.final_paths],
+        "warm_final_paths": [list(p) for p in warm.final_paths],
+        "warm_first_paths": [list(p) for p in warm.samples[0].paths],
+        "build_s": round(built, 3), "run_s": round(time.perf_counter() - began - built, 3),
+    }
+
+
+def p10(values: Sequence[float]) -> float:
+    """The 10th percentile, nearest rank."""
+    ordered = sorted(values)
+    return ordered[max(0, math.ceil(0.1 * len(ordered)) - 1)]
+
+
+def summarise_random(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per kind and overall: median and 10th percentile of warm/oracle and cold/oracle; the direct kind's least
+    warm/pinned-direct; the median multipath/sum where the kind has disjoint routes; the cold start's seconds to
+    90% of the best path by size class (a run that never got there counts as slower than any)."""
+    summary: dict[str, Any] = {"kinds": {}, "to_90": {}}
+    for kind in (*KINDS, "all"):
+        mine = [r for r in rows if kind in ("all", r["kind"])]
+        if not mine:
+            continue
+        figures: dict[str, Any] = {"n": len(mine)}
+        for start in ("warm", "cold"):
+            ratios = [r[f"{start}_ratio"] for r in mine]
+            figures[f"{start}_median"], figures[f"{start}_p10"] = statistics.median(ratios), p10(ratios)
+        direct = [r["warm_over_direct"] for r in mine if r["kind"] == "direct"]
+        if direct:
+            figures["warm_over_direct_min"] = min(direct)
+            figures["warm_over_direct_median"] = statistics.median(direct)
+        for start in ("warm", "cold"):
+            routes = [r[f"{start}_over_routes"] for r in mine if r[f"{start}_over_routes"] is not None]
+            if routes:
+                figures[f"{start}_over_routes_median"] = statistics.median(routes)
+        worst = sorted(mine, key=lambda r: r["warm_ratio"])[:3]
+        figures["worst_warm"] = [
+            {"index": r["index"], "depots": r["depots"], "warm_ratio": r["warm_ratio"], "cold_ratio": r["cold_ratio"]}
+            for r in worst
+        ]
+        summary["kinds"][kind] = figures
+    for size in SIZE_CLASSES:
+        times = [r["cold_to_90_s"] for r in rows if r["size_class"] == size]
+        if times:
+            reached = [t for t in times if t is not None]
+            summary["to_90"][size] = {
+                "n": len(times),
+                "median_s": statistics.median(math.inf if t is None else t for t in times),
+                "max_s": math.inf if len(reached) < len(times) else max(reached),
+                "max_reached_s": max(reached, default=None),
+                "never": len(times) - len(reached),
+            }
+    return summary
+
+
+def _f(value: float | None, spec: str = ".2f") -> str:
+    if value is None:
+        return "-"
+    return "never" if math.isinf(value) else format(value, spec)
+
+
+def print_random(seed: int, summary: dict[str, Any], cold_s: float, warm_s: float) -> None:
+    print(f"seed {seed}: cold runs of {cold_s:g} s, then warm runs of {warm_s:g} s, lnet-send's defaults")
+    print("ratios of mean rates over each run to the oracle's (median / 10th percentile); 'direct' = warm over the")
+    print("pinned direct path (least / median, direct kind); '/sum' = over the disjoint routes' pinned sum (median)")
+    print(f"{'kind':>9} {'n':>4} {'warm':>12} {'cold':>12} {'direct':>12} {'warm /sum':>9} {'cold /sum':>9}  "
+          "worst warm: #index (depots) ratio")
+    for kind, k in summary["kinds"].items():
+        direct = (f"{_f(k['warm_over_direct_min'])} / {_f(k['warm_over_direct_median'])}"
+                  if "warm_over_direct_min" in k else "-")
+        worst = ", ".join(f"#{w['index']} ({w['depots']}) {w['warm_ratio']:.2f}" for w in k["worst_warm"])
+        print(f"{kind:>9} {k['n']:>4} {_f(k['warm_median'])} / {_f(k['warm_p10'])} "
+              f"{_f(k['cold_median'])} / {_f(k['cold_p10'])} {direct:>12} {_f(k.get('warm_over_routes_median')):>9} "
+              f"{_f(k.get('cold_over_routes_median')):>9}  {worst}")
+    print()
+    print("cold start: seconds to 90% of the best path (median / max), by depots")
+    for size, t in summary["to_90"].items():
+        print(f"{size:>9} {t['n']:>4} {_f(t['median_s'], '.1f')} / {_f(t['max_s'], '.1f')}"
+              f"  never: {t['never']}, slowest that got there: {_f(t['max_reached_s'], '.1f')}")
+
+
+def plot_random(rows: list[dict[str, Any]], seed: int, path: Path) -> None:
+    """One panel per ratio: its CDF over all scenarios and, for the two main ratios, over each kind."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    panels = [
+        ("warm_ratio", "warm / oracle", True),
+        ("cold_ratio", "cold / oracle", True),
+        ("warm_over_direct", "warm / pinned direct (direct kind)", False),
+        ("warm_over_routes", "warm / sum of disjoint routes", False),
+    ]
+    figure, axes = plt.subplots(2, 2, figsize=(11, 8))
+    for ax, (key, title, by_kind) in zip(axes.flat, panels, strict=True):
+        groups: list[tuple[str, list[dict[str, Any]]]] = [("all", rows)]
+        if by_kind:
+            groups += [(kind, [r for r in rows if r["kind"] == kind]) for kind in KINDS]
+        elif key == "warm_over_direct":
+            groups = [("direct", [r for r in rows if r["kind"] == "direct"])]
+        for label, group in groups:
+            values = sorted(r[key] for r in group if r[key] is not None)
+            if values:
+                ys = [(i + 1) / len(values) for i in range(len(values))]
+                ax.step(values, ys, where="post", label=f"{label} ({len(values)})", linewidth=2.5 if label == "all"
+                        else 1.2)
+        ax.axvline(1.0, color="grey", linewidth=0.8, linestyle="--")
+        ax.set_title(title)
+        ax.set_xlabel("ratio")
+        ax.set_ylabel("fraction of scenarios")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    figure.suptitle(f"bench/scheduler.py --random {len(rows)} --seed {seed}")
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+
+
+def _commit() -> str:
+    repo = Path(__file__).resolve().parent.parent
+    try:
+        return subprocess.run(["git", "describe", "--always", "--dirty"], cwd=repo, capture_output=True, text=True,
+                              check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def random_distribution(args: argparse.Namespace, argv: list[str]) -> int:
+    seed = args.seed if args.seed is not None else random.SystemRandom().randrange(2**32)
+    indices = [int(i) for i in args.only.split(",")] if args.only else list(range(args.random))
+    print(f"seed {seed} (rerun: bench/scheduler.py --random {args.random} --seed {seed})", flush=True)
+    jobs = [(seed, i, args.cold_s, args.warm_s, args.step_s) for i in indices]
+    # Biggest first, so that the workers finish together.
+    jobs.sort(key=lambda job: -scenario_size_class(job[1]))
+    # The scheduler's runs depend on the order of some sets of strings, so on Python's hash seed: the workers get
+    # a fixed one, so that a seed gives the same figures on every run.
+    os.environ["PYTHONHASHSEED"] = "0"
+    started = time.perf_counter()
+    rows: list[dict[str, Any]] = []
+    with multiprocessing.get_context("spawn").Pool(args.jobs) as pool:
+        for row in pool.imap_unordered(run_random, jobs):
+            rows.append(row)
+            if len(rows) % 20 == 0 or len(rows) == len(jobs):
+                print(f"  {len(rows)}/{len(jobs)} scenarios, {time.perf_counter() - started:.0f} s", flush=True)
+    rows.sort(key=lambda r: r["index"])
+    elapsed = time.perf_counter() - started
+    summary = summarise_random(rows)
+    print()
+    print_random(seed, summary, args.cold_s, args.warm_s)
+    if args.only:
+        for r in rows:
+            print(json.dumps(r))
+        return 0
+    RESULTS.mkdir(exist_ok=True)
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
+    out = RESULTS / f"scheduler-random-{seed}-{stamp}.json"
+    document = {
+        "bench": "scheduler-random", "commit": _commit(), "command": " ".join(["bench/scheduler.py", *argv]),
+        "seed": seed, "scenarios": len(rows), "cold_s": args.cold_s, "warm_s": args.warm_s, "step_s": args.step_s,
+        "config": {"streams": STREAMS, "min_streams": MIN_STREAMS, "max_paths": send_config().max_paths,
+                   "depth": "adaptive", "python_hash_seed": 0},
+        "wall_s": round(elapsed, 1), "jobs": args.jobs, "summary": summary, "rows": rows,
+    }
+    out.write_text(json.dumps(_finite(document), indent=1, allow_nan=False) + "\n")
+    picture = RESULTS / f"scheduler-random-{seed}.png"
+    plot_random(rows, seed, picture)
+    print(f"\n{len(rows)} scenarios in {elapsed:.0f} s on {args.jobs} processes; wrote {out} and {picture}")
+    return 0
+
+
+def scenario_size_class(index: int) -> int:
+    """Which size class ``scenario`` gives the index (0 smallest), to start the slow ones first."""
+    return (index // len(KINDS)) % len(SIZES)
+
+
+def _finite(value: Any) -> Any:
+    """``value`` with every infinite figure (a cold start that never got to 90%) written ``"never"``."""
+    if isinstance(value, float) and math.isinf(value):
+        return "never"
+    if isinstance(value, dict):
+        return {key: _finite(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_finite(item) for item in value]
+    return value
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, default=5, help="random topologies per size (default 5)")
@@ -211,7 +474,16 @@ def main(argv: list[str] | None = None) -> int:
         "--margins", default="0.05,0.1,0.15,0.25", help="path margins for --multipath (default 0.05,0.1,0.15,0.25)"
     )
     parser.add_argument("--noise", type=float, default=0.03, help="relative noise of a measurement, --multipath")
+    parser.add_argument("--random", type=int, metavar="N", help="only the distribution over N random scenarios")
+    parser.add_argument("--seed", type=int, help="--random: the scenarios' seed (default: a fresh one)")
+    parser.add_argument("--jobs", type=int, default=2, help="--random: worker processes (default 2)")
+    parser.add_argument("--only", metavar="I,J", help="--random: only these scenario indices (printed, not saved)")
+    parser.add_argument("--cold-s", type=float, default=COLD_S, help=f"--random: cold run, sim. s ({COLD_S:g})")
+    parser.add_argument("--warm-s", type=float, default=WARM_S, help=f"--random: warm run, sim. s ({WARM_S:g})")
+    parser.add_argument("--step-s", type=float, default=STEP_S, help=f"--random: simulator step ({STEP_S:g} s)")
     args = parser.parse_args(argv)
+    if args.random is not None:
+        return random_distribution(args, sys.argv[1:] if argv is None else argv)
     if args.multipath:
         margins = [float(m) for m in args.margins.split(",")]
         paths = multipath(args.seeds, args.duration_s, margins, args.noise)

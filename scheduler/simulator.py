@@ -13,17 +13,20 @@ multiplicative noise, in the engine's convention: ``"stream"`` (lnet's: bytes ov
 so a per-stream rate) or ``"busy"`` (the convention before issue 11: a hop's bytes over the time it was busy, an
 aggregate of all its streams, while a probe reported its one stream; kept to show what went wrong). A hop of
 capacity 0 reports a failure, a failed vertex on the path a depot failure. Events change the truth at given
-times. Same network, scheduler settings and seed: same run, bit for bit.
+times. Same network, scheduler settings and seed: same run, bit for bit. A pinned run (``simulate_pinned``) runs
+fixed paths the same way with no scheduler: what ``lnet-send --path`` would get, the yardstick of the benchmarks.
 
 No wall clock, no sleeps, no I/O: it is for tests and ``bench/scheduler.py``.
 """
 
 from __future__ import annotations
 
+import bisect
 import math
 import random
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Literal
 
 from ._loop import (
@@ -48,6 +51,7 @@ __all__ = [
     "ABILENE_DST",
     "ABILENE_SRC",
     "DegradeEdge",
+    "DegradeLink",
     "FailVertex",
     "MULTIPATH_DST",
     "MULTIPATH_SRC",
@@ -62,6 +66,7 @@ __all__ = [
     "mbit",
     "one_bottleneck",
     "random_topology",
+    "simulate_pinned",
     "simulate_transfer",
     "three_routes",
     "two_routes",
@@ -83,6 +88,19 @@ class DegradeEdge:
 
 
 @dataclass(frozen=True, slots=True)
+class DegradeLink:
+    """From ``at`` on, the physical ``link`` carries ``capacity_bps`` in all, shared by the streams crossing it.
+
+    Only what the link's streams share changes: an overlay edge's per-stream capacity (``capacities``, which
+    already counts its narrowest link) is changed by ``DegradeEdge`` events beside this one, which whoever builds
+    the network knows how to compute (``scenarios`` does)."""
+
+    at: float
+    link: str
+    capacity_bps: float
+
+
+@dataclass(frozen=True, slots=True)
 class FailVertex:
     """From ``at`` on, ``vertex`` is down: unreachable, every edge through it dead."""
 
@@ -90,7 +108,7 @@ class FailVertex:
     vertex: str
 
 
-SimEvent = DegradeEdge | FailVertex
+SimEvent = DegradeEdge | DegradeLink | FailVertex
 
 
 @dataclass(frozen=True)
@@ -123,6 +141,9 @@ class SimNetwork:
         unknown = {link for route in self.routes.values() for link in route} - set(self.links)
         if unknown:
             raise ValueError(f"routes cross links with no capacity: {sorted(unknown)[:3]}")
+        strangers = {e.link for e in self.events if isinstance(e, DegradeLink)} - set(self.links)
+        if strangers:
+            raise ValueError(f"events change links the network does not have: {sorted(strangers)[:3]}")
 
     def share(self, flows: Mapping[Edge, int], now: float) -> dict[Edge, float]:
         """The aggregate rate (bytes/s) each flow gets when ``flows[edge]`` streams run on every edge at once.
@@ -132,7 +153,8 @@ class SimNetwork:
         """
         per: dict[Edge, float] = {}
         active = {edge: count for edge, count in flows.items() if count > 0 and self.capacity(edge, now) > 0}
-        left = dict(self.links)
+        left = self.link_capacities(now)
+        full_at = dict(left)
         while active:
             crossing: dict[str, int] = {}
             for edge, count in active.items():
@@ -147,7 +169,7 @@ class SimNetwork:
                 per[edge] = per.get(edge, 0.0) + rise
             for link, n in crossing.items():
                 left[link] -= rise * n
-            full = {link for link, n in crossing.items() if left[link] <= 1e-9 * max(1.0, self.links[link])}
+            full = {link for link, n in crossing.items() if left[link] <= 1e-9 * max(1.0, full_at[link])}
             done = [
                 edge
                 for edge in active
@@ -161,14 +183,38 @@ class SimNetwork:
         """The edge's capacity at ``now``, after the events up to then; 0 through a failed vertex."""
         if self.failed(edge[0], now) or self.failed(edge[1], now):
             return 0.0
-        capacity = self.capacities[edge]
-        for event in sorted(self.events, key=lambda e: e.at):
-            if isinstance(event, DegradeEdge) and event.at <= now and event.edge == edge:
-                capacity = event.capacity_bps
-        return capacity
+        return _latest(self._timelines.get(("edge", edge)), now, self.capacities[edge])
+
+    def link_capacities(self, now: float) -> dict[str, float]:
+        """Every physical link's capacity at ``now``, after the ``DegradeLink`` events up to then."""
+        return {link: _latest(self._timelines.get(("link", link)), now, rate) for link, rate in self.links.items()}
 
     def failed(self, vertex: str, now: float) -> bool:
-        return any(isinstance(e, FailVertex) and e.vertex == vertex and e.at <= now for e in self.events)
+        down = self._timelines.get(("vertex", vertex))
+        return down is not None and down[0][0] <= now
+
+    def epoch(self, now: float) -> int:
+        """How many events have happened by ``now``: two times of one epoch see the same truth."""
+        return bisect.bisect_right(self._event_times, now)
+
+    @cached_property
+    def _event_times(self) -> list[float]:
+        return sorted(event.at for event in self.events)
+
+    @cached_property
+    def _timelines(self) -> dict[tuple[str, object], list[tuple[float, float]]]:
+        """Each event's subject (an edge, a link, a failed vertex) and its values over time, in the order of
+        ``at`` (events at the same time in the order given), so that a lookup need not scan every event."""
+        timelines: dict[tuple[str, object], list[tuple[float, float]]] = {}
+        for event in sorted(self.events, key=lambda e: e.at):
+            match event:
+                case DegradeEdge(at, edge, capacity_bps):
+                    timelines.setdefault(("edge", edge), []).append((at, capacity_bps))
+                case DegradeLink(at, link, capacity_bps):
+                    timelines.setdefault(("link", link), []).append((at, capacity_bps))
+                case FailVertex(at, vertex):
+                    timelines.setdefault(("vertex", vertex), []).append((at, 0.0))
+        return timelines
 
     def truth(self, src: str, dst: str, now: float = 0.0) -> tuple[Path, float]:
         """The best path at ``now`` by the true capacities, and its throughput."""
@@ -190,6 +236,14 @@ class SimNetwork:
 
     def ramp(self, edge: Edge) -> float:
         return self.ramp_s.get(edge, self.default_ramp_s)
+
+
+def _latest(timeline: list[tuple[float, float]] | None, now: float, initial: float) -> float:
+    """The value of the last change at or before ``now`` in ``timeline`` (sorted by time), else ``initial``."""
+    if not timeline:
+        return initial
+    index = bisect.bisect_right(timeline, now, key=lambda change: change[0])
+    return initial if index == 0 else timeline[index - 1][1]
 
 
 @dataclass(frozen=True, slots=True)
@@ -269,20 +323,75 @@ def simulate_transfer(
     longer add rate), and its measurements say how many (``Measurement.streams``).
     """
     n = scheduler.config.streams if streams is None else streams
+    return _run(network, scheduler, (), start_s=start_s, duration_s=duration_s, size_bytes=size_bytes, step_s=step_s,
+                seed=seed, streams=n, measure=measure, depth=depth, min_depth=min_depth)
+
+
+def simulate_pinned(
+    network: SimNetwork,
+    paths: Sequence[Path],
+    *,
+    streams: int,
+    start_s: float = 0.0,
+    duration_s: float = 600.0,
+    size_bytes: float | None = None,
+    step_s: float = 0.5,
+    depth: Literal["fixed", "adaptive"] = "fixed",
+    min_depth: int = 2,
+) -> SimResult:
+    """A pinned run: ``paths`` (edge-disjoint, the first the primary) from start to end, ``streams`` a hop, with
+    no scheduler, no probes and no decisions, as ``simulate_transfer`` runs a set it does not change: what
+    ``lnet-send --path`` gets. Its samples are true rates, so no seed."""
+    if not paths:
+        raise ValueError("a pinned run needs at least one path")
+    return _run(network, None, tuple(tuple(path) for path in paths), start_s=start_s, duration_s=duration_s,
+                size_bytes=size_bytes, step_s=step_s, seed=0, streams=streams, measure="stream", depth=depth,
+                min_depth=min_depth)
+
+
+def _run(
+    network: SimNetwork,
+    scheduler: PathScheduler | None,
+    pinned: tuple[Path, ...],
+    *,
+    start_s: float,
+    duration_s: float,
+    size_bytes: float | None,
+    step_s: float,
+    seed: int,
+    streams: int,
+    measure: Literal["stream", "busy"],
+    depth: Literal["fixed", "adaptive"],
+    min_depth: int,
+) -> SimResult:
+    """``simulate_transfer`` driven by ``scheduler``, or ``simulate_pinned`` on ``pinned`` when it is None."""
+    n = streams
     rng = random.Random(seed)
     t = start_s
-    first = scheduler.start(t)
-    paths = first.all_paths
+    probing: dict[Edge, float] = {}
+    if scheduler is None:
+        paths = pinned
+    else:
+        first = scheduler.start(t)
+        paths = first.all_paths
+        probing = dict.fromkeys(first.probes, t)
     since = {edge: t for path in paths for edge in edges_of(path)}
-    probing = dict.fromkeys(first.probes, t)
-    probe_s = scheduler.config.probe_s
+    probe_s = math.inf if scheduler is None else scheduler.config.probe_s
     samples: list[SimSample] = []
     decisions: list[tuple[float, Switch | DropDepot]] = []
     delivered = 0.0
     finished_at: float | None = None
     end = start_s + duration_s
 
-    warmup_s = scheduler.config.warmup_s
+    warmup_s = 0.0 if scheduler is None else scheduler.config.warmup_s
+    shared: dict[tuple[frozenset[tuple[Edge, int]], int], dict[Edge, float]] = {}
+
+    def share(flows: dict[Edge, int]) -> dict[Edge, float]:
+        """``network.share(flows, t)``, remembered: the flows and the truth change far less often than steps."""
+        key = (frozenset(flows.items()), network.epoch(t))
+        if key not in shared:
+            shared[key] = network.share(flows, t)
+        return shared[key]
 
     def run_hop(
         edge: Edge, started: float, shared: float, count: int, events: list[Event], *, report: bool
@@ -305,10 +414,10 @@ def simulate_transfer(
         """``depths``: each hop at the fewest streams that get it within 5% of what its ``n`` would."""
         for edge in hops:
             others = flows[edge] - n  # a probe on the same edge
-            aim = 0.95 * network.share(flows, t)[edge] * n / flows[edge]
+            aim = 0.95 * share(flows)[edge] * n / flows[edge]
             for d in range(min(min_depth, n), n):
                 trial = {**flows, edge: others + d}
-                if network.share(trial, t)[edge] * d / trial[edge] >= aim:
+                if share(trial)[edge] * d / trial[edge] >= aim:
                     flows, depths[edge] = trial, d
                     break
         return flows
@@ -330,7 +439,7 @@ def simulate_transfer(
         depths = {edge: n for path in paths for edge in edges_of(path)}
         if depth == "adaptive":
             flows = adapt(flows, list(depths))
-        shares = network.share(flows, t)
+        shares = share(flows)
         # A dead hop through a dead depot is reported as the depot's failure, not the hop's.
         path_rates = []
         for path in paths:
@@ -356,6 +465,8 @@ def simulate_transfer(
         if size_bytes is not None and delivered >= size_bytes:
             finished_at = t
             break
+        if scheduler is None:
+            continue
         for event in events:
             scheduler.measure(event)
         decision = scheduler.tick(t)
@@ -366,7 +477,7 @@ def simulate_transfer(
         if decision.all_paths != paths:
             since = {edge: since.get(edge, t) for path in decision.all_paths for edge in edges_of(path)}
             paths = decision.all_paths
-    return SimResult(scheduler.attempts, samples, decisions, delivered, finished_at)
+    return SimResult([] if scheduler is None else scheduler.attempts, samples, decisions, delivered, finished_at)
 
 
 # -- topologies ------------------------------------------------------------------------------------------

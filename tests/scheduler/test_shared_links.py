@@ -14,7 +14,17 @@ from dataclasses import replace
 import pytest
 
 from lnet.scheduler import EdgeMemory, Event, Measurement, PathScheduler, ProbeDone, SchedulerConfig, Switch
-from lnet.scheduler.simulator import SimNetwork, SimResult, abilene_shared, mbit, simulate_transfer
+from lnet.scheduler.simulator import (
+    TWO_ROUTES,
+    DegradeLink,
+    SimNetwork,
+    SimResult,
+    abilene_shared,
+    mbit,
+    simulate_pinned,
+    simulate_transfer,
+    two_routes,
+)
 
 CHAIN = ("ornl", "atl", "ind", "kc", "den", "svl")
 
@@ -32,6 +42,28 @@ def test_streams_share_a_link_max_min_fairly_within_their_own_caps() -> None:
         ("a", "b"): pytest.approx(10.0), ("a", "c"): pytest.approx(10.0), ("b", "c"): pytest.approx(300.0)
     }
     assert network.share({("a", "c"): 4}, 0.0) == {("a", "c"): pytest.approx(20.0)}
+
+
+def test_a_link_event_changes_what_its_streams_share_from_its_time_on() -> None:
+    network = SimNetwork(
+        ("a", "b"), {("a", "b"): 100.0, ("b", "a"): 100.0}, links={"x": 40.0}, routes={("a", "b"): ("x",)},
+        events=(DegradeLink(10.0, "x", 8.0), DegradeLink(20.0, "x", 40.0)),
+    )
+    assert network.share({("a", "b"): 4}, 9.9)[("a", "b")] == pytest.approx(40.0)
+    assert network.share({("a", "b"): 4}, 10.0)[("a", "b")] == pytest.approx(8.0)
+    assert network.share({("a", "b"): 4}, 20.0)[("a", "b")] == pytest.approx(40.0)
+    with pytest.raises(ValueError, match="links the network does not have"):
+        replace(network, events=(DegradeLink(1.0, "y", 1.0),))
+
+
+def test_a_pinned_run_keeps_its_paths_and_gets_what_they_carry_together() -> None:
+    network = two_routes()
+    result = simulate_pinned(network, TWO_ROUTES[:2], streams=2, duration_s=60.0)
+    assert {s.paths for s in result.samples} == {TWO_ROUTES[:2]}
+    assert result.decisions == []
+    assert result.attempts == []
+    # Physically disjoint: the two routes' 20 and 18 Mbit/s add up once the hops have ramped up.
+    assert result.mean_rate(30.0) == pytest.approx(mbit(38.0))
 
 
 def test_the_emulated_abilene_has_the_testbeds_numbers() -> None:
