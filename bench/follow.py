@@ -216,7 +216,8 @@ async def testbed(size: int, runs: int, say: Callable[[str], None]) -> dict[str,
                     process.kill()
                     await process.wait()
                 shutil.rmtree(tmp / "data" / DESTINATION, ignore_errors=True)
-                destination[:] = [await _start_depot(tb, DESTINATION, tmp / "data", capacity=capacity)]
+                destination[:] = [await _start_depot(tb, DESTINATION, tmp / "data", capacity=capacity,
+                                                   max_allocation="16MiB")]
 
             say("  testbed: one cold start to learn the edges (not counted)")
             await fresh_destination("2GiB")

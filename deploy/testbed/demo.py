@@ -47,10 +47,12 @@ def _python(module: str, *args: str) -> list[str]:
     return [sys.executable, "-m", module, *args]
 
 
-async def _start_depot(tb: Testbed, host: str, data_dir: Path, *, capacity: str = "2GiB") -> trio.Process:
+async def _start_depot(
+    tb: Testbed, host: str, data_dir: Path, *, capacity: str = "2GiB", max_allocation: str = "64MiB"
+) -> trio.Process:
     """A depot on ``host`` at the demo's port, its data under ``data_dir / host``; returns once it serves."""
     argv = _python("lnet.depot.cli", "--listen", f"{tb.address(host)}:{PORT}", "--name", host,
-                   "--data-dir", str(data_dir / host), "--capacity", capacity, "--max-allocation", "64MiB",
+                   "--data-dir", str(data_dir / host), "--capacity", capacity, "--max-allocation", max_allocation,
                    "--log-level", "warning")
     process = await tb.spawn(host, argv, stdin=subprocess.DEVNULL, stderr=subprocess.PIPE)
     assert process.stderr is not None
