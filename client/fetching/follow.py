@@ -481,6 +481,10 @@ class _Receiver:
         self.offload = offload
         self.clients: dict[str, DepotClient] = {}
         self.held: dict[int, _Held] = {}
+        self.unfreed: dict[int, _Held] = {}  # on disk, not yet freed at the depot
+        self.unlogged: list[_Held] = []  # on disk, not yet in the state
+        self.freed_ranges: tuple[tuple[int, int], ...] = ()  # what the drain record says, kept as it grows
+        self.freed_bytes = 0
         self.wanted: dict[int, PublishedBlock] = {}  # queued or being fetched
         self.gone: dict[int, str] = {}  # read capabilities a fetch found no allocation under
         self.drained_seq = 0
@@ -532,7 +536,8 @@ class _Receiver:
                 and await self.offload(_is_whole, target, first)):
             # An earlier run verified and placed it, then stopped before its last steps.
             found = self.state.read(first)
-            self.held, self.drained_seq = found.held, found.seq
+            self._account(found.held)
+            self.drained_seq = found.seq
             resumed = first.blocks_total
             self.on_progress(first.size)
         else:
@@ -574,9 +579,9 @@ class _Receiver:
                 if self.shape is not None:
                     self.spool = TreeSpool(self.out, part.fd, self.shape)
                     read = self.spool.read
-                    self.held = await self.offload(self._resume_tree, self.spool, found)
+                    self._account(await self.offload(self._resume_tree, self.spool, found))
                 else:
-                    self.held = await self.offload(_recheck, read, found.held, publication.hash_algorithm)
+                    self._account(await self.offload(_recheck, read, found.held, publication.hash_algorithm))
                     part.preallocate(publication.size)
                 extraction = self.spool.extraction if self.spool is not None else None
                 await self.offload(self.state.rewrite, self.held, self.drained_seq + 1,
@@ -600,7 +605,7 @@ class _Receiver:
                 raise
             finally:
                 with trio.CancelScope(shield=True):  # what is on disk, kept for a resume
-                    await self.offload(self._make_durable)
+                    await self._durable()
                 self.state.close()
         except OSError as exc:
             raise GetError(f"{target}: {exc.strerror or exc}") from None
@@ -769,7 +774,14 @@ class _Receiver:
         return found
 
     def _undrained(self) -> bool:
-        return any(not h.freed for h in self.held.values())
+        return bool(self.unfreed)
+
+    def _account(self, held: dict[int, _Held]) -> None:
+        """The blocks an earlier run left on disk (checked), and what of them is still to free and to say."""
+        self.held = held
+        self.unfreed = {index: h for index, h in held.items() if not h.freed}
+        self.freed_ranges = published.ranges(index for index, h in held.items() if h.freed)
+        self.freed_bytes = sum(h.length for h in held.values() if h.freed)
 
     def _show(self, text: str) -> None:
         if text != self.shown_state:
@@ -797,7 +809,8 @@ class _Receiver:
                 del self.wanted[block.index]
                 if held is None:
                     continue
-                self.held[block.index] = held
+                self.held[block.index] = self.unfreed[block.index] = held
+                self.unlogged.append(held)
                 if self.spool is not None:
                     self.spool.extraction.block_held(block.index)
                     self._extract_soon()
@@ -873,11 +886,11 @@ class _Receiver:
         them are durable; then say so in the drain record. One round for everything landed since the last; whether
         there was anything to free."""
         self.landed = trio.Event()
-        batch = [h for h in self.held.values() if not h.freed]
+        batch = list(self.unfreed.values())
         if not batch:
             return False
         listed = {b.index: b for b in self.publication.blocks}
-        await self.offload(self._make_durable)
+        await self._durable()
         self._extract_soon()  # listed in the state: may be punched
         limiter = trio.CapacityLimiter(self.parallel)
         failures: list[GetError] = []
@@ -901,18 +914,26 @@ class _Receiver:
         async with trio.open_nursery() as nursery:
             for held in batch:
                 nursery.start_soon(free, held)
-        await self.offload(self.state.append_freed, [h.index for h in batch if h.freed], self.drained_seq + 1)
+        freed = [h.index for h in batch if h.freed]
+        for index in freed:
+            self.freed_bytes += self.unfreed.pop(index).length
+        self.freed_ranges = published.merged(self.freed_ranges, freed)
+        await self.offload(self.state.append_freed, freed, self.drained_seq + 1)
         if failures:
             raise failures[0]
         await self.write_drained("receiving")
         return True
 
-    def _make_durable(self) -> None:
-        """The part file's bytes, then the state that lists them, on disk: only then may their blocks be freed."""
-        new = [h for h in self.held.values() if not h.logged]
+    async def _durable(self) -> None:
+        """The part file's bytes, then the state that lists the blocks fetched since the last time, on disk: only
+        then may those blocks be freed."""
+        new, self.unlogged = self.unlogged, []  # taken here, in the loop: the fetchers go on adding meanwhile
         if new and self.fd >= 0:
-            os.fdatasync(self.fd)
-            self.state.append_held(new, self.drained_seq + 1)
+            await self.offload(self._make_durable, new)
+
+    def _make_durable(self, new: list[_Held]) -> None:
+        os.fdatasync(self.fd)
+        self.state.append_held(new, self.drained_seq + 1)
 
     async def write_drained(self, state: str, message: str | None = None) -> None:
         """The drain record: every block on disk and freed, its bytes, this receiver's state."""
@@ -920,10 +941,9 @@ class _Receiver:
         place = data_url(ack) if ack is not None else None
         if place is None:
             raise NotAPublication("the publication's ack is not a depot's data URL")
-        freed = [h for h in self.held.values() if h.freed]
         self.drained_seq += 1
-        record = Drained(self.drained_seq, time.time(), published.ranges(h.index for h in freed),
-                         sum(h.length for h in freed), state, message[: file_manifest.MAX_TEXT] if message else None)
+        record = Drained(self.drained_seq, time.time(), self.freed_ranges, self.freed_bytes, state,
+                         message[: file_manifest.MAX_TEXT] if message else None)
         try:
             await self.client(place[0]).write(place[1], record.framed(), offset=0)
         except DepotUnreachable as exc:

@@ -68,6 +68,7 @@ __all__ = [
     "drained_size",
     "frame",
     "indices",
+    "merged",
     "is_publication",
     "parse",
     "parse_drained",
@@ -426,6 +427,19 @@ def ranges(done: Iterable[int]) -> tuple[tuple[int, int], ...]:
         else:
             spans.append([index, index + 1])
     return tuple((start, end) for start, end in spans)
+
+
+def merged(spans: Sequence[tuple[int, int]], more: Iterable[int]) -> tuple[tuple[int, int], ...]:
+    """``spans`` with the indices ``more`` added, merged: the cost is the ranges and the new indices, not every
+    index the ranges hold."""
+    pieces = sorted([*spans, *ranges(more)])
+    out: list[list[int]] = []
+    for start, end in pieces:
+        if out and start <= out[-1][1]:
+            out[-1][1] = max(out[-1][1], end)
+        else:
+            out.append([start, end])
+    return tuple((start, end) for start, end in out)
 
 
 def indices(spans: Sequence[tuple[int, int]]) -> set[int]:
