@@ -183,7 +183,10 @@ class PublicationState:
     ack: str | None
     created: float
     tree_url: str | None = None
-    landed: dict[int, BlockRecord] = field(default_factory=dict)
+    landed_blocks: int = 0
+    landed_bytes: int = 0
+    pending: dict[int, BlockRecord] = field(default_factory=dict)
+    """``--follow``: the landed blocks the receiver has not drained (a few depots' worth, never the whole file)."""
     drained: Drained = field(default_factory=Drained)
     seq: int = 0
     waiting: str | None = None
@@ -195,23 +198,36 @@ class PublicationState:
     def final(self) -> bool:
         return self.file_hash is not None
 
-    def pending(self) -> list[BlockRecord]:
-        """The landed blocks the receiver has not drained, by index."""
-        return [self.landed[i] for i in sorted(self.landed) if i not in self.drained]
+    def land(self, record: BlockRecord) -> None:
+        """A block verified at the destination (or found there on a resume)."""
+        self.landed_blocks += 1
+        self.landed_bytes += record.length
+        if self.plan.follow and record.index not in self.drained:
+            self.pending[record.index] = record
+
+    def drain(self, drained: Drained) -> None:
+        """The receiver's latest drain record: what it lists leaves the publication."""
+        self.drained = drained
+        for index in [index for index in self.pending if index in drained]:
+            del self.pending[index]
+
+    def listed(self) -> list[BlockRecord]:
+        """``--follow``: what the next version lists: the pending blocks by index, as many as it has room for."""
+        return [self.pending[index] for index in sorted(self.pending)[: self.plan.listed_max]]
 
     def unlisted(self) -> int:
         """``--follow``: landed blocks that wait for room in the publication."""
-        return max(0, len(self.pending()) - self.plan.listed_max)
+        return max(0, len(self.pending) - self.plan.listed_max)
 
     def document(self, now: float) -> Publication:
         plan = self.plan
         listed = tuple(
             PublishedBlock(r.index, r.offset, r.length, r.hash, r.allocation.read, r.allocation.manage,
                            r.allocation.expires)
-            for r in self.pending()[: plan.listed_max]
-        ) if plan.follow else ()
+            for r in self.listed()
+        )
         state = "stopped" if self.stopped else "done" if self.final else "waiting" if self.waiting else "sending"
-        sender = SenderState(state, len(self.landed), sum(r.length for r in self.landed.values()), self.waiting)
+        sender = SenderState(state, self.landed_blocks, self.landed_bytes, self.waiting)
         return Publication(
             plan.name, plan.kind, plan.size, plan.block_size, len(plan.spans), plan.hash_algorithm, plan.follow,
             self.depot, self.created, now, self.seq, sender, self.ack, listed, self.final, self.file_hash,
@@ -282,7 +298,7 @@ class Publisher:
 
     def landed(self, record: BlockRecord) -> None:
         """A block was verified at the destination (or found there on a resume)."""
-        self.state.landed[record.index] = record
+        self.state.land(record)
         self._changed.set()
 
     def waiting(self, depot: str | None) -> None:
@@ -319,9 +335,9 @@ class Publisher:
             await self._write()
 
     def _dirty(self) -> bool:
-        document = self.state.document(0.0)
-        key = (len(self.state.landed), tuple(b.index for b in document.blocks), document.sender.state,
-               self.state.waiting, self.state.final)
+        state = self.state
+        key = (state.landed_blocks, tuple(r.index for r in state.listed()), state.stopped, state.waiting,
+               state.final)
         if key != self._last_key:
             self._last_key = key
             return True
@@ -349,7 +365,7 @@ class Publisher:
             return
         self._drain_seen = drained.seq
         more = drained.count - self.state.drained.count
-        self.state.drained = drained
+        self.state.drain(drained)
         if more > 0:
             self.on_room(more)
         self.on_receiver(ReceiverProgress(drained.count, drained.drained_bytes, drained.state, drained.message,

@@ -78,9 +78,9 @@ def test_a_follow_publication_lists_what_the_receiver_has_not_drained_and_no_mor
     state = PublicationState(plan, "http://dst.test:6714", "http://dst.test:6714/v1/data/" + "w" * 32, 1.0)
     for i in range(8):
         cap = f"{i:032d}"
-        state.landed[i] = BlockRecord(i, i * MiB, MiB, "ab" * 32, Allocation("http://dst.test:6714", cap, cap, cap,
-                                                                              MiB, 9e9, "soft"))
-    state.drained = published.Drained(ranges=((0, 2),))
+        state.land(BlockRecord(i, i * MiB, MiB, "ab" * 32, Allocation("http://dst.test:6714", cap, cap, cap,
+                                                                       MiB, 9e9, "soft")))
+    state.drain(published.Drained(ranges=((0, 2),)))
     document = state.document(2.0)
     assert [b.index for b in document.blocks] == [2, 3, 4, 5, 6]
     assert state.unlisted() == 1
