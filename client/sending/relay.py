@@ -93,6 +93,7 @@ __all__ = [
     "SpaceWait",
     "Stream",
     "TransferFailed",
+    "block_spans",
     "inflight_for",
 ]
 
@@ -410,8 +411,6 @@ class Traced:
     at: float
 
 
-
-
 @dataclass(frozen=True)
 class SpaceWait:
     """A depot answers that it is full (``waiting``), or took a block again after that (not ``waiting``)."""
@@ -664,9 +663,10 @@ class _ReadBuffers:
 
 
 DRAIN_AT_ONCE = 8
+"""Frees a pool has in flight at once when the transfer ends (``_Pool.drain``)."""
 FULL_POLL_FIRST_S = 0.02
 FULL_POLL_MAX_S = 1.0
-"""Frees a pool has in flight at once when the transfer ends (``_Pool.drain``)."""
+"""How soon, and at most how far apart, a full depot is asked again for an allocation (``_Pool.take``)."""
 
 _HASH_AHEAD_BYTES = 128 * MiB
 """Bytes of blocks read ahead of the whole-file hash's position that it keeps for later (``_WholeHash``)."""
@@ -832,8 +832,7 @@ class Relay:
         if isinstance(self.source, Stream):
             spans = self.source.spans
         else:
-            step = self.config.block_size
-            spans = tuple((o, min(step, self.size - o)) for o in range(0, self.size, step))
+            spans = tuple(block_spans(self.size, self.config.block_size))
         blocks = [_Block(i, offset, length) for i, (offset, length) in enumerate(spans)]
         for index, record in self._already.items():
             if not 0 <= index < len(spans) or spans[index] != (record.offset, record.length):
@@ -1537,6 +1536,11 @@ class Relay:
                 and (entry := self.scheduler.memory.entry(u, v)) is not None and entry.ceiling_bps is not None
             }
         self.on_event(Traced("decision", data, now))
+
+
+def block_spans(size: int, block_size: int) -> list[tuple[int, int]]:
+    """A file of ``size`` bytes cut into blocks: each block's (offset, length), in order."""
+    return [(offset, min(block_size, size - offset)) for offset in range(0, size, block_size)]
 
 
 def _read_exactly(fd: int, offset: int, length: int) -> bytes:

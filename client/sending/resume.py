@@ -40,6 +40,7 @@ from lnet.client.sending.relay import (
     RelayEvent,
     Stream,
     TransferFailed,
+    block_spans,
 )
 from lnet.client.wire.depot_client import DepotClient, DepotUnreachable, NotFound
 from lnet.depot.protocol import DepotError
@@ -76,22 +77,18 @@ def resume_command(argv: Sequence[str]) -> str:
     return shlex.join(["lnet-send", *(arg for arg in argv if arg != "--restart")])
 
 
-def _spans(size: int, block_size: int) -> list[tuple[int, int]]:
-    return [(offset, min(block_size, size - offset)) for offset in range(0, size, block_size)]
-
-
 def file_header(path: Path, dest: str, config: RelayConfig) -> JournalHeader:
     info = path.stat()
     return JournalHeader(
         "file", path.name, str(path.resolve()), dest, info.st_size, f"{info.st_size}:{info.st_mtime_ns}",
-        config.block_size, config.hash_algorithm, journal.layout_digest(_spans(info.st_size, config.block_size)),
+        config.block_size, config.hash_algorithm, journal.layout_digest(block_spans(info.st_size, config.block_size)),
     )
 
 
 def source_header(urls: Sequence[str], name: str, size: int, dest: str, config: RelayConfig) -> JournalHeader:
     return JournalHeader(
         "source", name, " ".join(urls), dest, size, "", config.block_size, config.hash_algorithm,
-        journal.layout_digest(_spans(size, config.block_size)),
+        journal.layout_digest(block_spans(size, config.block_size)),
     )
 
 
@@ -196,7 +193,7 @@ class SendJournal:
         if self.discarded_publication is not None:
             await self._free_publication(dest, self.discarded_publication)
             self.discarded_publication = None
-        spans = source.spans if isinstance(source, Stream) else _spans(header.size, header.block_size)
+        spans = source.spans if isinstance(source, Stream) else block_spans(header.size, header.block_size)
         records = journal.usable_records(self.records, spans, dest.base_url)
         await self._check_source(header, records, source, available, offload or trio.to_thread.run_sync)
         gone = {index: record for index, record in records.items() if index in drained}

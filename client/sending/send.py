@@ -12,6 +12,7 @@ its replicas. The rest are the pieces the command's outcome is made of (``build_
 from __future__ import annotations
 
 import math
+import os
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -25,7 +26,7 @@ import trio
 
 from lnet.client.exits import ExitCode
 from lnet.client.fetching import mirrors
-from lnet.client.formats import report
+from lnet.client.formats import published, report
 from lnet.client.formats.manifest import BlockEntry, BlockSource, Manifest
 from lnet.client.formats.overlay import Overlay
 from lnet.client.sending.publish import (
@@ -50,6 +51,7 @@ from lnet.client.sending.relay import (
     RelayResult,
     SpaceWait,
     Stream,
+    block_spans,
 )
 from lnet.client.sending.relay import TransferFailed as RelayFailed
 from lnet.client.sending.resume import (
@@ -347,14 +349,16 @@ async def send(
                                               depots={client.base_url: client for client in clients.values()})
         publisher = None
         if publish is not None:
-            spans = file.spans if isinstance(file, Stream) else _file_spans(file, relay_config.block_size)
+            spans = file.spans if isinstance(file, Stream) else block_spans(os.stat(file).st_size,
+                                                                            relay_config.block_size)
+            room = DepotLimits.from_status(statuses[dest])
             plan = plan_sizes(
                 name=publish.name, kind=publish.kind, spans=spans, block_size=relay_config.block_size,
                 hash_algorithm=relay_config.hash_algorithm, follow=publish.follow, tree=publish.tree,
-                depot_url=overlay.depots[dest].url, capacity=DepotLimits.from_status(statuses[dest]).capacity,
+                depot_url=overlay.depots[dest].url, capacity=room.capacity,
             )
             remaining = plan.size - sum(record.length for record in delivered.values())
-            check_room(dest, DepotLimits.from_status(statuses[dest]), plan if previous is None else replace(
+            check_room(dest, room, plan if previous is None else replace(
                 plan, document_size=0, drained_size=0, tree_size=0), remaining=remaining,
                 block_size=relay_config.block_size, subject=publish.name)
             publisher = Publisher(clients[dest], plan, duration_s=relay_config.duration_s, on_receiver=on_event,
@@ -425,11 +429,6 @@ async def send(
                 await client.aclose()
 
 
-def _file_spans(file: Path, block_size: int) -> list[tuple[int, int]]:
-    size = file.stat().st_size
-    return [(offset, min(block_size, size - offset)) for offset in range(0, size, block_size)]
-
-
 async def _previous_publication(
     dest: DepotClient, raw: dict[str, Any], follow: bool
 ) -> tuple[PublicationCaps | None, frozenset[int]]:
@@ -441,8 +440,6 @@ async def _previous_publication(
         return None, frozenset()
     if not follow or caps.drained is None:
         return caps, frozenset()
-    from lnet.client.formats import published
-
     try:
         document = published.unframe(await dest.read(caps.drained.read), published.DRAINED_FORMAT)
         record = published.parse_drained(document) if document is not None else published.Drained()
