@@ -17,6 +17,7 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from pathlib import Path
+from typing import TypeVar
 
 import trio
 from rich.console import Console
@@ -218,6 +219,20 @@ async def transfer(args: SendArgs, argv: list[str], io: ClientIO, out: CommandOu
 
 
 Prepared = tuple[Overlay, RelayConfig, list[str] | None, PlanConfig]
+M = TypeVar("M")
+
+
+def _once(make: Callable[[RelayResult], M]) -> Callable[[RelayResult], M]:
+    """``make`` called on the first result only: the publication's final manifest and the one written here are
+    one document (its ``created`` time included)."""
+    made: list[M] = []
+
+    def once(result: RelayResult) -> M:
+        if not made:
+            made.append(make(result))
+        return made[0]
+
+    return once
 
 
 def _prepare(args: SendArgs) -> Prepared | Failed:
@@ -374,12 +389,8 @@ class _Send:
         progress = _SendProgress(console, size, show=show, lines=not args.json, trace=args.trace, name=name,
                                  blocks=-(-size // relay_config.block_size))
 
-        built: list[Manifest] = []
-
-        def manifest_of(result: RelayResult) -> Manifest:  # once: the publication's and the file's are one
-            if not built:
-                built.append(build_manifest(Path(name), dest_url, result, relay_config, final_path(result)))
-            return built[0]
+        manifest_of = _once(lambda result: build_manifest(Path(name), dest_url, result, relay_config,
+                                                          final_path(result)))
 
         publish = PublishOptions(name, "file", args.follow, manifest_of=lambda result: manifest_of(result).to_dict())
         options = self.options(journal, progress, relay_config, publish)
@@ -473,16 +484,14 @@ class _Send:
                                  trace=args.trace, name=name, blocks=len(plan.blocks))
         pieces = packed.block_pieces()
 
-        built: list[tree.TreeManifest] = []
+        def tree_manifest(result: RelayResult) -> tree.TreeManifest:
+            stream = build_manifest(Path(name), overlay.depots[args.to].url, result, config, final_path(result))
+            return tree.TreeManifest(
+                name=name, created=time.time(), entries=tuple(entries),
+                blocks=tuple(tuple(tree.TreePiece(**p) for p in block) for block in pieces), stream=stream,
+            )
 
-        def manifest_of(result: RelayResult) -> tree.TreeManifest:  # once: the publication's and the file's are one
-            if not built:
-                stream = build_manifest(Path(name), overlay.depots[args.to].url, result, config, final_path(result))
-                built.append(tree.TreeManifest(
-                    name=name, created=time.time(), entries=tuple(entries),
-                    blocks=tuple(tuple(tree.TreePiece(**p) for p in block) for block in pieces), stream=stream,
-                ))
-            return built[0]
+        manifest_of = _once(tree_manifest)
 
         shape = {"entries": [entry.to_dict() for entry in entries], "blocks": [list(block) for block in pieces]}
         publish = PublishOptions(name, "tree", args.follow, tree=shape if args.follow else None,
