@@ -310,12 +310,8 @@ def _block(raw: Any, where: str, algorithm: str, block_size: int, size: int, tot
 
 def _sender(raw: Any) -> SenderState:
     fields = check_object(raw, "sender", _SENDER_FIELDS, PublishedError)
-    state = fields["state"]
-    if state not in SENDER_STATES:
-        raise PublishedError(f"sender.state is {show(state)}, expected one of {', '.join(SENDER_STATES)}")
-    waiting = fields["waiting"]
-    if waiting is not None:
-        waiting = _text(waiting, "sender.waiting")
+    state = _choice(fields["state"], "sender.state", SENDER_STATES)
+    waiting = _optional_text(fields["waiting"], "sender.waiting")
     return SenderState(state, _whole(fields["landed"], "sender.landed", 0, MAX_FILE_SIZE),
                        _whole(fields["landed_bytes"], "sender.landed_bytes", 0, MAX_FILE_SIZE), waiting)
 
@@ -401,12 +397,8 @@ def parse_drained(document: Any) -> Drained:
         if spans and start <= spans[-1][1]:
             raise PublishedError(f"ranges[{i}] does not follow the range before it")
         spans.append((start, end))
-    state = top["state"]
-    if state not in RECEIVER_STATES:
-        raise PublishedError(f"state is {show(state)}, expected one of {', '.join(RECEIVER_STATES)}")
-    message = top["message"]
-    if message is not None:
-        message = _text(message, "message")
+    state = _choice(top["state"], "state", RECEIVER_STATES)
+    message = _optional_text(top["message"], "message")
     return Drained(_whole(top["seq"], "seq", 0, MAX_FILE_SIZE), _time(top["updated"], "updated"), tuple(spans),
                    _whole(top["bytes"], "bytes", 0, MAX_FILE_SIZE), state, message)
 
@@ -474,6 +466,16 @@ def _text(value: Any, where: str) -> str:
     if not isinstance(value, str) or not value or len(value) > MAX_TEXT:
         raise PublishedError(f"{where} must be a non-empty string of at most {MAX_TEXT} characters")
     return value
+
+
+def _optional_text(value: Any, where: str) -> str | None:
+    return None if value is None else _text(value, where)
+
+
+def _choice(value: Any, where: str, choices: tuple[str, ...]) -> str:
+    if value not in choices:
+        raise PublishedError(f"{where} is {show(value)}, expected one of {', '.join(choices)}")
+    return str(value)
 
 
 def _url(value: Any, where: str) -> str:
