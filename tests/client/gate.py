@@ -2,7 +2,8 @@
 
 A test of a program in another process (``lnet-send`` killed with -9) needs that program stopped at a known
 point, with no timing guesses: the gate forwards each request to the depot, counts what passed by operation
-(``write``, ``digest``, ``free``, ...; ``publish`` for a write of lnet-send's publication), and holds for good
+(``write``, ``digest``, ``free``, ...; ``publish`` for a write of lnet-send's publication; ``passed`` since the
+test last cleared it, ``forwarded``: answered 2xx by the depot since the gate opened), and holds for good
 any request ``hold(operation, passed)`` says to hold, setting ``held`` when the first one arrives. The program
 then waits on its answer while the test looks.
 ``quiet()`` returns once no request the gate forwarded is still waiting for the depot's answer: after the program
@@ -38,7 +39,8 @@ class Gate:
         assert parts.port is not None
         self.host, self.upstream_port = parts.hostname, parts.port
         self.hold = hold
-        self.passed: Counter[str] = Counter()
+        self.passed: Counter[str] = Counter()  # since the test last cleared it
+        self.forwarded: Counter[str] = Counter()  # answered 2xx, since the gate opened
         self.held = trio.Event()
         self.port = 0
         self.forwarding = 0
@@ -96,6 +98,8 @@ class Gate:
                 response = await _next(upstream, depot)
                 assert isinstance(response, h11.Response)
                 answer = await _body(upstream, depot)
+                if 200 <= response.status_code < 300:
+                    self.forwarded[operation] += 1
             finally:
                 self.forwarding -= 1
                 if self.forwarding == 0:

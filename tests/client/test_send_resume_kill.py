@@ -92,6 +92,24 @@ async def depot_writes(depot: DepotProcess) -> int:
                and 'status="2' in line)
 
 
+async def settled_writes(depot: DepotProcess, gate: Gate) -> int:
+    """The depot's count of writes once it holds every write the gate forwarded.
+
+    The depot counts an answer just after sending it, so a count read the moment a client exits may miss the last
+    one: the count is read until it holds as many as went through the gate (bounded by WAIT_S).
+    """
+    forwarded = gate.forwarded["write"] + gate.forwarded["publish"]
+    with trio.fail_after(WAIT_S):
+        while (writes := await depot_writes(depot)) < forwarded:
+            await trio.sleep(0.01)
+    return writes
+
+
+async def blocks_written(depot: DepotProcess, gate: Gate, before: int) -> int:
+    """The block writes the depot took since ``before``: its settled count less the publication's writes."""
+    return await settled_writes(depot, gate) - before - gate.passed["publish"]
+
+
 async def recorded(where: Path, count: int) -> dict[int, object]:
     """The journal's records once it holds ``count`` (the other process writes them; checked until then)."""
     with trio.fail_after(WAIT_S):
@@ -109,7 +127,7 @@ async def opened(gate: Gate, depot: DepotProcess) -> int:
     with trio.fail_after(WAIT_S):
         await gate.quiet()
     gate.passed.clear()
-    return await depot_writes(depot)
+    return await settled_writes(depot, gate)
 
 
 def digests_after(n: int) -> Callable[[str, Counter[str]], bool]:
@@ -151,7 +169,7 @@ async def test_killed_then_the_same_command_resumes(tmp_path: Path, payload: Pat
         summary = json.loads(again.stdout)
         assert summary["resumed_blocks"] == count
         # no block the destination held is sent again: by the depot's count, and by the gate's
-        assert await depot_writes(depot) - before - gate.passed["publish"] == BLOCKS - count
+        assert await blocks_written(depot, gate, before) == BLOCKS - count
         assert gate.passed["write"] == BLOCKS - count
         assert gate.passed["digest"] == BLOCKS  # the held ones checked, the others verified
         assert not where.exists()
@@ -181,7 +199,7 @@ async def test_ctrl_c_says_how_to_resume(tmp_path: Path, payload: Path) -> None:
         before = await opened(gate, depot)
         again = await run(argv[:-1], tmp_path)  # the command it printed
         assert again.returncode == 0, again.stderr.decode()
-        assert await depot_writes(depot) - before - gate.passed["publish"] == BLOCKS - 3
+        assert await blocks_written(depot, gate, before) == BLOCKS - 3
         out = tmp_path / "fetched.bin"
         await get_file(load_manifest(manifest), out)
         assert out.read_bytes() == await trio.Path(payload).read_bytes()
@@ -210,12 +228,12 @@ async def test_a_file_changed_between_runs_is_refused_until_restart(tmp_path: Pa
         assert "--restart" in message, message
         assert not manifest.exists()
         assert await trio.Path(where).exists()  # nothing lost: the choice is still the user's
-        before = await depot_writes(depot)
+        before = await settled_writes(depot, gate)
         gate.passed.clear()
         again = await run([*argv, "--restart"], tmp_path)
         assert again.returncode == 0, again.stderr.decode()
         assert json.loads(again.stdout)["resumed_blocks"] == 0
-        assert await depot_writes(depot) - before - gate.passed["publish"] == BLOCKS
+        assert await blocks_written(depot, gate, before) == BLOCKS
         async with DepotClient(depot.url) as direct:
             for block in old.values():  # the blocks of the old content were freed
                 with pytest.raises(NotFound):
@@ -248,7 +266,7 @@ async def test_a_tree_resumes(tmp_path: Path) -> None:
         assert again.returncode == 0, again.stderr.decode()
         assert json.loads(again.stdout)["resumed_blocks"] == 2
         document = tree.load(manifest)
-        assert await depot_writes(depot) - before - gate.passed["publish"] == len(document.stream.blocks) - 2
+        assert await blocks_written(depot, gate, before) == len(document.stream.blocks) - 2
         out = tmp_path / "rebuilt"
         await get_directory(document, out)
         for relative, data in contents.items():
@@ -274,7 +292,7 @@ async def test_a_send_from_replicas_resumes_from_its_spool(tmp_path: Path) -> No
         again = await run(argv, tmp_path)
         assert again.returncode == 0, again.stderr.decode()
         assert json.loads(again.stdout)["resumed_blocks"] == 4
-        assert await depot_writes(depot) - before - gate.passed["publish"] == BLOCKS - 4
+        assert await blocks_written(depot, gate, before) == BLOCKS - 4
         assert not any(spool.iterdir())  # removed with the journal
         out = tmp_path / "fetched.bin"
         await get_file(load_manifest(manifest), out)
