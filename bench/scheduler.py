@@ -243,13 +243,13 @@ def _ratio(num: float, den: float | None) -> float | None:
     return None if not den else num / den
 
 
-def run_random(job: tuple[int, int, float, float, float]) -> dict[str, Any]:
+def run_random(job: tuple[int, int, float, float, float, bool]) -> dict[str, Any]:
     """One scenario's cold and warm transfers and its figures (run in a worker process)."""
-    seed, index, cold_s, warm_s, step_s = job
+    seed, index, cold_s, warm_s, step_s, deep = job
     began = time.perf_counter()
     case = scenario(seed, index, cold_s=cold_s, warm_s=warm_s, step_s=step_s)
     built = time.perf_counter() - began
-    network, config = case.network, send_config()
+    network, config = case.network, replace(send_config(), deep_probes=deep)
     rtt = network.rtts_from(case.src)
     memory = EdgeMemory()
     noise = seed * 1_000_003 + 2 * index
@@ -410,7 +410,7 @@ def random_distribution(args: argparse.Namespace, argv: list[str]) -> int:
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(2**32)
     indices = [int(i) for i in args.only.split(",")] if args.only else list(range(args.random))
     print(f"seed {seed} (rerun: bench/scheduler.py --random {args.random} --seed {seed})", flush=True)
-    jobs = [(seed, i, args.cold_s, args.warm_s, args.step_s) for i in indices]
+    jobs = [(seed, i, args.cold_s, args.warm_s, args.step_s, not args.no_deep_probes) for i in indices]
     # Biggest first, so that the workers finish together.
     jobs.sort(key=lambda job: -scenario_size_class(job[1]))
     # The scheduler's runs depend on the order of some sets of strings, so on Python's hash seed: the workers get
@@ -434,16 +434,17 @@ def random_distribution(args: argparse.Namespace, argv: list[str]) -> int:
         return 0
     RESULTS.mkdir(exist_ok=True)
     stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
-    out = RESULTS / f"scheduler-random-{seed}-{stamp}.json"
+    rule = "-no-deep-probes" if args.no_deep_probes else ""
+    out = RESULTS / f"scheduler-random-{seed}{rule}-{stamp}.json"
     document = {
         "bench": "scheduler-random", "commit": _commit(), "command": " ".join(["bench/scheduler.py", *argv]),
         "seed": seed, "scenarios": len(rows), "cold_s": args.cold_s, "warm_s": args.warm_s, "step_s": args.step_s,
         "config": {"streams": STREAMS, "min_streams": MIN_STREAMS, "max_paths": send_config().max_paths,
-                   "depth": "adaptive", "python_hash_seed": 0},
+                   "depth": "adaptive", "deep_probes": not args.no_deep_probes, "python_hash_seed": 0},
         "wall_s": round(elapsed, 1), "jobs": args.jobs, "summary": summary, "rows": rows,
     }
     out.write_text(json.dumps(_finite(document), indent=1, allow_nan=False) + "\n")
-    picture = RESULTS / f"scheduler-random-{seed}.png"
+    picture = RESULTS / f"scheduler-random-{seed}{rule}.png"
     plot_random(rows, seed, picture)
     print(f"\n{len(rows)} scenarios in {elapsed:.0f} s on {args.jobs} processes; wrote {out} and {picture}")
     return 0
@@ -477,6 +478,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--random", type=int, metavar="N", help="only the distribution over N random scenarios")
     parser.add_argument("--seed", type=int, help="--random: the scenarios' seed (default: a fresh one)")
     parser.add_argument("--jobs", type=int, default=2, help="--random: worker processes (default 2)")
+    parser.add_argument("--no-deep-probes", action="store_true",
+                        help="--random: one stream a probe, as before deep probes (to compare the rules)")
     parser.add_argument("--only", metavar="I,J", help="--random: only these scenario indices (printed, not saved)")
     parser.add_argument("--cold-s", type=float, default=COLD_S, help=f"--random: cold run, sim. s ({COLD_S:g})")
     parser.add_argument("--warm-s", type=float, default=WARM_S, help=f"--random: warm run, sim. s ({WARM_S:g})")

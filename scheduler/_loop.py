@@ -105,6 +105,9 @@ class SchedulerConfig:
     """Blocks the transfer keeps in flight on one hop. Measurements are per stream (bytes over the seconds each
     copy took), and an edge's weight is ``streams`` times its per-stream rate: what this transfer would get on
     it. A path's predicted throughput is in the transfer's own bytes/s."""
+    deep_probes: bool = True
+    """Probe deep an edge known from one stream only, when ``streams`` of that stream would make its path the best
+    (theory of operation, 13). False: one stream a probe, as before 2026-11-28 (for comparisons)."""
     max_paths: int = 1
     """How many edge-disjoint paths the transfer may use at once (issue 12). 1: one path, exactly as before."""
     path_margin: float = 0.15
@@ -216,6 +219,9 @@ class Keep:
     path: Path
     probes: tuple[Edge, ...] = ()
     """Edges to measure beside the transfer for ``probe_s`` (only with ``probes_per_round``)."""
+    deep: tuple[Edge, ...] = ()
+    """The probes among ``probes`` to run deep: more copies at once while they add rate, up to ``streams``
+    (theory of operation, 13). The others run one copy at a time."""
     paths: tuple[Path, ...] = ()
     """The whole set in use, the primary (``path``) first; empty means ``(path,)`` (always so with ``max_paths``
     1). Read it through ``all_paths``."""
@@ -235,6 +241,8 @@ class Switch:
     predicted_bps: float
     reason: SwitchReason
     probes: tuple[Edge, ...] = ()
+    deep: tuple[Edge, ...] = ()
+    """As ``Keep.deep``."""
     paths: tuple[Path, ...] = ()
     """As ``Keep.paths``. A change of the set that keeps the primary is a ``Switch`` to the same ``path`` with
     reason ``"join"``, ``"drop"`` or ``"failure"``."""
@@ -377,6 +385,15 @@ class PathScheduler:
         self._edge_since: dict[Edge, float] = {}
         self._probe_since: dict[Edge, float] = {}
         self._probe_baseline: dict[Edge, dict[Edge, float]] = {}
+        self._shallow: set[Edge] = set()
+        """Edges whose latest figure is a one-stream probe's: what more streams would get is not known."""
+        self._deep: set[Edge] = set()
+        """Edges being probed deep (``Keep.deep``)."""
+        self._deepened: set[Edge] = set()
+        """Edges probed deep in this transfer: one deep probe each."""
+        self._crowded: list[Edge] = []
+        """Deep probes that slowed a hop of the set sharing an end with them: no deep probe shares an end with
+        one again in this transfer (that end's access link is full, and a deep probe there takes from the set)."""
         self._probing = self.config.probes_per_round > 0
         self._probe_answered = False
         self._last_evaluation = -math.inf
@@ -475,6 +492,7 @@ class PathScheduler:
                 self._failed(edge, at)
             case ProbeDone(edge=edge):
                 self._probe_baseline.pop(edge, None)
+                self._deep.discard(edge)
                 if self._probe_since.pop(edge, None) is not None:
                     self._probe_answered = True
                     self._probe_news = True
@@ -541,6 +559,13 @@ class PathScheduler:
     ) -> None:
         began = at - seconds if began is None else began
         probe = edge in self._probe_since
+        deep = edge in self._deep
+        if probe and not deep and streams is not None and streams < self.config.min_streams:
+            self._shallow.add(edge)
+        else:
+            self._shallow.discard(edge)  # the transfer's own hops, and deep probes, measured more than one stream
+        if deep and self._slowed_beside(edge):
+            self._crowded.append(edge)
         hoped = None
         depth_rule = False
         if streams is not None and streams < self.config.streams:
@@ -549,7 +574,7 @@ class PathScheduler:
             # gives its aggregate, not ``config.streams`` x each copy's rate (theory of operation, 9). A probe's
             # one stream is a floor; ``min_streams`` of them, the fewest any hop runs, if the link holds them, its
             # ceiling (per stream here, so divided by ``config.streams``, which the weights multiply back).
-            if probe and self.config.min_streams > streams:
+            if probe and not deep and self.config.min_streams > streams:
                 hoped = nbytes / seconds * self.config.min_streams / self.config.streams
             seconds *= self.config.streams / streams
         owner = self._owner(edge)
@@ -843,7 +868,10 @@ class PathScheduler:
     # -- the path set (theory of operation, 12) -----------------------------------------------------------
 
     def _with_set(self, decision: _D) -> _D:
-        """The decision with the whole set and its predicted rates, when more than one path may run."""
+        """The decision with the whole set and its predicted rates, when more than one path may run, and with its
+        deep probes."""
+        if not isinstance(decision, DropDepot) and decision.probes:
+            decision = replace(decision, deep=tuple(edge for edge in decision.probes if edge in self._deep))
         if self.config.max_paths == 1 or self._attempt is None:
             return decision
         paths = self.current_paths
@@ -1034,6 +1062,7 @@ class PathScheduler:
         for edge in [e for e, t in self._probe_since.items() if now - t >= 3 * self.config.probe_s]:
             del self._probe_since[edge]  # the engine never said it was done: its place is free again
             self._probe_baseline.pop(edge, None)
+            self._deep.discard(edge)
         free = self.config.probes_per_round - len(self._probe_since)
         if free <= 0:
             return ()
@@ -1074,6 +1103,8 @@ class PathScheduler:
             chosen += self._middle_probes(optimistic, bar, free - len(chosen), [*chosen, *reserved])
         if len(chosen) < free and len(self._extras) + 1 < self.config.max_paths:
             chosen += self._extra_probes(graph, measured, free - len(chosen), chosen)
+        if self.config.deep_probes and len(chosen) < free and not chosen and not reserved:
+            chosen += self._deep_probes(measured, bar, free, [*self._probe_since])
         self._probe_since.update((edge, now) for edge in chosen)
         for edge in chosen:
             # What the set's hops ran at before the probe started: a hop that slows down while it runs shares
@@ -1085,6 +1116,62 @@ class PathScheduler:
                 and (entry := self.memory.entry(*hop)) is not None and not entry.failed and entry.samples > 0
             }
         return tuple(chosen)
+
+    def _may_deepen(self, edge: Edge) -> bool:
+        """Whether ``edge`` is worth a deep probe: known from one stream only, not probed deep yet, and sharing no
+        end with a deep probe that slowed the set (``_crowded``)."""
+        if edge not in self._shallow or edge in self._deepened or self._unverified(edge):
+            return False
+        return not _shares_an_end(edge, self._crowded)
+
+    def _slowed_beside(self, edge: Edge) -> bool:
+        """Whether a hop of the set that shares an end with ``edge`` runs ``SHARED_DROP`` slower than when the probe
+        of ``edge`` started."""
+        baseline = self._probe_baseline.get(edge, {})
+        for hop, before in baseline.items():
+            entry = self.memory.entry(*hop)
+            if _shares_an_end(hop, [edge]) and entry is not None and entry.throughput_bps < before * (1 - SHARED_DROP):
+                return True
+        return False
+
+    def _deep_probes(self, measured: nx.DiGraph, bar: float, free: int, busy: list[Edge]) -> list[Edge]:
+        """Once no unknown or aged edge is worth a probe: edges known from one stream only whose path, were they to
+        carry ``streams`` of that stream, could beat the best measured path by the hysteresis (theory of
+        operation, 13), widest first, none sharing an end with another probe."""
+        graph = _known(measured)
+        self._scaling_hopes(graph)
+        for edge in self._probe_since:
+            if graph.has_edge(*edge):
+                graph.edges[edge][THROUGHPUT] = 0.0
+        chosen: list[Edge] = []
+        while len(chosen) < free:
+            try:
+                path = widest_path(graph, self.src, self.dst)
+            except NoPathError:
+                break
+            if not path_throughput(graph, path) > bar * (1 + self.config.hysteresis):
+                break
+            wanted = [edge for edge in edges_of(path) if self._may_deepen(edge)]
+            if not wanted:
+                break
+            for edge in wanted:
+                if len(chosen) < free and not _shares_an_end(edge, [*busy, *chosen]):
+                    chosen.append(edge)
+                    self._deep.add(edge)
+                    self._deepened.add(edge)
+                graph.edges[edge][THROUGHPUT] = 0.0
+        return chosen
+
+    def _scaling_hopes(self, graph: nx.DiGraph) -> None:
+        """Raise every edge known only from a one-stream probe, and not yet probed deep, to ``streams`` of that
+        stream: what it carries if nothing but its streams' own limits (window, loss) held it (theory of
+        operation, 13). For choosing probes only."""
+        for edge in self._shallow - self._deepened:
+            entry = self.memory.entry(*edge)
+            if entry is None or entry.failed or not graph.has_edge(*edge) or THROUGHPUT not in graph.edges[edge]:
+                continue
+            one = entry.throughput_bps * self.config.streams  # the probe's one stream (per-stream figures x streams)
+            graph.edges[edge][THROUGHPUT] = max(graph.edges[edge][THROUGHPUT], one * self.config.streams)
 
     def _next_to_probe(self, graph: nx.DiGraph) -> Path:
         """The widest path; of paths as wide, the one whose narrowest guessed edge (unknown or aged, at its prior)

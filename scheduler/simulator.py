@@ -369,12 +369,15 @@ def _run(
     rng = random.Random(seed)
     t = start_s
     probing: dict[Edge, float] = {}
+    deep: set[Edge] = set()
+    """Probes run deep: each at the fewest streams, up to ``n``, that get it within 5% of what ``n`` would."""
     if scheduler is None:
         paths = pinned
     else:
         first = scheduler.start(t)
         paths = first.all_paths
         probing = dict.fromkeys(first.probes, t)
+        deep = set(first.deep)
     since = {edge: t for path in paths for edge in edges_of(path)}
     probe_s = math.inf if scheduler is None else scheduler.config.probe_s
     samples: list[SimSample] = []
@@ -422,6 +425,18 @@ def _run(
                     break
         return flows
 
+    def adapt_probes(flows: dict[Edge, int], probe_depths: dict[Edge, int]) -> dict[Edge, int]:
+        """``probe_depths``: each deep probe at the fewest streams that get it within 5% of what ``n`` would."""
+        for edge in [edge for edge, d in probe_depths.items() if d > 1]:
+            others = flows[edge] - n
+            aim = 0.95 * share(flows)[edge] * n / flows[edge]
+            for d in range(1, n):
+                trial = {**flows, edge: others + d}
+                if share(trial)[edge] * d / trial[edge] >= aim:
+                    flows, probe_depths[edge] = trial, d
+                    break
+        return flows
+
     while t < end - 1e-9:
         events: list[Event] = []
         down = [v for v in dict.fromkeys(v for path in paths for v in path) if network.failed(v, t)]
@@ -429,16 +444,19 @@ def _run(
         for edge, started in list(probing.items()):
             if t - started >= probe_s:
                 del probing[edge]
+                deep.discard(edge)
                 events.append(ProbeDone(edge, t))
         flows: dict[Edge, int] = {}
         for path in paths:
             for edge in edges_of(path):
                 flows[edge] = flows.get(edge, 0) + n
-        for edge in probing:
-            flows[edge] = flows.get(edge, 0) + 1
+        probe_depths = {edge: n if edge in deep else 1 for edge in probing}
+        for edge, d in probe_depths.items():
+            flows[edge] = flows.get(edge, 0) + d
         depths = {edge: n for path in paths for edge in edges_of(path)}
         if depth == "adaptive":
             flows = adapt(flows, list(depths))
+        flows = adapt_probes(flows, probe_depths)
         shares = share(flows)
         # A dead hop through a dead depot is reported as the depot's failure, not the hop's.
         path_rates = []
@@ -453,11 +471,13 @@ def _run(
         # Probes run beside the transfer, one stream each on a connection of its own that starts cold.
         for edge, started in list(probing.items()):
             warm = t - started >= warmup_s
-            if run_hop(edge, started, shares[edge] / flows[edge], 1, events, report=warm) is None:
+            d = probe_depths[edge]
+            if run_hop(edge, started, shares[edge] * d / flows[edge], d, events, report=warm) is None:
                 if not warm:
                     events.append(HopFailure(edge, t + step_s))
                 events.append(ProbeDone(edge, t + step_s))
                 del probing[edge]
+                deep.discard(edge)
         rate = sum(path_rates)
         samples.append(SimSample(t, paths[0], rate, paths, tuple(path_rates)))
         delivered += rate * step_s
@@ -473,6 +493,7 @@ def _run(
         if not isinstance(decision, Keep):
             decisions.append((t, decision))
         if not isinstance(decision, DropDepot):
+            deep.update(edge for edge in decision.deep if edge not in probing)
             probing.update((edge, t) for edge in decision.probes if edge not in probing)
         if decision.all_paths != paths:
             since = {edge: since.get(edge, t) for path in decision.all_paths for edge in edges_of(path)}
