@@ -1187,7 +1187,8 @@ async def main(argv: list[str] | None = None) -> int:
     line = {"bench": "pathchoice", "block": settings.block, "inflight": settings.inflight or "default",
             "max_paths": settings.max_paths, "runs": settings.runs,
             "topologies": {r["topology"]: r["figures"] for r in results}}
-    print(json.dumps(line, default=str))
+    if results:
+        print(json.dumps(line, default=str))
     failed = sum(1 for r in [*results, *rows] for run in [*r["runs"], *r["widest"]] if not run["ok"])
     return 1 if failed else 0
 

@@ -266,7 +266,10 @@ def plot_distribution(rows: Sequence[dict[str, Any]], labels: dict[str, str], ti
         ax.set_xlabel("ratio")
         ax.set_ylabel("fraction of scenarios")
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=8)
+        else:
+            ax.text(0.5, 0.5, "no scenario has this ratio", ha="center", transform=ax.transAxes)
     for ax in list(axes.flat)[len(keys):]:
         ax.set_visible(False)
     figure.suptitle(title)
