@@ -4,6 +4,16 @@ the sum of their rates, and does it lose nothing where every chain shares one bo
     flock /tmp/lnet-testbed.lock .venv/bin/python bench/multipath.py [--topologies two,three,shared]
         [--max-paths 2,3] [--size SIZE] [--runs 3] [--max-inflight 2|default] [--block-size 1MiB] [--out DIR]
         [--quick] [--list]
+    flock /tmp/lnet-testbed.lock .venv/bin/python bench/multipath.py --random N [--seed S] [--quick]
+        [--max-paths 3] [...]
+
+--random N runs N seeded random scenarios of <=8 depots (bench/testbed_scenarios.py; a fresh seed unless --seed,
+always printed) through the plan below with lnet-send's in-flight rule unless --max-inflight says otherwise. A
+scenario with disjoint routes is a disjoint case (multi/sum); any other pins its best candidate path and runs
+every --max-paths asked for (worst/single: multipath must not lose). The simulator runs the same plan on the same
+scaled network at the same size; each ratio is printed for both with their distribution and saved with the CDFs in
+bench/results/multipath-random-<seed>-<time>.json and .png. --quick --max-paths 3: 12 scenarios in about 35
+minutes (45 with the default 2,3; the estimate is printed first).
 
 Needs root (the testbed) and an lnet-send with --max-paths. Three fixed topologies (deploy/topologies/):
   two     multipath2.toml: two physically disjoint routes of similar rate (direct 16, through a 20 Mbit/s)

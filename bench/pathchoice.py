@@ -4,6 +4,18 @@ networks whose best chain is known?
     flock /tmp/lnet-testbed.lock .venv/bin/python bench/pathchoice.py [--topologies abilene,detour,...]
         [--size SIZE] [--runs 3] [--max-inflight 2|default] [--max-paths 1] [--block-size 1MiB] [--seed 11]
         [--out DIR] [--quick]
+    flock /tmp/lnet-testbed.lock .venv/bin/python bench/pathchoice.py --random N [--seed S] [--quick] [...]
+
+--random N runs N seeded random scenarios of <=8 depots (lnet.scheduler.scenarios, as bench/scheduler.py --random
+runs them; a fresh seed unless --seed, always printed), each scaled to fit the machine (bench/testbed_scenarios.py),
+with lnet-send's defaults unless --max-inflight / --max-paths say otherwise, after the named topologies if
+--topologies names any. Per scenario: each of its candidate paths pinned once (the best is the oracle; one 3x
+slower than the fastest so far is stopped), then --runs repetitions of cold and warm; the simulator runs the same
+on the same scaled network at the same size. Printed: each scenario's warm/oracle, cold/oracle, warm/direct (where
+direct is the oracle) and warm/sum of its disjoint routes (where it has them), on the testbed and in the
+simulator, and their distribution (median, 10th percentile, testbed minus simulator); saved with the CDFs in
+bench/results/pathchoice-random-<seed>-<time>.json and pathchoice-random-<seed>.png. --quick: about 10 s a
+transfer, 12 scenarios in about 35 minutes (the estimate, from the simulator's rates, is printed first).
 
 Needs root (the testbed). Seven topologies (docs/scheduler.md, "Path choice on the testbed", describes each):
   abilene  deploy/topologies/abilene.toml, seed 003's experiment (window-limited hosts, a four-depot chain)

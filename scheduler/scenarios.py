@@ -38,6 +38,13 @@ runs (``simulate_pinned``, lnet-send's 16 streams a hop and its in-flight rule) 
 the designed ones, and the widest path by the network's capacities with its one-edge deviations, the best
 ``TOP_CANDIDATES`` of them by their rate alone. Where the truth changes mid-window, the best candidate is taken
 for each part, as if the move were free. Where the kind has disjoint routes, their pinned runs are also added up.
+
+On the testbed. ``Scenario.physical`` keeps the network under the overlay (hosts' windows; links' rates, delays
+and losses; the changes of rates), from which ``overlay`` builds the scenario's network again. Scaled
+(``Physical.scaled``, by ``emulation_scale``: the fastest link to ``TESTBED_FASTEST_MBIT``), rates and windows
+shrink by the factor and losses by its square, so every window-, loss- and link-limited rate shrinks by the
+factor and the delays stay; ``topology_of`` and ``topology_file`` write it as a testbed topology. The simulator's
+network of the same scaled description (``overlay``) is what a testbed run is compared with.
 """
 
 from __future__ import annotations
