@@ -527,6 +527,7 @@ async def main(argv: list[str] | None = None) -> int:
     def say(text: str) -> None:
         print(text, flush=True)
 
+    code = pc.commit()  # now: the code that runs, whatever is committed meanwhile
     estimate = estimate_seconds(cases, plan) + estimate_random_seconds(rcs, random_plan)
     names = [c.name for c in cases] + [f"{len(rcs)} random (seed {args.random_seed})"] * bool(rcs)
     say(f"multipath: {', '.join(names)}; --max-paths 1 and {','.join(map(str, args.max_paths))}; "
@@ -570,7 +571,7 @@ async def main(argv: list[str] | None = None) -> int:
         summary = ts.distribution(rows, list(RANDOM_RATIOS))
         ts.print_distribution(summary, RANDOM_RATIOS, say)
         random_document = {"bench": "multipath", "command": " ".join(["bench/multipath.py", *(argv or sys.argv[1:])]),
-                           "commit": pc.commit(), "minutes": document["minutes"], "block": settings.block,
+                           "commit": code, "minutes": document["minutes"], "block": settings.block,
                            "inflight": random_plan.settings.inflight or "default", "max_paths": list(args.max_paths),
                            "runs": settings.runs, "quick": settings.quick}
         data, picture = pc.save_random("multipath", args.random_seed, rows, summary, RANDOM_RATIOS, random_document)
