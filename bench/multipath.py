@@ -326,8 +326,8 @@ def estimate_seconds(cases: Sequence[MultiCase], plan: Plan) -> float:
 
 # -- seeded random scenarios (--random) ---------------------------------------------------------------------
 
-RANDOM_RATIOS = {"multi_over_sum": "multipath / sum of routes", "multi_over_single": "multipath / --max-paths 1",
-                 "worst_over_single": "worst / --max-paths 1 (no routes)",
+RANDOM_RATIOS = {"multi_over_sum": "multipath / sum of routes", "multi_over_single": "multipath / mp1",
+                 "worst_over_single": "worst / mp1 (no routes)",
                  "multi_over_best": "multipath / best route alone"}
 
 
