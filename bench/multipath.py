@@ -4,6 +4,16 @@ the sum of their rates, and does it lose nothing where every chain shares one bo
     flock /tmp/lnet-testbed.lock .venv/bin/python bench/multipath.py [--topologies two,three,shared]
         [--max-paths 2,3] [--size SIZE] [--runs 3] [--max-inflight 2|default] [--block-size 1MiB] [--out DIR]
         [--quick] [--list]
+    flock /tmp/lnet-testbed.lock .venv/bin/python bench/multipath.py --random N [--seed S] [--quick]
+        [--max-paths 3] [...]
+
+--random N runs N seeded random scenarios of <=8 depots (bench/testbed_scenarios.py; a fresh seed unless --seed,
+always printed) through the plan below with lnet-send's in-flight rule unless --max-inflight says otherwise. A
+scenario with disjoint routes is a disjoint case (multi/sum); any other pins its best candidate path and runs
+every --max-paths asked for (worst/single: multipath must not lose). The simulator runs the same plan on the same
+scaled network at the same size; each ratio is printed for both with their distribution and saved with the CDFs in
+bench/results/multipath-random-<seed>-<time>.json and .png. --quick --max-paths 3: 12 scenarios in about 35
+minutes (45 with the default 2,3; the estimate is printed first).
 
 Needs root (the testbed) and an lnet-send with --max-paths. Three fixed topologies (deploy/topologies/):
   two     multipath2.toml: two physically disjoint routes of similar rate (direct 16, through a 20 Mbit/s)
@@ -45,7 +55,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -54,8 +64,11 @@ import trio
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import pathchoice as pc  # noqa: E402  (bench/pathchoice.py: the depots, lnet-send on a host, payloads, medians)
+import testbed_scenarios as ts  # noqa: E402  (bench/testbed_scenarios.py: the random scenarios, scaled)
 
 from lnet.depot.units import format_size  # noqa: E402
+from lnet.scheduler import EdgeMemory  # noqa: E402
+from lnet.scheduler.scenarios import steady_rate  # noqa: E402
 from lnet.testbed import Testbed  # noqa: E402
 from lnet.testbed.topology import Topology  # noqa: E402
 
@@ -81,10 +94,20 @@ class MultiCase:
     routes: tuple[tuple[str, ...], ...]
     disjoint: bool  # False: every route crosses one bottleneck
     routers: tuple[str, ...] = ()
+    text: str = ""
+    """The topology itself, where it is not a file (a random scenario's)."""
+    size_mbps: float | None = None
+    """What multipath should reach by the simulator (a random scenario's), to size the runs by."""
+    path_limit: int | None = None
+    """The most paths a run may use; None: as many as there are routes."""
 
     @property
     def toml(self) -> str:
-        return (TOPOLOGIES / self.file).read_text()
+        return self.text or (TOPOLOGIES / self.file).read_text()
+
+    @property
+    def where(self) -> str:
+        return f"deploy/topologies/{self.file}" if self.file else "a random scenario"
 
     @property
     def topology(self) -> Topology:
@@ -113,7 +136,8 @@ class MultiCase:
 
     def max_paths(self, asked: Sequence[int]) -> list[int]:
         """The --max-paths values this topology runs: those asked for, at most its number of routes."""
-        return [n for n in asked if n <= len(self.routes)]
+        limit = self.path_limit if self.path_limit is not None else len(self.routes)
+        return [n for n in asked if n <= limit]
 
 
 CASES: dict[str, MultiCase] = {
@@ -211,6 +235,10 @@ class Plan:
 def transfer_size(case: MultiCase, settings: pc.Settings) -> int:
     if settings.size is not None:
         return settings.size
+    if case.size_mbps is not None:
+        seconds = ts.RANDOM_QUICK_SECONDS if settings.quick else ts.RANDOM_SECONDS
+        bounds = ts.RANDOM_QUICK_BLOCKS if settings.quick else ts.RANDOM_BLOCKS
+        return ts.transfer_size(case.size_mbps, seconds, bounds, settings.block_bytes)
     if settings.quick:
         return QUICK_RUN_BLOCKS * settings.block_bytes
     return settings.blocks(case.design(settings.design_inflight)["multi"], RUN_SECONDS, RUN_BLOCKS) * \
@@ -225,7 +253,7 @@ async def run_case(case: MultiCase, plan: Plan, out_root: Path, payloads: pc.Pay
     (out / "topology.toml").write_text(case.toml)
     settings = plan.settings
     size = transfer_size(case, settings)
-    result: dict[str, Any] = {"topology": case.name, "tests": case.tests, "file": case.file, "size": size,
+    result: dict[str, Any] = {"topology": case.name, "tests": case.tests, "file": case.file or None, "size": size,
                               "routes": [list(r) for r in case.routes], "disjoint": case.disjoint,
                               "similar": case.similar, "design": case.design(settings.design_inflight), "runs": []}
     try:
@@ -296,6 +324,93 @@ def estimate_seconds(cases: Sequence[MultiCase], plan: Plan) -> float:
     return total
 
 
+# -- seeded random scenarios (--random) ---------------------------------------------------------------------
+
+RANDOM_RATIOS = {"multi_over_sum": "multipath / sum of routes", "multi_over_single": "multipath / mp1",
+                 "worst_over_single": "worst / mp1 (no routes)",
+                 "multi_over_best": "multipath / best route alone"}
+
+
+def random_multicase(rc: ts.RandomCase, plan: Plan) -> MultiCase:
+    """A scenario as this benchmark's case: its disjoint routes where its kind has them (``disjoint``, ``change``),
+    else its best candidate path alone, the figure multipath must not lose against (as on ``shared``), and then
+    every --max-paths asked for is run."""
+    case = rc.scenario
+    routes = case.routes or case.candidates[:1]
+    streams = plan.settings.inflight or ts.send_config().streams
+    rates = [steady_rate(rc.network, route, streams=streams) * 8e-6 for route in routes]
+    return MultiCase(rc.name, rc.describe(), "", case.src, case.dst, tuple(routes), disjoint=bool(case.routes),
+                     text=rc.toml, size_mbps=sum(rates) if case.routes else max(rates),
+                     path_limit=None if case.routes else max(plan.max_paths))
+
+
+def sim_settings(kind: str, plan: Plan, case: MultiCase) -> ts.SimSettings:
+    """The simulator's settings of one run of ``plan`` by its kind: ``cold``, ``mpN`` or ``ctrlN``."""
+    per_hop = plan.settings.inflight or ts.send_config().streams
+    if kind == "cold":
+        return ts.SimSettings(per_hop, max(case.max_paths(plan.max_paths), default=1))
+    if kind.startswith("ctrl"):
+        return ts.SimSettings(int(kind[4:]) * per_hop, 1)
+    return ts.SimSettings(per_hop, int(kind[2:]))
+
+
+def simulate_random(rc: ts.RandomCase, case: MultiCase, plan: Plan) -> dict[str, Any]:
+    """The simulator's run of this benchmark's plan on the scaled scenario, its records shaped as the testbed's
+    (``kind``, ``ok``, ``mbps``): each route pinned, the cold run, then each warm run from a copy of the memory
+    the cold run left, each starting where the cold one ended."""
+    size = transfer_size(case, plan.settings)
+    network, scenario_ = rc.network, rc.scenario
+    runs: list[dict[str, Any]] = []
+
+    def record(kind: str, mbps: float | None) -> None:
+        runs.append({"kind": kind, "rep": 1, "ok": mbps is not None, "mbps": mbps})
+
+    pinned = ts.SimSettings(plan.settings.inflight or ts.send_config().streams, 1)
+    for route in case.routes:
+        record(f"route:{short(route)}", ts.sim_pinned(network, route, size, pinned))
+    cold = ts.SimTransfers(network, case.source, case.dest, size, ts.noise_seed(scenario_))
+    memory = EdgeMemory()
+    record("cold", cold.send(sim_settings("cold", plan, case), memory))
+    for i, (kind, _) in enumerate(plan.warm_runs(case), 1):
+        warm = ts.SimTransfers(network, case.source, case.dest, size, ts.noise_seed(scenario_), now=cold.now, runs=i)
+        record(kind, warm.send(sim_settings(kind, plan, case), ts.copied(memory)))
+    return {"size": size, "runs": runs, "step_s": ts.SIM_STEP_S}
+
+
+def random_ratios(figures: dict[str, Any]) -> dict[str, float | None]:
+    best = figures["mp_mbps"].get(str(figures["multi_paths"])) if figures["multi_paths"] is not None else None
+    return {**{key: figures[key] for key in ("multi_over_sum", "multi_over_single", "worst_over_single",
+                                             "multi_over_control", "sum_routes_mbps", "best_route_mbps", "mp1_mbps",
+                                             "cold_mbps")},
+            "multi_over_best": pc.ratio(best, figures["best_route_mbps"]), "multi_mbps": best}
+
+
+async def run_random_case(rc: ts.RandomCase, plan: Plan, out_root: Path, payloads: pc.Payloads,
+                          say: Callable[[str], None]) -> dict[str, Any]:
+    case = random_multicase(rc, plan)
+    sim = simulate_random(rc, case, plan)
+    say("   the simulator: " + ", ".join(f"{r['kind']} {fmt(r['mbps'], '.1f')}" for r in sim["runs"]))
+    result = await run_case(case, plan, out_root, payloads, say)
+    scenario_ = rc.scenario
+    result.update(seed=scenario_.seed, index=scenario_.index, kind=scenario_.kind, depots_n=scenario_.depots,
+                  factor=rc.physical.factor, raised_windows=list(rc.physical.raised_windows),
+                  capped_losses=[list(link) for link in rc.physical.capped_losses], sim_run=sim,
+                  testbed=random_ratios(result["figures"]), sim=random_ratios(figures_of(case, sim)))
+    return result
+
+
+def estimate_random_seconds(rcs: Sequence[ts.RandomCase], plan: Plan) -> float:
+    """Each transfer at the rate the simulator gives it, plus lnet-send's start-up and the depots' restarts."""
+    total = 0.0
+    for rc in rcs:
+        case = random_multicase(rc, plan)
+        sim = simulate_random(rc, case, plan)
+        bits = sim["size"] * 8 / 1e6
+        per_rep = sum((bits / r["mbps"] if r["mbps"] else 60.0) + ts.STARTUP_S for r in sim["runs"])
+        total += 15.0 + plan.settings.runs * (per_rep + (2 + len(plan.warm_runs(case))) * 2.0 * len(case.depots))
+    return total
+
+
 # -- the report ----------------------------------------------------------------------------------------------
 
 
@@ -353,14 +468,19 @@ def parse_max_paths(text: str) -> tuple[int, ...]:
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--topologies", default=",".join(CASES), help=f"comma-separated, of {', '.join(CASES)}")
+    parser.add_argument("--topologies", help=f"comma-separated, of {', '.join(CASES)} (default: all of them, or "
+                        "none with --random)")
+    parser.add_argument("--random", type=int, default=0, metavar="N",
+                        help="also N seeded random scenarios of <=8 depots (bench/testbed_scenarios.py)")
+    parser.add_argument("--seed", type=int, help="seed of the random scenarios (default: a fresh one, printed)")
     parser.add_argument("--max-paths", type=parse_max_paths, default=(2, 3), metavar="N,...",
                         help="the multipath runs' --max-paths values (default 2,3; each up to a topology's routes)")
     parser.add_argument("--size", help="the file of every run (default: about 40 s at the rate multipath should "
                                        "reach)")
     parser.add_argument("--runs", type=int, default=3, help="repetitions (default 3)")
-    parser.add_argument("--max-inflight", type=pc.parse_inflight, default=2, metavar="N|default",
-                        help="blocks in flight per hop (default 2, the seed's setting); 'default': lnet-send's rule")
+    parser.add_argument("--max-inflight", type=pc.parse_inflight, default=argparse.SUPPRESS, metavar="N|default",
+                        help="blocks in flight per hop (default 2, the seed's setting, and lnet-send's rule for the "
+                        "random scenarios); 'default': lnet-send's rule")
     parser.add_argument("--block-size", default="1MiB")
     parser.add_argument("--out", type=Path, default=Path(tempfile.gettempdir()) / "lnet-bench-multipath")
     parser.add_argument("--quick", action="store_true", help="a smoke test of the harness: 8-block transfers, one "
@@ -374,7 +494,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def describe(case: MultiCase, plan: Plan) -> list[str]:
     inflight = plan.settings.design_inflight
     design = case.design(inflight)
-    lines = [f"== {case.name}: {case.tests} (deploy/topologies/{case.file})",
+    lines = [f"== {case.name}: {case.tests} ({case.where})",
              f"# routes by design at {inflight} in flight (Mbit/s): "
              + ", ".join(f"{short(r)} {case.route_mbps(r, inflight):.1f}" for r in case.routes),
              f"# multipath should reach {design['multi']:.1f} ({'the sum' if case.disjoint else 'the bottleneck'});"
@@ -387,10 +507,17 @@ async def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     settings = pc.Settings.from_args(args)
     plan = Plan(settings, args.max_paths)
-    cases = [CASES[name] for name in args.topologies.split(",")]
+    cases = [CASES[name] for name in args.topologies.split(",") if name]
+    random_plan = Plan(replace(settings, inflight=args.random_max_inflight), args.max_paths)
+    if args.random:
+        print(f"random scenarios: seed {args.random_seed} (rerun: bench/multipath.py --random {args.random} --seed "
+              f"{args.random_seed}{' --quick' if args.quick else ''})", flush=True)
+    rcs = [ts.random_case(args.random_seed, index) for index in ts.small_indices(args.random)]
     if args.list:
         for case in cases:
             print("\n".join(describe(case, plan)), end="\n\n")
+        for rc in rcs:
+            print("\n".join(describe(random_multicase(rc, random_plan), random_plan)), end="\n\n")
         return 0
     if os.geteuid() != 0:
         print("this benchmark needs root (network namespaces for the testbed)", file=sys.stderr)
@@ -400,19 +527,28 @@ async def main(argv: list[str] | None = None) -> int:
     def say(text: str) -> None:
         print(text, flush=True)
 
-    say(f"multipath: {', '.join(c.name for c in cases)}; --max-paths 1 and {','.join(map(str, args.max_paths))}; "
-        f"about {estimate_seconds(cases, plan) / 60:.0f} minutes; results in {args.out}")
+    code = pc.commit()  # now: the code that runs, whatever is committed meanwhile
+    estimate = estimate_seconds(cases, plan) + estimate_random_seconds(rcs, random_plan)
+    names = [c.name for c in cases] + [f"{len(rcs)} random (seed {args.random_seed})"] * bool(rcs)
+    say(f"multipath: {', '.join(names)}; --max-paths 1 and {','.join(map(str, args.max_paths))}; "
+        f"about {estimate / 60:.0f} minutes; results in {args.out}")
     started = time.monotonic()
     results: list[dict[str, Any]] = []
+    rows: list[dict[str, Any]] = []
     payloads = pc.Payloads(args.out / "payloads")
 
     async def run() -> None:
         try:
             for case in cases:
-                say(f"== {case.name}: {case.tests} (deploy/topologies/{case.file})")
+                say(f"== {case.name}: {case.tests} ({case.where})")
                 result = await run_case(case, plan, args.out, payloads, say)
                 results.append(result)
                 (args.out / case.name / "result.json").write_text(json.dumps(result, indent=1, default=str))
+            for rc in rcs:
+                say(f"== {rc.name}: {rc.describe()}")
+                row = await run_random_case(rc, random_plan, args.out, payloads, say)
+                rows.append(row)
+                (args.out / rc.name / "result.json").write_text(json.dumps(row, indent=1, default=str))
         finally:
             shutil.rmtree(args.out / "payloads", ignore_errors=True)
 
@@ -420,13 +556,28 @@ async def main(argv: list[str] | None = None) -> int:
     document = {"bench": "multipath", "args": {k: str(v) for k, v in vars(args).items()},
                 "minutes": (time.monotonic() - started) / 60, "topologies": results}
     (args.out / "multipath.json").write_text(json.dumps(document, indent=1, default=str) + "\n")
-    print_table(results, plan)
+    if results:
+        print_table(results, plan)
     print(f"\nsaved {args.out / 'multipath.json'} ({document['minutes']:.1f} minutes)")
-    line = {"bench": "multipath", "block": settings.block, "inflight": settings.inflight or "default",
-            "runs": settings.runs, "max_paths": list(args.max_paths),
-            "topologies": {r["topology"]: r["figures"] for r in results}}
-    print(json.dumps(line, default=str))
-    failed = sum(1 for r in results for run in r["runs"] if not run["ok"])
+    if results:
+        line = {"bench": "multipath", "block": settings.block, "inflight": settings.inflight or "default",
+                "runs": settings.runs, "max_paths": list(args.max_paths),
+                "topologies": {r["topology"]: r["figures"] for r in results}}
+        print(json.dumps(line, default=str))
+    if rows:
+        print_table(rows, random_plan)
+        say("\nrandom scenarios: each ratio on the testbed, then in the simulator (the same scaled network, size and "
+            "settings)")
+        summary = ts.distribution(rows, list(RANDOM_RATIOS))
+        ts.print_distribution(summary, RANDOM_RATIOS, say)
+        random_document = {"bench": "multipath", "command": " ".join(["bench/multipath.py", *(argv or sys.argv[1:])]),
+                           "commit": code, "minutes": document["minutes"], "block": settings.block,
+                           "inflight": random_plan.settings.inflight or "default", "max_paths": list(args.max_paths),
+                           "runs": settings.runs, "quick": settings.quick}
+        data, picture = pc.save_random("multipath", args.random_seed, rows, summary, RANDOM_RATIOS, random_document)
+        say(f"saved {data} and {picture}")
+        print(json.dumps({"bench": "multipath-random", "seed": args.random_seed, "summary": summary}, default=str))
+    failed = sum(1 for r in [*results, *rows] for run in r["runs"] if not run["ok"])
     return 1 if failed else 0
 
 

@@ -4,6 +4,18 @@ networks whose best chain is known?
     flock /tmp/lnet-testbed.lock .venv/bin/python bench/pathchoice.py [--topologies abilene,detour,...]
         [--size SIZE] [--runs 3] [--max-inflight 2|default] [--max-paths 1] [--block-size 1MiB] [--seed 11]
         [--out DIR] [--quick]
+    flock /tmp/lnet-testbed.lock .venv/bin/python bench/pathchoice.py --random N [--seed S] [--quick] [...]
+
+--random N runs N seeded random scenarios of <=8 depots (lnet.scheduler.scenarios, as bench/scheduler.py --random
+runs them; a fresh seed unless --seed, always printed), each scaled to fit the machine (bench/testbed_scenarios.py),
+with lnet-send's defaults unless --max-inflight / --max-paths say otherwise, after the named topologies if
+--topologies names any. Per scenario: each of its candidate paths pinned once (the best is the oracle; one 3x
+slower than the fastest so far is stopped), then --runs repetitions of cold and warm; the simulator runs the same
+on the same scaled network at the same size. Printed: each scenario's warm/oracle, cold/oracle, warm/direct (where
+direct is the oracle) and warm/sum of its disjoint routes (where it has them), on the testbed and in the
+simulator, and their distribution (median, 10th percentile, testbed minus simulator); saved with the CDFs in
+bench/results/pathchoice-random-<seed>-<time>.json and pathchoice-random-<seed>.png. --quick: about 10 s a
+transfer, 12 scenarios in about 35 minutes (the estimate, from the simulator's rates, is printed first).
 
 Needs root (the testbed). Seven topologies (docs/scheduler.md, "Path choice on the testbed", describes each):
   abilene  deploy/topologies/abilene.toml, seed 003's experiment (window-limited hosts, a four-depot chain)
@@ -55,7 +67,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -64,8 +76,13 @@ import trio
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+import testbed_scenarios as ts  # noqa: E402  (bench/testbed_scenarios.py: the random scenarios, scaled)
+
+from lnet.client.commands.send import DEFAULT_MAX_PATHS  # noqa: E402
 from lnet.client.formats.report import TimelinePoint, first_reaching, short_path  # noqa: E402
 from lnet.depot.units import format_size, parse_size  # noqa: E402
+from lnet.scheduler import EdgeMemory  # noqa: E402
+from lnet.scheduler.scenarios import steady_rate  # noqa: E402
 from lnet.testbed import Testbed  # noqa: E402
 from lnet.testbed.topology import Topology  # noqa: E402
 
@@ -713,6 +730,230 @@ async def measure_case(case: Case, settings: Settings, out: Path, payloads: Payl
         nursery.cancel_scope.cancel()
 
 
+# -- seeded random scenarios (--random) ---------------------------------------------------------------------
+
+PIN_BOUND, PIN_MIN_S = 3.0, 60.0
+RANDOM_RATIOS = {"warm_over_oracle": "warm / oracle", "cold_over_oracle": "cold / oracle",
+                 "warm_over_direct": "warm / direct (direct best)", "warm_over_routes": "warm / sum of routes"}
+
+
+def random_plan(rc: ts.RandomCase) -> list[tuple[str, ...]]:
+    """The paths pinned for the oracle: the scenario's candidates (direct among them), then any of its disjoint
+    routes that is not one (their sum is the multipath figure's denominator)."""
+    case = rc.scenario
+    return [*case.candidates, *(route for route in case.routes if route not in case.candidates)]
+
+
+def random_ratios(case: Case, rc: ts.RandomCase, figures: dict[str, Any], pinned: dict[tuple[str, ...], float | None],
+                  direct_best: bool) -> dict[str, float | None]:
+    """A scenario's ratios on one side (the testbed's figures, or the simulator's in the same shape)."""
+    routes = [pinned.get(tuple(route)) for route in rc.scenario.routes]
+    total = sum(r for r in routes if r is not None) if routes and None not in routes else None
+    return {"warm_over_oracle": figures["warm_over_oracle"], "cold_over_oracle": figures["cold_over_oracle"],
+            "warm_over_direct": figures["warm_over_direct"] if direct_best else None,
+            "warm_over_routes": ratio(figures["warm_mbps"], total),
+            "oracle_mbps": figures["oracle_mbps"], "cold_mbps": figures["cold_mbps"], "warm_mbps": figures["warm_mbps"],
+            "direct_mbps": figures["direct_mbps"], "routes_mbps": total}
+
+
+def simulate_random(rc: ts.RandomCase, settings: Settings) -> dict[str, Any]:
+    """The simulator's run of this benchmark's plan on the scaled scenario: the size it sizes the runs by (about
+    RANDOM_SECONDS at the best candidate's rate alone, or --size), each pinned path, cold, then warm."""
+    case, network = rc.scenario, rc.network
+    sim = ts.SimSettings(settings.inflight or ts.send_config().streams, settings.max_paths)
+    plan = random_plan(rc)
+    if settings.size is not None:
+        size = settings.size
+    else:
+        best = max(steady_rate(network, path, streams=sim.inflight) for path in case.candidates) * 8e-6
+        seconds = ts.RANDOM_QUICK_SECONDS if settings.quick else ts.RANDOM_SECONDS
+        size = ts.transfer_size(best, seconds, ts.RANDOM_QUICK_BLOCKS if settings.quick else ts.RANDOM_BLOCKS,
+                                settings.block_bytes)
+    pinned = {path: ts.sim_pinned(network, path, size, sim) for path in plan}
+    transfers = ts.SimTransfers(network, case.src, case.dst, size, ts.noise_seed(case))
+    memory = EdgeMemory()
+    cold = transfers.send(sim, memory)
+    warm = transfers.send(sim, memory)
+    candidates = {path: mbps for path, mbps in pinned.items() if path in case.candidates and mbps is not None}
+    oracle = max(candidates, key=candidates.__getitem__) if candidates else None
+    direct = pinned.get((case.src, case.dst))
+    return {"size": size, "pinned": [{"path": list(path), "mbps": mbps} for path, mbps in pinned.items()],
+            "oracle_path": list(oracle) if oracle else None, "oracle_mbps": candidates.get(oracle) if oracle else None,
+            "direct_mbps": direct, "cold_mbps": cold, "warm_mbps": warm, "inflight": sim.inflight,
+            "min_inflight": sim.min_streams, "max_paths": sim.max_paths, "step_s": ts.SIM_STEP_S}
+
+
+def random_figures(case: Case, rc: ts.RandomCase, result: dict[str, Any]) -> dict[str, Any]:
+    """The testbed's and the simulator's ratios for one scenario, side by side."""
+    sim = result["sim_run"]
+    sim_figures = {
+        "oracle_mbps": sim["oracle_mbps"], "cold_mbps": sim["cold_mbps"], "warm_mbps": sim["warm_mbps"],
+        "direct_mbps": sim["direct_mbps"], "warm_over_oracle": ratio(sim["warm_mbps"], sim["oracle_mbps"]),
+        "cold_over_oracle": ratio(sim["cold_mbps"], sim["oracle_mbps"]),
+        "warm_over_direct": ratio(sim["warm_mbps"], sim["direct_mbps"]),
+    }
+    direct = [case.source, case.dest]
+    oracle = result.get("oracle") or {}
+    direct_best = case.direct_best or oracle.get("path") == direct or sim["oracle_path"] == direct
+    tb_pinned = {tuple(w["path"]): w["mbps"] if w["ok"] else None for w in result["widest"]}
+    sim_pinned = {tuple(p["path"]): p["mbps"] for p in sim["pinned"]}
+    return {"testbed": random_ratios(case, rc, result["figures"], tb_pinned, direct_best),
+            "sim": random_ratios(case, rc, sim_figures, sim_pinned, direct_best)}
+
+
+async def run_random_case(rc: ts.RandomCase, settings: Settings, out_root: Path, payloads: Payloads,
+                          say: Callable[[str], None]) -> dict[str, Any]:
+    scenario_ = rc.scenario
+    case = Case(rc.name, scenario_.kind, rc.describe(), rc.toml, scenario_.src, scenario_.dst, seed=scenario_.seed,
+                direct_best=scenario_.kind == "direct")
+    out = out_root / case.name
+    shutil.rmtree(out, ignore_errors=True)
+    out.mkdir(parents=True)
+    (out / "topology.toml").write_text(case.toml)
+    sim = simulate_random(rc, settings)
+    size = sim["size"]
+    result: dict[str, Any] = {
+        "topology": case.name, "family": case.family, "tests": case.tests, "seed": scenario_.seed,
+        "index": scenario_.index, "kind": scenario_.kind, "depots_n": scenario_.depots, "factor": rc.physical.factor,
+        "raised_windows": list(rc.physical.raised_windows),
+        "capped_losses": [list(link) for link in rc.physical.capped_losses], "source": case.source,
+        "dest": case.dest, "depots": case.depots, "toml": str(out / "topology.toml"), "size": size,
+        "routes": [list(route) for route in scenario_.routes], "widest": [], "runs": [], "sim_run": sim}
+    say(f"   transfers of {format_size(size)}; the simulator: oracle {fmt(sim['oracle_mbps'], '.2f')} Mbit/s "
+        f"({short_path(sim['oracle_path']) if sim['oracle_path'] else '-'}), cold {fmt(sim['cold_mbps'], '.2f')}, "
+        f"warm {fmt(sim['warm_mbps'], '.2f')}, direct {fmt(sim['direct_mbps'], '.2f')}")
+    try:
+        await measure_random(case, rc, settings, out, size, payloads, result, say)
+    finally:  # the depots' buffers, whatever happened
+        for data in out.glob("depots-*"):
+            shutil.rmtree(data, ignore_errors=True)
+    result["figures"] = figures_of(case, result)
+    result.update(random_figures(case, rc, result))
+    return result
+
+
+async def measure_random(case: Case, rc: ts.RandomCase, settings: Settings, out: Path, size: int,
+                         payloads: Payloads, result: dict[str, Any], say: Callable[[str], None]) -> None:
+    """As ``measure_case`` without its every-edge step: the scenario names its candidate paths, each is pinned once
+    (the best is the oracle; the pinned direct run is the first repetition's direct), then --runs repetitions of
+    (direct,) cold and warm, each on fresh depots. A pinned run that has taken PIN_BOUND times the fastest one's
+    seconds so far is stopped: it runs at under 1 / PIN_BOUND of that one, so it cannot be the oracle."""
+    scratch = out / "scratch-edges.json"
+    payload = await payloads.get(size)
+    timeout = run_timeout(size, settings)
+    fastest_s = math.inf
+    predicted = {tuple(p["path"]): p["mbps"] for p in result["sim_run"]["pinned"]}
+    direct = (case.source, case.dest)
+    async with Testbed(case.topology, name=f"pc-{case.name}") as tb, trio.open_nursery() as nursery:
+        fleet = Fleet(tb, case.depots, out, nursery)
+        await fleet.start()
+        main_depots = fleet.depots_file(out / "depots.toml", case.source, case.depots)
+        for i, path in enumerate(random_plan(rc)):
+            bound = min(timeout, max(PIN_MIN_S, PIN_BOUND * fastest_s))
+            record = await lnet_send(tb, case.source, main_depots, payload, case.dest,
+                                     ["--path", ",".join(path[1:]), "--cold"], out / f"oracle-{i}", scratch,
+                                     settings, bound)
+            if record["ok"]:
+                fastest_s = min(fastest_s, record["wall_s"])
+            entry = {"path": list(path), "predicted_mbps": predicted.get(path), "weakest_hop_mbps": None,
+                     "candidate": path in rc.scenario.candidates, "stopped_s": None if record["ok"] else bound,
+                     **{k: record.get(k) for k in ("ok", "mbps", "going_mbps", "seconds", "error")}}
+            result["widest"].append(entry)
+            if path == direct:
+                result["runs"].append({**record, "kind": "direct", "rep": 1})
+            say(f"  pinned {' -> '.join(path)}: "
+                + (f"{record['mbps']:.2f} Mbit/s (simulator {fmt(predicted.get(path), '.2f')})" if record["ok"]
+                   else f"FAILED: {record['error'][:200]}"))
+        done = [w for w in result["widest"] if w["ok"] and w["candidate"]]
+        result["oracle"] = max(done, key=lambda w: w["mbps"]) if done else None
+        for rep in range(1, settings.runs + 1):
+            await fleet.start()
+            main_depots = fleet.depots_file(out / "depots.toml", case.source, case.depots)
+            memory = out / f"rep{rep}-edges.json"
+            memory.unlink(missing_ok=True)
+            paths = ["--max-paths", str(settings.max_paths)]
+            plan = [("cold", ["--cold", *paths], memory), ("warm", paths, memory)]
+            if rep > 1:
+                plan.insert(0, ("direct", ["--path", case.dest, "--cold"], scratch))
+            for kind, extra, memory_file in plan:
+                record = await lnet_send(tb, case.source, main_depots, payload, case.dest, extra,
+                                         out / f"rep{rep}-{kind}", memory_file, settings, timeout)
+                record.update(kind=kind, rep=rep)
+                result["runs"].append(record)
+                if record["ok"]:
+                    used = ", ".join(f"{short_path(p)} {s:.1f} s" for p, s in record["paths"])
+                    say(f"  rep {rep} {kind:<6} {record['mbps']:6.2f} Mbit/s in {record['seconds']:6.1f} s: {used}")
+                else:
+                    say(f"  rep {rep} {kind:<6} FAILED: {record['error'][:300]}")
+        await fleet.stop()
+        result["emulator"] = {k: v for k, v in (await tb.status()).items() if k not in ("hosts", "links")}
+        nursery.cancel_scope.cancel()
+
+
+def estimate_random_seconds(rcs: Sequence[ts.RandomCase], sims: Sequence[dict[str, Any]], settings: Settings) -> float:
+    """Each transfer at the rate the simulator gave it, plus lnet-send's start-up; each testbed's and depots'."""
+    total = 0.0
+    for rc, sim in zip(rcs, sims, strict=True):
+        bits = sim["size"] * 8 / 1e6
+
+        def seconds(mbps: float | None, bits: float = bits) -> float:
+            return (bits / mbps if mbps else 60.0) + ts.STARTUP_S
+
+        total += 15.0 + 2.0 * (1 + settings.runs) * len(rc.physical.hosts)
+        fastest = min(seconds(p["mbps"]) for p in sim["pinned"])
+        total += sum(min(seconds(p["mbps"]), max(PIN_MIN_S, PIN_BOUND * fastest)) for p in sim["pinned"])
+        total += settings.runs * (seconds(sim["cold_mbps"]) + seconds(sim["warm_mbps"]))
+        total += (settings.runs - 1) * seconds(sim["direct_mbps"])
+    return total
+
+
+def print_random(rows: Sequence[dict[str, Any]], say: Callable[[str], None]) -> dict[str, Any]:
+    """Each scenario's ratios on the testbed and in the simulator, then their distribution; returns it."""
+    say("")
+    say("random scenarios: each ratio on the testbed / in the simulator (the same scaled network, size and settings)")
+    say(f"{'scenario':<9} {'kind':<9} {'depots':>6} {'scale':>6} {'size':>8} {'oracle Mbit/s':>15}  "
+        + "  ".join(f"{label:>22}" for label in RANDOM_RATIOS.values()))
+    for row in rows:
+        tb, sim = row["testbed"], row["sim"]
+        cells = [f"{fmt(tb[key], '.2f')} / {fmt(sim[key], '.2f')}" for key in RANDOM_RATIOS]
+        say(f"{row['topology']:<9} {row['kind']:<9} {row['depots_n']:>6} {row['factor']:>6.3f} "
+            f"{format_size(row['size']):>8} {fmt(tb['oracle_mbps'], '.1f'):>7} / {fmt(sim['oracle_mbps'], '.1f'):<5}  "
+            + "  ".join(f"{cell:>22}" for cell in cells))
+    summary = ts.distribution(rows, list(RANDOM_RATIOS))
+    say("")
+    ts.print_distribution(summary, RANDOM_RATIOS, say)
+    return summary
+
+
+async def bench_random(rcs: Sequence[ts.RandomCase], settings: Settings, out: Path, say: Callable[[str], None]
+                       ) -> list[dict[str, Any]]:
+    payloads = Payloads(out / "payloads")
+    rows: list[dict[str, Any]] = []
+    try:
+        for rc in rcs:
+            say(f"== {rc.name}: {rc.describe()}; topology saved in {out / rc.name / 'topology.toml'}")
+            row = await run_random_case(rc, settings, out, payloads, say)
+            rows.append(row)
+            (out / rc.name / "result.json").write_text(json.dumps(row, indent=1, default=str) + "\n")
+    finally:
+        shutil.rmtree(out / "payloads", ignore_errors=True)
+    return rows
+
+
+def save_random(bench_name: str, seed: int, rows: list[dict[str, Any]], summary: dict[str, Any],
+                labels: dict[str, str], document: dict[str, Any]) -> tuple[Path, Path]:
+    """The whole run as JSON and the ratios' CDFs as a picture, under bench/results/."""
+    ts.RESULTS.mkdir(exist_ok=True)
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
+    data = ts.RESULTS / f"{bench_name}-random-{seed}-{stamp}.json"
+    data.write_text(json.dumps({**document, "seed": seed, "summary": summary, "scenarios": rows}, indent=1,
+                               default=str) + "\n")
+    picture = ts.RESULTS / f"{bench_name}-random-{seed}.png"
+    ts.plot_distribution(rows, labels, f"bench/{bench_name}.py --random {len(rows)} --seed {seed}: testbed and "
+                         "simulator", picture)
+    return data, picture
+
+
 # -- the plan and the report ---------------------------------------------------------------------------------
 
 
@@ -818,17 +1059,22 @@ def parse_inflight(text: str) -> int | None:
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--topologies", default=",".join(CASES), help=f"comma-separated, of {', '.join(CASES)}")
+    parser.add_argument("--topologies", help=f"comma-separated, of {', '.join(CASES)} (default: all of them, or "
+                        "none with --random)")
+    parser.add_argument("--random", type=int, default=0, metavar="N",
+                        help="also N seeded random scenarios of <=8 depots (bench/testbed_scenarios.py)")
     parser.add_argument("--size", help="the file of every run (default: about 40 s at the oracle's predicted rate)")
     parser.add_argument("--runs", type=int, default=3, help="repetitions of direct, cold and warm (default 3)")
-    parser.add_argument("--max-inflight", type=parse_inflight, default=2, metavar="N|default",
-                        help="blocks in flight per hop (default 2, the seed's setting); 'default': lnet-send's rule")
+    parser.add_argument("--max-inflight", type=parse_inflight, default=argparse.SUPPRESS, metavar="N|default",
+                        help="blocks in flight per hop (default 2, the seed's setting, and lnet-send's rule for the "
+                        "random scenarios); 'default': lnet-send's rule")
     parser.add_argument("--block-size", default="1MiB")
-    parser.add_argument("--max-paths", type=int, default=1, dest="lnet_max_paths", metavar="N",
+    parser.add_argument("--max-paths", type=int, default=argparse.SUPPRESS, dest="lnet_max_paths", metavar="N",
                         help="lnet-send --max-paths of the cold and warm runs, always passed (default 1: does lnet "
-                        "find the best single chain; lnet-send's own default is 3); the oracle and direct are single "
-                        "paths")
-    parser.add_argument("--seed", type=int, default=DEFAULT_SEED, help="seed of the generated topologies (11)")
+                        f"find the best single chain; the random scenarios: lnet-send's own, {DEFAULT_MAX_PATHS}); the "
+                        "oracle and direct are single paths")
+    parser.add_argument("--seed", type=int, help=f"seed of the generated topologies ({DEFAULT_SEED}) and of the random "
+                        "scenarios (default: a fresh one, printed)")
     parser.add_argument("--out", type=Path, default=Path(tempfile.gettempdir()) / "lnet-bench-pathchoice")
     parser.add_argument("--quick", action="store_true", help="a smoke test: tiny sizes, one run")
     parser.add_argument("--list", action="store_true", help="print the topologies (TOML) and their design figures")
@@ -836,15 +1082,28 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         "from an earlier run's --out directory (its pathchoice.json), with this version's rules")
     args = parser.parse_args(argv)
     check_args(parser, args, CASES)
+    given = vars(args)
+    args.random_max_paths = given.get("lnet_max_paths", DEFAULT_MAX_PATHS)
+    args.lnet_max_paths = given.get("lnet_max_paths", 1)
     return args
 
 
 def check_args(parser: argparse.ArgumentParser, args: argparse.Namespace, cases: Iterable[str]) -> None:
-    """The checks this benchmark and bench/multipath.py share: --runs, --topologies, the sizes."""
+    """The checks this benchmark and bench/multipath.py share: --runs, --topologies, --random and its seed (a fresh
+    one unless given), --max-inflight (the named topologies' default 2, the random scenarios' lnet-send's rule),
+    the sizes."""
     names = list(cases)
     if args.runs < 1:
         parser.error("--runs must be at least 1")
-    unknown = [name for name in args.topologies.split(",") if name not in names]
+    if args.random < 0:
+        parser.error("--random must not be negative")
+    if args.topologies is None:
+        args.topologies = "" if args.random else ",".join(names)
+    args.random_seed = (args.seed if args.seed is not None else ts.fresh_seed()) if args.random else None
+    given = vars(args)
+    args.random_max_inflight = given.get("max_inflight")  # None: lnet-send's rule
+    args.max_inflight = given.get("max_inflight", 2)
+    unknown = [name for name in args.topologies.split(",") if name and name not in names]
     if unknown:
         parser.error(f"unknown topologies: {', '.join(unknown)} (choose from {', '.join(names)})")
     try:
@@ -887,10 +1146,18 @@ async def until_signalled(job: Awaitable[T]) -> T:
 async def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     settings = Settings.from_args(args)
-    cases = [CASES[name](args.seed) for name in args.topologies.split(",")]
+    named_seed = args.seed if args.seed is not None else DEFAULT_SEED
+    cases = [CASES[name](named_seed) for name in args.topologies.split(",") if name]
+    random_settings = replace(settings, inflight=args.random_max_inflight, max_paths=args.random_max_paths)
+    if args.random:
+        print(f"random scenarios: seed {args.random_seed} (rerun: bench/pathchoice.py --random {args.random} --seed "
+              f"{args.random_seed}{' --quick' if args.quick else ''})", flush=True)
+    rcs = [ts.random_case(args.random_seed, index) for index in ts.small_indices(args.random)]
     if args.list:
         for case in cases:
             print("\n".join(describe(case, settings.design_inflight)), end="\n\n")
+        for rc in rcs:
+            print(f"== {rc.name}: {rc.describe()}\n{rc.toml}")
         return 0
     if args.figures is not None:
         return refigure(args.figures)
@@ -902,22 +1169,51 @@ async def main(argv: list[str] | None = None) -> int:
     def say(text: str) -> None:
         print(text, flush=True)
 
+    code = commit()  # now: the code that runs, whatever is committed meanwhile
     estimate = estimate_seconds(cases, settings)
-    say(f"path choice: {', '.join(c.name for c in cases)}; about {estimate / 60:.0f} minutes; results in {args.out}")
+    if rcs:
+        estimate += estimate_random_seconds(rcs, [simulate_random(rc, random_settings) for rc in rcs], random_settings)
+    names = [c.name for c in cases] + [f"{len(rcs)} random (seed {args.random_seed})"] * bool(rcs)
+    say(f"path choice: {', '.join(names)}; about {estimate / 60:.0f} minutes; results in {args.out}")
     started = time.monotonic()
     results: list[dict[str, Any]] = []
-    results.extend(await until_signalled(bench(args, cases, settings, say)))
+    if cases:
+        results.extend(await until_signalled(bench(args, cases, settings, say)))
+    rows: list[dict[str, Any]] = []
+    if rcs:
+        rows.extend(await until_signalled(bench_random(rcs, random_settings, args.out, say)))
     document = {"bench": "pathchoice", "args": {k: str(v) for k, v in vars(args).items()},
                 "minutes": (time.monotonic() - started) / 60, "topologies": results}
     (args.out / "pathchoice.json").write_text(json.dumps(document, indent=1, default=str) + "\n")
-    print_table(results, settings)
+    if results:
+        print_table(results, settings)
     print(f"\nsaved {args.out / 'pathchoice.json'} ({document['minutes']:.1f} minutes)")
+    if rows:
+        summary = print_random(rows, say)
+        random_document = {"bench": "pathchoice", "command": " ".join(["bench/pathchoice.py", *(argv or sys.argv[1:])]),
+                           "commit": code, "minutes": document["minutes"], "block": settings.block,
+                           "inflight": random_settings.inflight or "default", "max_paths": random_settings.max_paths,
+                           "runs": settings.runs, "quick": settings.quick}
+        data, picture = save_random("pathchoice", args.random_seed, rows, summary, RANDOM_RATIOS, random_document)
+        say(f"saved {data} and {picture}")
+        print(json.dumps({"bench": "pathchoice-random", "seed": args.random_seed, "summary": summary}, default=str))
     line = {"bench": "pathchoice", "block": settings.block, "inflight": settings.inflight or "default",
             "max_paths": settings.max_paths, "runs": settings.runs,
             "topologies": {r["topology"]: r["figures"] for r in results}}
-    print(json.dumps(line, default=str))
-    failed = sum(1 for r in results for run in [*r["runs"], *r["widest"]] if not run["ok"])
+    if results:
+        print(json.dumps(line, default=str))
+    # a pinned run stopped as too slow to be the oracle (--random) is no failure
+    failed = sum(1 for r in [*results, *rows] for run in [*r["runs"], *r["widest"]]
+                 if not run["ok"] and not run.get("stopped_s"))
     return 1 if failed else 0
+
+
+def commit() -> str:
+    try:
+        return subprocess.run(["git", "describe", "--always", "--dirty"], cwd=REPO, capture_output=True, text=True,
+                              check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
 
 
 def refigure(out: Path) -> int:
@@ -928,9 +1224,10 @@ def refigure(out: Path) -> int:
         inflight = None if saved["max_inflight"] == "None" else int(saved["max_inflight"])
         settings = Settings(saved["block_size"], parse_size(saved["block_size"]), inflight, int(saved["runs"]),
                             saved["quick"] == "True", None, int(saved.get("lnet_max_paths", 1)))
+        seed = DEFAULT_SEED if saved["seed"] == "None" else int(saved["seed"])
         results = document["topologies"]
         for result in results:
-            result["figures"] = figures_of(CASES[result["topology"]](int(saved["seed"])), result)
+            result["figures"] = figures_of(CASES[result["topology"]](seed), result)
     except (OSError, ValueError, KeyError, TypeError) as exc:
         print(f"cannot read a path-choice run in {out}: {exc}", file=sys.stderr)
         return 2

@@ -38,14 +38,21 @@ runs (``simulate_pinned``, lnet-send's 16 streams a hop and its in-flight rule) 
 the designed ones, and the widest path by the network's capacities with its one-edge deviations, the best
 ``TOP_CANDIDATES`` of them by their rate alone. Where the truth changes mid-window, the best candidate is taken
 for each part, as if the move were free. Where the kind has disjoint routes, their pinned runs are also added up.
+
+On the testbed. ``Scenario.physical`` keeps the network under the overlay (hosts' windows; links' rates, delays
+and losses; the changes of rates), from which ``overlay`` builds the scenario's network again. Scaled
+(``Physical.scaled``, by ``emulation_scale``: the fastest link to ``TESTBED_FASTEST_MBIT``), rates and windows
+shrink by the factor and losses by its square, so every window-, loss- and link-limited rate shrinks by the
+factor and the delays stay; ``topology_of`` and ``topology_file`` write it as a testbed topology. The simulator's
+network of the same scaled description (``overlay``) is what a testbed run is compared with.
 """
 
 from __future__ import annotations
 
 import math
 import random
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 
 import networkx as nx
 
@@ -58,18 +65,29 @@ __all__ = [
     "COLD_S",
     "KINDS",
     "MAX_DRAWS",
+    "MAX_LOSS",
     "MIN_STREAMS",
+    "MIN_WINDOW_BYTES",
     "SIZES",
     "STEP_S",
     "STREAMS",
+    "TESTBED_FASTEST_MBIT",
+    "TESTBED_MTU",
     "TOP_CANDIDATES",
     "WARM_S",
+    "LinkChange",
     "Oracle",
+    "Physical",
+    "PhysicalLink",
     "Scenario",
+    "emulation_scale",
+    "overlay",
     "physical_routes",
     "scenario",
     "scenarios",
     "steady_rate",
+    "topology_file",
+    "topology_of",
 ]
 
 KINDS: tuple[str, ...] = ("direct", "detour", "disjoint", "decoy", "shared", "change")
@@ -87,6 +105,15 @@ STEP_S = 1.0
 MAX_DRAWS = 200
 TOP_CANDIDATES = 4
 SRC, DST = "src", "dst"
+TESTBED_MTU = 1500
+"""The testbed topologies' MTU: TCP's payload is ``_MSS_BYTES`` of each packet, as the loss model assumes."""
+TESTBED_FASTEST_MBIT = 60.0
+"""``emulation_scale`` scales a scenario down until its fastest link carries this: with lnet's depots, its client
+and the link emulator sharing the 2-core machine, what is emulated at this rate is what TCP gets."""
+MIN_WINDOW_BYTES = 14 * 1448
+"""The smallest receive window a scaled network keeps: 14 segments (below that Linux's window is coarse)."""
+MAX_LOSS = 0.01
+"""The most a scaled link loses: beyond a percent TCP's rate is set by timeouts more than by the Mathis limit."""
 
 _BASE_MS = 1.0
 _MS_PER_UNIT = 40.0
@@ -119,6 +146,78 @@ class Oracle:
 
 
 @dataclass(frozen=True)
+class PhysicalLink:
+    """A physical link between two hosts: ``rate_mbit`` each way (what TCP's payload gets), ``delay_s`` one way,
+    and ``loss``, the fraction of packets it drops each way."""
+
+    a: str
+    b: str
+    rate_mbit: float
+    delay_s: float
+    loss: float
+
+
+@dataclass(frozen=True)
+class LinkChange:
+    """From ``at`` (simulated seconds) on, the link between ``a`` and ``b`` carries ``rate_mbit`` each way."""
+
+    at: float
+    a: str
+    b: str
+    rate_mbit: float
+
+
+@dataclass(frozen=True)
+class Physical:
+    """A scenario's physical network in its final host names: the hosts (in the overlay's vertex order) with
+    their receive windows, the links, and the changes of link rates over time. ``factor`` and the two clamp
+    records say how it was scaled (``scaled``); the scenario's own has factor 1 and clamps nothing."""
+
+    hosts: tuple[str, ...]
+    windows_kib: Mapping[str, float]
+    links: tuple[PhysicalLink, ...]
+    changes: tuple[LinkChange, ...] = ()
+    factor: float = 1.0
+    raised_windows: tuple[str, ...] = ()
+    """Hosts whose window, scaled, was under ``MIN_WINDOW_BYTES`` and was raised to it."""
+    capped_losses: tuple[tuple[str, str], ...] = ()
+    """Links whose loss, scaled, was over ``MAX_LOSS`` and was capped to it."""
+
+    def static(self) -> Physical:
+        """The network as it starts, without its changes."""
+        return replace(self, changes=())
+
+    def scaled(self, factor: float) -> Physical:
+        """Rates and windows times ``factor``, losses over its square, delays kept: every edge's per-stream rate
+        (the window over the round trip, the Mathis loss limit, the narrowest link) is then ``factor`` times what
+        it was, and where those rates share links they share them in the same proportions. Two limits keep the
+        emulation honest, and break the proportion where they bind (recorded): a window is at least
+        ``MIN_WINDOW_BYTES`` (below about 14 segments TCP's window gets coarse), a loss at most ``MAX_LOSS``
+        (beyond it TCP is held by timeouts, not the Mathis limit). Windows are whole bytes."""
+        if not 0 < factor <= 1:
+            raise ValueError(f"a scale factor is in (0, 1], not {factor}")
+        windows: dict[str, float] = {}
+        raised = []
+        for host, window in self.windows_kib.items():
+            window_bytes = round(window * 1024 * factor)
+            if window_bytes < MIN_WINDOW_BYTES:
+                window_bytes = MIN_WINDOW_BYTES
+                raised.append(host)
+            windows[host] = window_bytes / 1024
+        links = []
+        capped = []
+        for link in self.links:
+            loss = link.loss / factor**2
+            if loss > MAX_LOSS:
+                loss = MAX_LOSS
+                capped.append((link.a, link.b))
+            links.append(replace(link, rate_mbit=link.rate_mbit * factor, loss=loss))
+        changes = tuple(replace(change, rate_mbit=change.rate_mbit * factor) for change in self.changes)
+        return Physical(self.hosts, windows, tuple(links), changes, self.factor * factor,
+                        (*self.raised_windows, *raised), (*self.capped_losses, *capped))
+
+
+@dataclass(frozen=True)
 class Scenario:
     kind: str
     seed: int
@@ -137,6 +236,8 @@ class Scenario:
     """The cold run's window, [0, cold_s), and the warm run's, [cold_s, cold_s + warm_s)."""
     draws: int
     """Networks drawn until one had the kind's property."""
+    physical: Physical
+    """The network under the overlay: ``overlay(physical)`` builds ``network`` again."""
     roles: dict[str, str] = field(default_factory=dict)
     """Each designed depot's role (``chain``, ``route1``, ``decoy``, ``gate``, ...); background depots have none."""
 
@@ -251,21 +352,33 @@ class _Built:
     designed: list[Path]
     routes: list[Path]
     change_at_s: tuple[float, ...] = ()
+    changes: tuple[tuple[float, dict[tuple[str, str], float]], ...] = ()
+    """What ``_overlay`` was given: at each time, the new rates (Mbit/s) of some links."""
 
 
 def _overlay(draft: _Draft, changes: Sequence[tuple[float, dict[tuple[str, str], float]]] = ()) -> SimNetwork:
     """The overlay of every host over the draft's links; ``changes``: at each time, new rates (Mbit/s) of some
-    links, each turned into ``DegradeLink`` events for both directions and ``DegradeEdge`` events for the overlay
-    edges whose per-stream rate that changes."""
-    hosts = tuple(draft.where)
+    links (see ``_overlay_of``)."""
+    links = [PhysicalLink(a, b, rate, draft.delay_s(a, b), draft.loss[(a, b)]) for (a, b), rate in draft.links.items()]
+    return _overlay_of(tuple(draft.where), draft.windows_kib, links, changes)
+
+
+def _overlay_of(
+    hosts: tuple[str, ...], windows_kib: Mapping[str, float], links: Sequence[PhysicalLink],
+    changes: Sequence[tuple[float, Mapping[tuple[str, str], float]]] = (),
+) -> SimNetwork:
+    """The overlay of ``hosts`` (in this vertex order) over ``links``; ``changes``: at each time, new rates
+    (Mbit/s) of some links, each turned into ``DegradeLink`` events for both directions and ``DegradeEdge`` events
+    for the overlay edges whose per-stream rate that changes."""
     adjacency: dict[str, dict[str, float]] = {h: {} for h in hosts}
-    for a, b in draft.links:
-        adjacency[a][b] = adjacency[b][a] = draft.delay_s(a, b)
+    for link in links:
+        adjacency[link.a][link.b] = adjacency[link.b][link.a] = link.delay_s
     rates: dict[str, float] = {}
     losses: dict[str, float] = {}
-    for (a, b), rate in draft.links.items():
-        rates[f"{a}>{b}"] = rates[f"{b}>{a}"] = mbit(rate)
-        losses[f"{a}>{b}"] = losses[f"{b}>{a}"] = draft.loss[(a, b)]
+    for link in links:
+        a, b = link.a, link.b
+        rates[f"{a}>{b}"] = rates[f"{b}>{a}"] = mbit(link.rate_mbit)
+        losses[f"{a}>{b}"] = losses[f"{b}>{a}"] = link.loss
     own: dict[Edge, float] = {}
     """Each edge's per-stream limit of its own: window and loss, not links."""
     routes: dict[Edge, tuple[str, ...]] = {}
@@ -278,7 +391,7 @@ def _overlay(draft: _Draft, changes: Sequence[tuple[float, dict[tuple[str, str],
             if v not in delay:
                 raise ValueError(f"{v} is not connected to {u}")
             rtt = 2 * delay[v]
-            limit = draft.windows_kib[v] * 1024 / rtt
+            limit = windows_kib[v] * 1024 / rtt
             loss = sum(losses[link] for link in hops[v])
             if loss > 0:
                 limit = min(limit, _MATHIS * _MSS_BYTES / (rtt * math.sqrt(loss)))
@@ -434,8 +547,8 @@ def _change(draft: _Draft, depots: int, windows: tuple[float, float], step_s: fl
     else:  # the narrower route's links rise
         new = {hop: base * draft.rng.uniform(1.6, 2.5) for hop in zip(routes[1], routes[1][1:], strict=False)}
     old = {link: draft.links[link] for link in new}
-    network = _overlay(draft, [(at, new), (cold_s + back, old)])
-    return _Built(draft, network, list(routes), list(routes), (at, cold_s + back))
+    changes = ((at, new), (cold_s + back, old))
+    return _Built(draft, _overlay(draft, changes), list(routes), list(routes), (at, cold_s + back), changes)
 
 
 _BUILDERS = {
@@ -576,8 +689,15 @@ def _finish(
         _oracle(network, candidates, routes, cold_s, warm_s, step_s),
     )
     roles = {names[h]: role for h, role in draft.roles.items()}
+    physical = Physical(
+        network.vertices,
+        {names[h]: draft.windows_kib[h] for h in draft.where},
+        tuple(PhysicalLink(names[a], names[b], rate, draft.delay_s(a, b), draft.loss[(a, b)])
+              for (a, b), rate in draft.links.items()),
+        tuple(LinkChange(at, names[a], names[b], rate) for at, new in built.changes for (a, b), rate in new.items()),
+    )
     return Scenario(kind, seed, index, depots, network, SRC, DST, routes, tuple(candidates), built.change_at_s,
-                    oracles, draws, roles)
+                    oracles, draws, physical, roles)
 
 
 def _renamed(network: SimNetwork, names: dict[str, str], order: Sequence[str]) -> SimNetwork:
@@ -639,3 +759,61 @@ def _oracle(
         )
     steady = max(steady_rate(network, path, start_s) for path in candidates)
     return Oracle(start_s, duration_s, best_bps, tuple(best_paths), steady, direct_bps, routes_bps)
+
+
+# -- the physical network, and the testbed ------------------------------------------------------------------
+
+
+def overlay(physical: Physical) -> SimNetwork:
+    """The simulator's network over ``physical``, as the scenario's own was built: ``overlay(case.physical)`` is
+    ``case.network`` again, and ``overlay(case.physical.scaled(f))`` the same network scaled."""
+    changes: list[tuple[float, dict[tuple[str, str], float]]] = []
+    for change in physical.changes:
+        if not changes or changes[-1][0] != change.at:
+            changes.append((change.at, {}))
+        changes[-1][1][(change.a, change.b)] = change.rate_mbit
+    return _overlay_of(physical.hosts, physical.windows_kib, physical.links, changes)
+
+
+def emulation_scale(physical: Physical, fastest_mbit: float = TESTBED_FASTEST_MBIT) -> float:
+    """The factor that brings the fastest link (at any time) down to ``fastest_mbit``; 1 if none is faster."""
+    rates = [link.rate_mbit for link in physical.links] + [change.rate_mbit for change in physical.changes]
+    return min(1.0, fastest_mbit / max(rates))
+
+
+def topology_of(physical: Physical, name: str) -> dict[str, object]:
+    """``physical`` as a testbed topology, in the layout of a topology file (``Topology.from_dict`` loads it):
+    every host with its window in bytes, every link with its one-way delay in ms, its loss and its rate. The
+    rate is what the wire carries, so that TCP's payload gets the link's ``rate_mbit`` (each packet of
+    ``TESTBED_MTU`` bytes carries ``_MSS_BYTES`` of it). Changes of rate are not in it: a testbed runs a network
+    as it starts (``Physical.static``); ``Testbed.set_link`` can change a link while it runs."""
+    links: list[dict[str, object]] = []
+    for link in physical.links:
+        row: dict[str, object] = {"a": link.a, "b": link.b, "delay_ms": link.delay_s * 1000,
+                                  "rate_mbit": link.rate_mbit * TESTBED_MTU / _MSS_BYTES}
+        if link.loss > 0:
+            row["loss"] = link.loss
+        links.append(row)
+    hosts = {host: {"window": round(physical.windows_kib[host] * 1024)} for host in physical.hosts}
+    return {"name": name, "mtu": TESTBED_MTU, "hosts": hosts, "links": links}
+
+
+def topology_file(physical: Physical, name: str, comment: str = "") -> str:
+    """``topology_of`` as the text of a topology file, ``comment`` at its head; floats as ``repr`` writes
+    them, so the file loads to the same numbers."""
+
+    def value(item: object) -> str:
+        return f'"{item}"' if isinstance(item, str) else repr(item)
+
+    doc = topology_of(physical, name)
+    lines = [f"# {line}".rstrip() for line in comment.splitlines()]
+    lines += [f"name = {value(doc['name'])}", f"mtu = {value(doc['mtu'])}"]
+    hosts = doc["hosts"]
+    assert isinstance(hosts, dict)
+    for host, spec in hosts.items():
+        lines += ["", f"[hosts.{host}]", *(f"{key} = {value(item)}" for key, item in spec.items())]
+    links = doc["links"]
+    assert isinstance(links, list)
+    for link in links:
+        lines += ["", "[[links]]", *(f"{key} = {value(item)}" for key, item in link.items())]
+    return "\n".join(lines) + "\n"
