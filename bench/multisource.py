@@ -87,7 +87,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any, BinaryIO, NamedTuple
 
@@ -384,25 +384,58 @@ def make_workdir(parent: str | None) -> Path:
 
 
 # -- the runs ---------------------------------------------------------------------------------------------------
-def physical_limit_mbit(tb: Testbed, replicas: list[str], without: str | None = None) -> float:
-    total = sum(float(tb.topology.link(EDGE, host).rate_mbit or 0.0) for host in replicas if host != without)
-    ingress = tb.topology.link(CLIENT, EDGE).rate_mbit
-    return min(total, ingress) if ingress else total
+class ReplicaChange(NamedTuple):
+    """One replica's change mid-run: its link rate goes to ``factor`` of itself, or its nginx is killed (factor 0),
+    ``at_fraction`` of the run's physical-limit time (at the limit before the change) after the run starts."""
+    host: str
+    factor: float
+    at_fraction: float = 0.5
+
+    @property
+    def dies(self) -> bool:
+        return self.factor == 0.0
 
 
-def scenario_limit_mbit(tb: Testbed, scenario: str, replicas: list[str], base_rate_mbit: float) -> float:
-    """The scenario's physical limit (set_scenario applied); for a change at half time, half the file at the rate
-    before it and half at the rate after it: the harmonic mean of the two."""
+def limit_mbit(rates: Iterable[float], access_mbit: float | None) -> float:
+    """The physical limit: the replicas' link rates added up, capped by the client's access link (None: none)."""
+    total = sum(rates)
+    return min(total, access_mbit) if access_mbit else total
+
+
+def changed_limit_mbit(before: float, after: float, at_fraction: float) -> float:
+    """The limit of a run whose limit goes from ``before`` to ``after`` once ``at_fraction`` of the time the file
+    takes at ``before`` has gone: that fraction of the file at the one, the rest at the other (at half time, the
+    harmonic mean of the two)."""
+    return 1 / (at_fraction / before + (1 - at_fraction) / after)
+
+
+def link_rates_mbit(tb: Testbed, replicas: list[str]) -> dict[str, float]:
+    return {host: float(tb.topology.link(EDGE, host).rate_mbit or 0.0) for host in replicas}
+
+
+def physical_limit_mbit(tb: Testbed, replicas: list[str], change: ReplicaChange | None = None) -> float:
+    """The testbed's physical limit as it is now, or once ``change`` is done."""
+    rates = link_rates_mbit(tb, replicas)
+    if change is not None:
+        rates[change.host] *= change.factor
+    return limit_mbit(rates.values(), tb.topology.link(CLIENT, EDGE).rate_mbit)
+
+
+def run_limit_mbit(tb: Testbed, replicas: list[str], change: ReplicaChange | None) -> float:
+    """A run's physical limit on the testbed as it is now, with ``change`` at its time if there is one."""
     before = physical_limit_mbit(tb, replicas)
-    if scenario == "slowdown":
-        rates = {h: float(tb.topology.link(EDGE, h).rate_mbit or 0.0) for h in replicas}
-        after = min(sum(rates.values()) - base_rate_mbit * (1 - THROTTLE_FACTOR),
-                    tb.topology.link(CLIENT, EDGE).rate_mbit or math.inf)
-    elif scenario == "dies":
-        after = physical_limit_mbit(tb, replicas, without=FASTEST)
-    else:
+    if change is None:
         return before
-    return 2 / (1 / before + 1 / after)
+    return changed_limit_mbit(before, physical_limit_mbit(tb, replicas, change), change.at_fraction)
+
+
+def named_change(scenario: str) -> ReplicaChange | None:
+    """What a named scenario changes mid-run: r1 slows to a quarter, or dies, at half time."""
+    if scenario == "slowdown":
+        return ReplicaChange(FASTEST, THROTTLE_FACTOR)
+    if scenario == "dies":
+        return ReplicaChange(FASTEST, 0.0)
+    return None
 
 
 class Feed(NamedTuple):
@@ -447,14 +480,13 @@ def replica_feeds(tb: Testbed, replicas: list[str]) -> list[Feed]:
     return feeds
 
 
-def run_floor_s(tb: Testbed, feeds: list[Feed], replicas: list[str], scenario: str, size: int,
-                base_rate_mbit: float, changed_at_s: float | None) -> float:
-    """A run's round-trip floor: ``feeds`` taken before it, with its change at half time (when the change was
-    done, which is no earlier than when it took effect: the floor stays a lower bound)."""
-    if scenario in CHANGED_MIDWAY and changed_at_s is not None:
-        after = base_rate_mbit * THROTTLE_FACTOR if scenario == "slowdown" else 0.0
-        feeds = [f._replace(change_s=changed_at_s, after_mbit=after) if host == FASTEST else f
-                 for host, f in zip(replicas, feeds, strict=True)]
+def run_floor_s(tb: Testbed, feeds: list[Feed], replicas: list[str], size: int, change: ReplicaChange | None,
+                changed_at_s: float | None) -> float:
+    """A run's round-trip floor: ``feeds`` taken before it, with its change (when the change was done, which is no
+    earlier than when it took effect: the floor stays a lower bound)."""
+    if change is not None and changed_at_s is not None:
+        feeds = [f._replace(change_s=changed_at_s, after_mbit=f.rate_mbit * change.factor) if host == change.host
+                 else f for host, f in zip(replicas, feeds, strict=True)]
     mtu = tb.topology.mtu
     return round_trip_floor_s(size, feeds, tb.topology.link(CLIENT, EDGE).rate_mbit,
                               (mtu - TCP_IP_HEADER_BYTES) / mtu)
@@ -469,26 +501,28 @@ async def set_scenario(tb: Testbed, scenario: str, base_delay_ms: float, base_ra
     await tb.set_link(EDGE, FASTEST, delay_ms=delay, rate_mbit=rate)
 
 
-def midway_change(tb: Testbed, servers: Replicas, scenario: str,
-                  base_rate_mbit: float) -> tuple[Callable[[], Awaitable[str]], Callable[[str], Awaitable[None]]]:
-    """What a changed-midway scenario does at half time, and what puts it back after the run (given the file)."""
-    if scenario == "slowdown":
-        async def slow() -> str:
-            await tb.set_link(EDGE, FASTEST, rate_mbit=base_rate_mbit * THROTTLE_FACTOR)
-            return f"r1 at {base_rate_mbit * THROTTLE_FACTOR:g} Mbit/s"
+def midway_change(tb: Testbed, servers: Replicas,
+                  change: ReplicaChange) -> tuple[Callable[[], Awaitable[str]], Callable[[str], Awaitable[None]]]:
+    """What ``change`` does mid-run, and what puts it back after the run (given the file)."""
+    host = change.host
+    if change.dies:
+        async def die() -> str:
+            return await servers.kill(host)
 
-        async def unslow(name: str) -> None:
-            await tb.set_link(EDGE, FASTEST, rate_mbit=base_rate_mbit)
+        async def revive(name: str) -> None:
+            await servers.restart(host, name)
 
-        return slow, unslow
+        return die, revive
+    rate = float(tb.topology.link(EDGE, host).rate_mbit or 0.0)
 
-    async def die() -> str:
-        return await servers.kill(FASTEST)
+    async def slow() -> str:
+        await tb.set_link(EDGE, host, rate_mbit=rate * change.factor)
+        return f"{host} at {rate * change.factor:g} Mbit/s"
 
-    async def revive(name: str) -> None:
-        await servers.restart(FASTEST, name)
+    async def unslow(name: str) -> None:
+        await tb.set_link(EDGE, host, rate_mbit=rate)
 
-    return die, revive
+    return slow, unslow
 
 
 async def curl_capacity(tb: Testbed, url: str, nbytes: int) -> dict[str, float]:
@@ -577,6 +611,46 @@ async def one_run(tb: Testbed, servers: Replicas, competitor: str, urls: list[st
             record["ok"] = True
     await trio.to_thread.run_sync(empty_dir, out.parent)
     return record
+
+
+async def measured_run(tb: Testbed, servers: Replicas, hosts: list[str], competitor: str, path: str, size: int,
+                       sha256: str, downloads: Path, tools: dict[str, str], lnet_get: Path, args: argparse.Namespace,
+                       limit_s: float, change: ReplicaChange | None) -> dict[str, Any]:
+    """One competitor's download of ``path`` from every replica in ``hosts``, with ``change`` at its time (undone
+    after the run), and the run's round-trip floor."""
+    urls = [servers.url(h, path) for h in hosts]
+    out = downloads / f"{competitor.replace(':', '_')}.bin"
+    feeds = replica_feeds(tb, hosts)  # before the change
+    midway: tuple[float, Callable[[], Awaitable[str]]] | None = None
+    undo: Callable[[str], Awaitable[None]] | None = None
+    if change is not None:
+        action, undo = midway_change(tb, servers, change)
+        midway = (size * 8 / (physical_limit_mbit(tb, hosts) * 1e6) * change.at_fraction, action)
+    try:
+        record = await one_run(tb, servers, competitor, urls, out, size, sha256, tools, lnet_get, args.lnet_arg,
+                               args.timeout_factor * limit_s + 60, midway)
+    finally:
+        if undo is not None:
+            await undo(path)
+    record["floor_s"] = run_floor_s(tb, feeds, hosts, size, change, record.get("changed_at_s"))
+    return record
+
+
+def run_text(record: dict[str, Any], size: int, limit_s: float) -> str:
+    """How a run went, for its progress line."""
+    sh = "/".join(f"{100 * v:.0f}" for v in shares(record["nginx"]).values())
+    if record["ok"]:
+        own = f", lnet's own {record['own_s']:.2f} s" if "own_s" in record else ""
+        if (spread := finish_spread(record)) is not None:
+            own += f", last bytes within {spread:.2f} s"
+        text = (f"{record['wall_s']:7.2f} s ({size * 8 / record['wall_s'] / 1e6:6.1f} Mbit/s,"
+                f" {limit_s / record['wall_s']:.0%} of limit, floor"
+                f" {record['floor_s']:.2f} s{own}), nginx shares {sh} %")
+    else:
+        text = f"FAILED: {record['error'][:300]}"
+    if "change" in record:
+        text += f"; at {record['changed_at_s']:.2f} s: {record['change']}"
+    return text
 
 
 def check_output(out: Path, size: int, sha256: str) -> str | None:
@@ -803,7 +877,7 @@ async def bench(args: argparse.Namespace, the_plan: Plan, say: Callable[[str], N
             runs: list[dict[str, Any]] = []
             for scenario in scenarios:
                 await set_scenario(tb, scenario, base.delay_ms, base.rate_mbit)
-                limits[scenario] = scenario_limit_mbit(tb, scenario, hosts, base.rate_mbit)
+                limits[scenario] = run_limit_mbit(tb, hosts, named_change(scenario))
                 say(f"== {scenario}: r1 {tb.topology.link(EDGE, FASTEST).rate_mbit:g} Mbit/s, one-way "
                     f"{tb.topology.link(EDGE, FASTEST).delay_ms:g} ms; physical limit {limits[scenario]:.4g} Mbit/s")
                 if args.capacity_seconds > 0 and scenario not in CHANGED_MIDWAY:
@@ -822,40 +896,15 @@ async def bench(args: argparse.Namespace, the_plan: Plan, say: Callable[[str], N
                     say(f"   reachable (sum of the curls alone): {reachable:.1f} Mbit/s")
                 for rep in range(1, args.runs + 1):
                     for label, size in sizes.items():
-                        urls = [servers.url(h, f"{label}/file.bin") for h in hosts]
                         limit_s = size * 8 / (limits[scenario] * 1e6)
                         for competitor in per_size[label]:
-                            out = downloads / f"{competitor.replace(':', '_')}.bin"
-                            change = None
-                            feeds = replica_feeds(tb, hosts)  # before a change at half time
-                            if scenario in CHANGED_MIDWAY:
-                                action, undo = midway_change(tb, servers, scenario, base.rate_mbit)
-                                half_s = size * 8 / (physical_limit_mbit(tb, hosts) * 1e6) / 2
-                                change = (half_s, action)
-                            try:
-                                record = await one_run(tb, servers, competitor, urls, out, size, digests[label],
-                                                       tools, lnet_get, args.lnet_arg,
-                                                       args.timeout_factor * limit_s + 60, change)
-                            finally:
-                                if scenario in CHANGED_MIDWAY:
-                                    await undo(f"{label}/file.bin")
-                            record.update(scenario=scenario, size=label, competitor=competitor, rep=rep,
-                                          floor_s=run_floor_s(tb, feeds, hosts, scenario, size, base.rate_mbit,
-                                                              record.get("changed_at_s")))
+                            record = await measured_run(tb, servers, hosts, competitor, f"{label}/file.bin", size,
+                                                        digests[label], downloads, tools, lnet_get, args, limit_s,
+                                                        named_change(scenario))
+                            record.update(scenario=scenario, size=label, competitor=competitor, rep=rep)
                             runs.append(record)
-                            sh = "/".join(f"{100 * v:.0f}" for v in shares(record["nginx"]).values())
-                            if record["ok"]:
-                                own = f", lnet's own {record['own_s']:.2f} s" if "own_s" in record else ""
-                                if (spread := finish_spread(record)) is not None:
-                                    own += f", last bytes within {spread:.2f} s"
-                                text = (f"{record['wall_s']:7.2f} s ({size * 8 / record['wall_s'] / 1e6:6.1f} Mbit/s,"
-                                        f" {limit_s / record['wall_s']:.0%} of limit, floor"
-                                        f" {record['floor_s']:.2f} s{own}), nginx shares {sh} %")
-                            else:
-                                text = f"FAILED: {record['error'][:300]}"
-                            if "change" in record:
-                                text += f"; at {record['changed_at_s']:.2f} s: {record['change']}"
-                            say(f"[{len(runs):>3}/{total}] {scenario:<9} {label:>7} {competitor:<10} rep {rep}: {text}")
+                            say(f"[{len(runs):>3}/{total}] {scenario:<9} {label:>7} {competitor:<10} rep {rep}: "
+                                f"{run_text(record, size, limit_s)}")
             await set_scenario(tb, "normal", base.delay_ms, base.rate_mbit)
             result["emulator"] = {k: v for k, v in (await tb.status()).items() if k not in ("hosts", "links")}
         result.update(capacity=capacity, physical_limit_mbit=limits, runs=runs)

@@ -66,9 +66,9 @@ def test_sweeps_add_every_combination_but_the_default() -> None:
 def test_a_change_at_half_time_makes_the_limit_the_harmonic_mean() -> None:
     tb = SimpleNamespace(topology=Topology.load(ms.TOPOLOGY))
     hosts = ["r1", "r2", "r3", "r4", "r5", "r6"]
-    assert ms.scenario_limit_mbit(tb, "normal", hosts, 40.0) == pytest.approx(140.0)
-    assert ms.scenario_limit_mbit(tb, "slowdown", hosts, 40.0) == pytest.approx(2 / (1 / 140 + 1 / 110))
-    assert ms.scenario_limit_mbit(tb, "dies", hosts, 40.0) == pytest.approx(2 / (1 / 140 + 1 / 100))
+    assert ms.run_limit_mbit(tb, hosts, ms.named_change("normal")) == pytest.approx(140.0)
+    assert ms.run_limit_mbit(tb, hosts, ms.named_change("slowdown")) == pytest.approx(2 / (1 / 140 + 1 / 110))
+    assert ms.run_limit_mbit(tb, hosts, ms.named_change("dies")) == pytest.approx(2 / (1 / 140 + 1 / 100))
 
 
 def test_the_quick_plan_and_its_estimate() -> None:
@@ -141,17 +141,17 @@ def test_the_floor_on_the_replicas_testbed_where_r1_dies_at_half_time() -> None:
     assert [f.first_byte_s for f in feeds] == pytest.approx([0.024, 0.064, 0.124, 0.184, 0.244, 0.364])
     share = (9000 - 52) / 9000
     size = 64 * MiB
-    normal = ms.run_floor_s(tb, feeds, hosts, "normal", size, 40.0, None)
+    normal = ms.run_floor_s(tb, feeds, hosts, size, None, None)
     # every replica at its rate from its first byte: the limit plus the bytes the round trips cost at 140 Mbit/s
     lost = sum(f.rate_mbit * f.first_byte_s for f in feeds)
     assert normal == pytest.approx((size * 8 / 1e6 / share + lost) / 140)
-    dies = ms.run_floor_s(tb, feeds, hosts, "dies", size, 40.0, 1.92)
+    dies = ms.run_floor_s(tb, feeds, hosts, size, ms.named_change("dies"), 1.92)
     r1 = 40 * (1.92 - 0.024)  # Mbit of link time before it dies; the other five carry the rest at 100 Mbit/s
     assert dies == pytest.approx((size * 8 / 1e6 / share - r1 + sum(f.rate_mbit * f.first_byte_s
                                                                     for f in feeds[1:])) / 100)
     # the limit is 4.60 s; the floor is above the 4.77 s that 1.15x aria2 fair's 5.49 s would ask for
     assert 4.77 < dies < 4.85
-    assert ms.run_floor_s(tb, feeds, hosts, "dies", size, 40.0, None) == pytest.approx(normal)  # ended before
+    assert ms.run_floor_s(tb, feeds, hosts, size, ms.named_change("dies"), None) == pytest.approx(normal)  # ended before
 
 
 def test_a_speedup_below_the_round_trip_floor_is_marked_unreachable() -> None:
