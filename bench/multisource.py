@@ -948,7 +948,7 @@ def random_targets(summary: dict[str, dict[str, Any]], sizes: dict[str, int],
                         "met": share["median"] >= RANDOM_TARGET_LIMIT_SHARE})
     if not any(size >= LARGE_FROM for size in sizes.values()):
         out.append({"target": f"median lnet mdtp >= {RANDOM_TARGET_LIMIT_SHARE:.0%} of the physical limit at "
-                              f"{LARGE_FROM >> 20}MiB", "value": "not measured (no size that large: --sizes)",
+                              f"{LARGE_FROM >> 20}MiB", "value": "no size that large in --sizes",
                     "met": None})
     good = sum(1 for r in runs if r["ok"])
     out.append({"target": "identical bytes in every run of every competitor", "value": f"{good} of {len(runs)}",
@@ -1000,13 +1000,16 @@ def plot_random(rows: list[dict[str, Any]], title: str, path: Path) -> None:
             values = sorted(r[key] for r in rows if r["size"] == label and r[key] is not None)
             if values:
                 ys = [(i + 1) / len(values) for i in range(len(values))]
-                ax.step(values, ys, where="post", label=f"{label} ({len(values)})", linewidth=2)
+                # from 0 at the least value, so that each set is a visible step (one set included)
+                ax.step([values[0], *values], [0.0, *ys], where="post", label=f"{label} ({len(values)})",
+                        linewidth=2)
                 plotted = True
         for x in marks[key]:
             ax.axvline(x, color="grey", linewidth=0.8, linestyle="--")
         ax.set_title(name)
         ax.set_xlabel("ratio")
         ax.set_ylabel("fraction of replica sets")
+        ax.set_ylim(0.0, 1.02)
         ax.grid(alpha=0.3)
         if plotted:
             ax.legend(fontsize=8)
