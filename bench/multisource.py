@@ -69,17 +69,37 @@ targets met/missed and one JSON line; everything is saved to bench/results/multi
 benchmark holds /tmp/lnet-testbed.lock while it runs, as every testbed test and benchmark does (it takes it
 itself unless started under `flock /tmp/lnet-testbed.lock`), so two never overlap. nginx, the testbed and the
 temporary files are removed however it ends (Ctrl-C included).
+
+Random replica sets (issue 40):
+
+    flock /tmp/lnet-testbed.lock ./run bench multisource --random 12 [--seed S] [--sizes 64MiB] [--runs 3]
+        [--only 3,7] [--lnet-arg=...]
+
+N sets from lnet.testbed.replica_sets.replica_set(S, 0..N-1) (3-8 replicas, their rates and round trips, the
+access link the bottleneck or not, one replica that slows or dies at a drawn time; its docstring has the ranges);
+the seed is a fresh one unless given, and is printed first with the command that reruns it. Each set gets its own
+testbed (same name, same hosts client, isp, r1..rN, so the same nginx, runs and measures as above) and runs aria2
+fair and lnet mdtp, interleaved, --runs times at each size (default 64MiB); --capacity-seconds does not apply.
+lnet's remembered rates start empty in each set. The oracles: the set's physical limit (its event included,
+at the drawn fraction of the limit's time instead of half time) and aria2 fair. Printed: a line per set and size
+(median times, lnet/fair, each over the limit, lnet's over-fetch, and which replica held lnet's tail), the
+distribution of each ratio over the sets (median, 10th percentile, min), and issue 40's targets: lnet mdtp at
+least 1.15x aria2 fair at the median and never below 1.0x, and at least 90% of the physical limit at the median
+at 256 MiB and above. Saved: bench/results/multisource-random-<seed>-<timestamp>.json (the seed, the command,
+every set's topology and every run) and a CDF plot of each ratio beside it (.png; matplotlib, the `plot` extra).
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import fcntl
 import hashlib
 import json
 import math
 import os
+import random
 import shutil
 import signal
 import statistics
@@ -87,7 +107,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any, BinaryIO, NamedTuple
 
@@ -98,6 +118,7 @@ sys.path.insert(0, str(REPO))
 
 from lnet.depot.units import parse_size  # noqa: E402
 from lnet.testbed import Testbed  # noqa: E402
+from lnet.testbed.replica_sets import ReplicaSet, replica_set  # noqa: E402
 
 TOPOLOGY = REPO / "deploy" / "topologies" / "replicas.toml"
 TESTBED_NAME = "multisrc"
@@ -384,25 +405,58 @@ def make_workdir(parent: str | None) -> Path:
 
 
 # -- the runs ---------------------------------------------------------------------------------------------------
-def physical_limit_mbit(tb: Testbed, replicas: list[str], without: str | None = None) -> float:
-    total = sum(float(tb.topology.link(EDGE, host).rate_mbit or 0.0) for host in replicas if host != without)
-    ingress = tb.topology.link(CLIENT, EDGE).rate_mbit
-    return min(total, ingress) if ingress else total
+class ReplicaChange(NamedTuple):
+    """One replica's change mid-run: its link rate goes to ``factor`` of itself, or its nginx is killed (factor 0),
+    ``at_fraction`` of the run's physical-limit time (at the limit before the change) after the run starts."""
+    host: str
+    factor: float
+    at_fraction: float = 0.5
+
+    @property
+    def dies(self) -> bool:
+        return self.factor == 0.0
 
 
-def scenario_limit_mbit(tb: Testbed, scenario: str, replicas: list[str], base_rate_mbit: float) -> float:
-    """The scenario's physical limit (set_scenario applied); for a change at half time, half the file at the rate
-    before it and half at the rate after it: the harmonic mean of the two."""
+def limit_mbit(rates: Iterable[float], access_mbit: float | None) -> float:
+    """The physical limit: the replicas' link rates added up, capped by the client's access link (None: none)."""
+    total = sum(rates)
+    return min(total, access_mbit) if access_mbit else total
+
+
+def changed_limit_mbit(before: float, after: float, at_fraction: float) -> float:
+    """The limit of a run whose limit goes from ``before`` to ``after`` once ``at_fraction`` of the time the file
+    takes at ``before`` has gone: that fraction of the file at the one, the rest at the other (at half time, the
+    harmonic mean of the two)."""
+    return 1 / (at_fraction / before + (1 - at_fraction) / after)
+
+
+def link_rates_mbit(tb: Testbed, replicas: list[str]) -> dict[str, float]:
+    return {host: float(tb.topology.link(EDGE, host).rate_mbit or 0.0) for host in replicas}
+
+
+def physical_limit_mbit(tb: Testbed, replicas: list[str], change: ReplicaChange | None = None) -> float:
+    """The testbed's physical limit as it is now, or once ``change`` is done."""
+    rates = link_rates_mbit(tb, replicas)
+    if change is not None:
+        rates[change.host] *= change.factor
+    return limit_mbit(rates.values(), tb.topology.link(CLIENT, EDGE).rate_mbit)
+
+
+def run_limit_mbit(tb: Testbed, replicas: list[str], change: ReplicaChange | None) -> float:
+    """A run's physical limit on the testbed as it is now, with ``change`` at its time if there is one."""
     before = physical_limit_mbit(tb, replicas)
-    if scenario == "slowdown":
-        rates = {h: float(tb.topology.link(EDGE, h).rate_mbit or 0.0) for h in replicas}
-        after = min(sum(rates.values()) - base_rate_mbit * (1 - THROTTLE_FACTOR),
-                    tb.topology.link(CLIENT, EDGE).rate_mbit or math.inf)
-    elif scenario == "dies":
-        after = physical_limit_mbit(tb, replicas, without=FASTEST)
-    else:
+    if change is None:
         return before
-    return 2 / (1 / before + 1 / after)
+    return changed_limit_mbit(before, physical_limit_mbit(tb, replicas, change), change.at_fraction)
+
+
+def named_change(scenario: str) -> ReplicaChange | None:
+    """What a named scenario changes mid-run: r1 slows to a quarter, or dies, at half time."""
+    if scenario == "slowdown":
+        return ReplicaChange(FASTEST, THROTTLE_FACTOR)
+    if scenario == "dies":
+        return ReplicaChange(FASTEST, 0.0)
+    return None
 
 
 class Feed(NamedTuple):
@@ -447,14 +501,13 @@ def replica_feeds(tb: Testbed, replicas: list[str]) -> list[Feed]:
     return feeds
 
 
-def run_floor_s(tb: Testbed, feeds: list[Feed], replicas: list[str], scenario: str, size: int,
-                base_rate_mbit: float, changed_at_s: float | None) -> float:
-    """A run's round-trip floor: ``feeds`` taken before it, with its change at half time (when the change was
-    done, which is no earlier than when it took effect: the floor stays a lower bound)."""
-    if scenario in CHANGED_MIDWAY and changed_at_s is not None:
-        after = base_rate_mbit * THROTTLE_FACTOR if scenario == "slowdown" else 0.0
-        feeds = [f._replace(change_s=changed_at_s, after_mbit=after) if host == FASTEST else f
-                 for host, f in zip(replicas, feeds, strict=True)]
+def run_floor_s(tb: Testbed, feeds: list[Feed], replicas: list[str], size: int, change: ReplicaChange | None,
+                changed_at_s: float | None) -> float:
+    """A run's round-trip floor: ``feeds`` taken before it, with its change (when the change was done, which is no
+    earlier than when it took effect: the floor stays a lower bound)."""
+    if change is not None and changed_at_s is not None:
+        feeds = [f._replace(change_s=changed_at_s, after_mbit=f.rate_mbit * change.factor) if host == change.host
+                 else f for host, f in zip(replicas, feeds, strict=True)]
     mtu = tb.topology.mtu
     return round_trip_floor_s(size, feeds, tb.topology.link(CLIENT, EDGE).rate_mbit,
                               (mtu - TCP_IP_HEADER_BYTES) / mtu)
@@ -469,26 +522,28 @@ async def set_scenario(tb: Testbed, scenario: str, base_delay_ms: float, base_ra
     await tb.set_link(EDGE, FASTEST, delay_ms=delay, rate_mbit=rate)
 
 
-def midway_change(tb: Testbed, servers: Replicas, scenario: str,
-                  base_rate_mbit: float) -> tuple[Callable[[], Awaitable[str]], Callable[[str], Awaitable[None]]]:
-    """What a changed-midway scenario does at half time, and what puts it back after the run (given the file)."""
-    if scenario == "slowdown":
-        async def slow() -> str:
-            await tb.set_link(EDGE, FASTEST, rate_mbit=base_rate_mbit * THROTTLE_FACTOR)
-            return f"r1 at {base_rate_mbit * THROTTLE_FACTOR:g} Mbit/s"
+def midway_change(tb: Testbed, servers: Replicas,
+                  change: ReplicaChange) -> tuple[Callable[[], Awaitable[str]], Callable[[str], Awaitable[None]]]:
+    """What ``change`` does mid-run, and what puts it back after the run (given the file)."""
+    host = change.host
+    if change.dies:
+        async def die() -> str:
+            return await servers.kill(host)
 
-        async def unslow(name: str) -> None:
-            await tb.set_link(EDGE, FASTEST, rate_mbit=base_rate_mbit)
+        async def revive(name: str) -> None:
+            await servers.restart(host, name)
 
-        return slow, unslow
+        return die, revive
+    rate = float(tb.topology.link(EDGE, host).rate_mbit or 0.0)
 
-    async def die() -> str:
-        return await servers.kill(FASTEST)
+    async def slow() -> str:
+        await tb.set_link(EDGE, host, rate_mbit=rate * change.factor)
+        return f"{host} at {rate * change.factor:g} Mbit/s"
 
-    async def revive(name: str) -> None:
-        await servers.restart(FASTEST, name)
+    async def unslow(name: str) -> None:
+        await tb.set_link(EDGE, host, rate_mbit=rate)
 
-    return die, revive
+    return slow, unslow
 
 
 async def curl_capacity(tb: Testbed, url: str, nbytes: int) -> dict[str, float]:
@@ -577,6 +632,46 @@ async def one_run(tb: Testbed, servers: Replicas, competitor: str, urls: list[st
             record["ok"] = True
     await trio.to_thread.run_sync(empty_dir, out.parent)
     return record
+
+
+async def measured_run(tb: Testbed, servers: Replicas, hosts: list[str], competitor: str, path: str, size: int,
+                       sha256: str, downloads: Path, tools: dict[str, str], lnet_get: Path, args: argparse.Namespace,
+                       limit_s: float, change: ReplicaChange | None) -> dict[str, Any]:
+    """One competitor's download of ``path`` from every replica in ``hosts``, with ``change`` at its time (undone
+    after the run), and the run's round-trip floor."""
+    urls = [servers.url(h, path) for h in hosts]
+    out = downloads / f"{competitor.replace(':', '_')}.bin"
+    feeds = replica_feeds(tb, hosts)  # before the change
+    midway: tuple[float, Callable[[], Awaitable[str]]] | None = None
+    undo: Callable[[str], Awaitable[None]] | None = None
+    if change is not None:
+        action, undo = midway_change(tb, servers, change)
+        midway = (size * 8 / (physical_limit_mbit(tb, hosts) * 1e6) * change.at_fraction, action)
+    try:
+        record = await one_run(tb, servers, competitor, urls, out, size, sha256, tools, lnet_get, args.lnet_arg,
+                               args.timeout_factor * limit_s + 60, midway)
+    finally:
+        if undo is not None:
+            await undo(path)
+    record["floor_s"] = run_floor_s(tb, feeds, hosts, size, change, record.get("changed_at_s"))
+    return record
+
+
+def run_text(record: dict[str, Any], size: int, limit_s: float) -> str:
+    """How a run went, for its progress line."""
+    sh = "/".join(f"{100 * v:.0f}" for v in shares(record["nginx"]).values())
+    if record["ok"]:
+        own = f", lnet's own {record['own_s']:.2f} s" if "own_s" in record else ""
+        if (spread := finish_spread(record)) is not None:
+            own += f", last bytes within {spread:.2f} s"
+        text = (f"{record['wall_s']:7.2f} s ({size * 8 / record['wall_s'] / 1e6:6.1f} Mbit/s,"
+                f" {limit_s / record['wall_s']:.0%} of limit, floor"
+                f" {record['floor_s']:.2f} s{own}), nginx shares {sh} %")
+    else:
+        text = f"FAILED: {record['error'][:300]}"
+    if "change" in record:
+        text += f"; at {record['changed_at_s']:.2f} s: {record['change']}"
+    return text
 
 
 def check_output(out: Path, size: int, sha256: str) -> str | None:
@@ -718,6 +813,212 @@ def print_table(rows: list[dict[str, Any]], hosts: list[str]) -> None:
               f"{share_text + ' %':<32} {fmt(r['median_overfetch'], '.3f'):>9}")
 
 
+# -- random replica sets (issue 40) ---------------------------------------------------------------------------
+RANDOM_LNET = "mdtp"
+RANDOM_COMPETITORS = ("aria2-fair", RANDOM_LNET)
+RANDOM_SIZES = "64MiB"
+TESTBED_UP_S = 15.0  # per replica set: the testbed up and down, nginx started and checked
+RANDOM_TARGET_MEDIAN = 1.15  # lnet mdtp over aria2 fair, at the median
+RANDOM_TARGET_MIN = 1.0  # ... and in every scenario
+RANDOM_TARGET_LIMIT_SHARE = 0.90  # lnet mdtp's share of the physical limit at the median, at LARGE_FROM and above
+RATIOS = (("lnet_over_fair", "lnet mdtp / aria2 fair (speedup)"),
+          ("lnet_of_limit", "lnet mdtp / physical limit"),
+          ("fair_of_limit", "aria2 fair / physical limit"))
+
+
+def set_change(rs: ReplicaSet) -> ReplicaChange | None:
+    event = rs.event
+    return None if event is None else ReplicaChange(event.replica, event.factor, event.at_fraction)
+
+
+def set_limit_mbit(rs: ReplicaSet) -> float:
+    """A replica set's physical limit, its event included (what ``run_limit_mbit`` gives on its testbed)."""
+    before = limit_mbit(rs.rates_mbit.values(), rs.access_mbit)
+    change = set_change(rs)
+    if change is None:
+        return before
+    return changed_limit_mbit(before, limit_mbit(rs.rates_after_mbit().values(), rs.access_mbit),
+                              change.at_fraction)
+
+
+def random_estimate_s(sets: list[ReplicaSet], sizes: dict[str, int], runs: int) -> float:
+    """Roughly how long ``--random`` takes: each set's testbed, then each run at its limit with slack and
+    overhead."""
+    total = 60.0 + sum(sizes.values()) / 200e6  # the payloads written
+    for rs in sets:
+        limit = set_limit_mbit(rs)
+        total += TESTBED_UP_S + runs * len(RANDOM_COMPETITORS) * sum(
+            size * 8 / (limit * 1e6) * ESTIMATE_SLACK + ESTIMATE_OVERHEAD_S + SETTLE_S for size in sizes.values())
+    return total
+
+
+def p10(values: list[float]) -> float:
+    """The 10th percentile, nearest rank (as bench/scheduler.py --random reports it)."""
+    ordered = sorted(values)
+    return ordered[max(0, math.ceil(0.1 * len(ordered)) - 1)]
+
+
+def distribution(values: list[float]) -> dict[str, Any]:
+    if not values:
+        return {"n": 0, "median": None, "p10": None, "min": None, "max": None}
+    return {"n": len(values), "median": statistics.median(values), "p10": p10(values), "min": min(values),
+            "max": max(values)}
+
+
+def tail_of(record: dict[str, Any], hosts: list[str], rates_mbit: dict[str, float]) -> dict[str, Any] | None:
+    """Which replica held an lnet run's tail (the last last byte, by lnet's report), how long after the next one,
+    its share of the bytes against its share of the link rates, and the requests by how they ended (--trace)."""
+    report = (record.get("lnet") or {}).get("replicas") or []
+    ends = sorted((r["last_byte_s"], host, r) for host, r in zip(hosts, report, strict=False)
+                  if r.get("last_byte_s") is not None and r.get("bytes", 0) > 0)
+    if not ends:
+        return None
+    end, host, last = ends[-1]
+    outcomes: dict[str, int] = {}
+    for request in record.get("trace", []):
+        if request.get("event") == "request":
+            outcomes[str(request.get("outcome"))] = outcomes.get(str(request.get("outcome")), 0) + 1
+    return {"replica": host, "last_byte_s": end, "after_next_s": end - ends[-2][0] if len(ends) > 1 else None,
+            "share": last.get("share"), "rate_share": rates_mbit[host] / sum(rates_mbit.values()),
+            "hedges": sum(1 for r in record.get("trace", []) if r.get("hedge")), "requests": outcomes,
+            "startup_s": record["wall_s"] - record["own_s"] if "own_s" in record else None}
+
+
+def median_run(records: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The run whose wall time is the median (the lower one of an even count)."""
+    ordered = sorted(records, key=lambda r: r["wall_s"])
+    return ordered[(len(ordered) - 1) // 2] if ordered else None
+
+
+def random_rows(sets: list[dict[str, Any]], runs: list[dict[str, Any]], sizes: dict[str, int]) -> list[dict[str, Any]]:
+    """One row per replica set and size: the competitors' median times, the ratios, and lnet's tail."""
+    rows = []
+    for info in sets:
+        for label, size in sizes.items():
+            mine = [r for r in runs if r["set"] == info["index"] and r["size"] == label]
+            fair = [r for r in mine if r["competitor"] == "aria2-fair" and r["ok"]]
+            lnet = [r for r in mine if r["competitor"] == RANDOM_LNET and r["ok"]]
+            fair_s, lnet_s = median([r["wall_s"] for r in fair]), median([r["wall_s"] for r in lnet])
+            limit_s = size * 8 / (info["limit_mbit"] * 1e6)
+            typical = median_run(lnet)
+            rows.append({
+                "index": info["index"], "kind": info["kind"], "replicas": len(info["hosts"]),
+                "access_bottleneck": info["access_bottleneck"], "size": label, "limit_mbit": info["limit_mbit"],
+                "limit_s": limit_s, "fair_s": fair_s, "lnet_s": lnet_s,
+                "floor_s": median([r["floor_s"] for r in lnet if "floor_s" in r]),
+                "lnet_over_fair": fair_s / lnet_s if fair_s and lnet_s else None,
+                "lnet_of_limit": limit_s / lnet_s if lnet_s else None,
+                "fair_of_limit": limit_s / fair_s if fair_s else None,
+                "lnet_overfetch": median([r["sent_bytes"] / size for r in lnet]),
+                "fair_overfetch": median([r["sent_bytes"] / size for r in fair]),
+                "runs": len(mine), "failed": sum(1 for r in mine if not r["ok"]),
+                "tail": tail_of(typical, info["hosts"], info["rates_mbit"]) if typical else None,
+            })
+    return rows
+
+
+def summarise_random(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Per size, each ratio's distribution over the replica sets (a set where a competitor failed every run has
+    no ratio and is left out here; the bytes target counts it)."""
+    out: dict[str, dict[str, Any]] = {}
+    for row in rows:
+        out.setdefault(row["size"], {})
+    for label in out:
+        mine = [r for r in rows if r["size"] == label]
+        out[label] = {key: distribution([r[key] for r in mine if r[key] is not None]) for key, _ in RATIOS}
+    return out
+
+
+def random_targets(summary: dict[str, dict[str, Any]], sizes: dict[str, int],
+                   runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Issue 40's targets for lnet mdtp on the distribution over random replica sets, per size; the share of the
+    limit at LARGE_FROM and above (said to be unmeasured when no size is that large)."""
+    out: list[dict[str, Any]] = []
+    for label, ratios in summary.items():
+        speedup = ratios["lnet_over_fair"]
+        if speedup["n"]:
+            out.append({"target": f"median lnet mdtp >= {RANDOM_TARGET_MEDIAN}x aria2 fair ({label})",
+                        "value": f"{speedup['median']:.2f}x", "met": speedup["median"] >= RANDOM_TARGET_MEDIAN})
+            out.append({"target": f"lnet mdtp never below {RANDOM_TARGET_MIN}x aria2 fair ({label})",
+                        "value": f"min {speedup['min']:.2f}x", "met": speedup["min"] >= RANDOM_TARGET_MIN})
+        share = ratios["lnet_of_limit"]
+        if sizes[label] >= LARGE_FROM and share["n"]:
+            out.append({"target": f"median lnet mdtp >= {RANDOM_TARGET_LIMIT_SHARE:.0%} of the physical limit "
+                                  f"({label})", "value": f"{share['median']:.1%}",
+                        "met": share["median"] >= RANDOM_TARGET_LIMIT_SHARE})
+    if not any(size >= LARGE_FROM for size in sizes.values()):
+        out.append({"target": f"median lnet mdtp >= {RANDOM_TARGET_LIMIT_SHARE:.0%} of the physical limit at "
+                              f"{LARGE_FROM >> 20}MiB", "value": "no size that large in --sizes",
+                    "met": None})
+    good = sum(1 for r in runs if r["ok"])
+    out.append({"target": "identical bytes in every run of every competitor", "value": f"{good} of {len(runs)}",
+                "met": good == len(runs)})
+    return out
+
+
+def print_random(rows: list[dict[str, Any]], summary: dict[str, dict[str, Any]],
+                 checks: list[dict[str, Any]]) -> None:
+    print()
+    print(f"{'set':>4} {'kind':<7} {'n':>2} {'acc':>4} {'size':>7} {'limit':>7} {'fair s':>7} {'lnet s':>7} "
+          f"{'floor s':>7} {'lnet/fair':>9} {'lnet/lim':>8} {'fair/lim':>8} {'over':>6}  lnet's tail")
+    for r in rows:
+        tail = r["tail"]
+        failed = f"; FAILED runs: {r['failed']}" if r["failed"] else ""
+        tail_text = "-" if tail is None else (
+            f"{tail['replica']} last at {tail['last_byte_s']:.2f} s (+{fmt(tail['after_next_s'], '.2f')} s), "
+            f"share {fmt(tail['share'], '.0%')} vs rate {tail['rate_share']:.0%}")
+        print(f"{r['index']:>4} {r['kind']:<7} {r['replicas']:>2} {'yes' if r['access_bottleneck'] else 'no':>4} "
+              f"{r['size']:>7} {r['limit_mbit']:>7.1f} {fmt(r['fair_s'], '.2f'):>7} {fmt(r['lnet_s'], '.2f'):>7} "
+              f"{fmt(r['floor_s'], '.2f'):>7} {fmt(r['lnet_over_fair'], '.2f'):>9} "
+              f"{fmt(r['lnet_of_limit'], '.1%'):>8} {fmt(r['fair_of_limit'], '.1%'):>8} "
+              f"{fmt(r['lnet_overfetch'], '.3f'):>6}  {tail_text}{failed}")
+    print("\ndistribution over the replica sets (median / 10th percentile / min; n):")
+    for label, ratios in summary.items():
+        for key, title in RATIOS:
+            d = ratios[key]
+            print(f"  {label:>7} {title:<34} {fmt(d['median'], '.3f')} / {fmt(d['p10'], '.3f')} / "
+                  f"{fmt(d['min'], '.3f')}; n={d['n']}")
+    print("\ntargets (issue 40):")
+    for check in checks:
+        met = "not measured" if check["met"] is None else "met" if check["met"] else "MISSED"
+        print(f"  {check['target']}: {check['value']} {met}")
+
+
+def plot_random(rows: list[dict[str, Any]], title: str, path: Path) -> None:
+    """One panel per ratio: its CDF over the replica sets, one line per size, the targets marked."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    marks = {"lnet_over_fair": (RANDOM_TARGET_MIN, RANDOM_TARGET_MEDIAN), "lnet_of_limit": (RANDOM_TARGET_LIMIT_SHARE,),
+             "fair_of_limit": ()}
+    figure, axes = plt.subplots(1, len(RATIOS), figsize=(15, 4.5))
+    for ax, (key, name) in zip(axes.flat, RATIOS, strict=True):
+        plotted = False
+        for label in dict.fromkeys(r["size"] for r in rows):
+            values = sorted(r[key] for r in rows if r["size"] == label and r[key] is not None)
+            if values:
+                ys = [(i + 1) / len(values) for i in range(len(values))]
+                # from 0 at the least value, so that each set is a visible step (one set included)
+                ax.step([values[0], *values], [0.0, *ys], where="post", label=f"{label} ({len(values)})",
+                        linewidth=2)
+                plotted = True
+        for x in marks[key]:
+            ax.axvline(x, color="grey", linewidth=0.8, linestyle="--")
+        ax.set_title(name)
+        ax.set_xlabel("ratio")
+        ax.set_ylabel("fraction of replica sets")
+        ax.set_ylim(0.0, 1.02)
+        ax.grid(alpha=0.3)
+        if plotted:
+            ax.legend(fontsize=8)
+    figure.suptitle(title)
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+
+
 # -- the benchmark ---------------------------------------------------------------------------------------------
 def parse_list(text: str, allowed: tuple[str, ...], what: str) -> list[str]:
     """Names from ``allowed`` (``aria2`` is ``aria2-fair``; ``mdtp:tail=hedge:depth=3`` is a variant of mdtp)."""
@@ -803,7 +1104,7 @@ async def bench(args: argparse.Namespace, the_plan: Plan, say: Callable[[str], N
             runs: list[dict[str, Any]] = []
             for scenario in scenarios:
                 await set_scenario(tb, scenario, base.delay_ms, base.rate_mbit)
-                limits[scenario] = scenario_limit_mbit(tb, scenario, hosts, base.rate_mbit)
+                limits[scenario] = run_limit_mbit(tb, hosts, named_change(scenario))
                 say(f"== {scenario}: r1 {tb.topology.link(EDGE, FASTEST).rate_mbit:g} Mbit/s, one-way "
                     f"{tb.topology.link(EDGE, FASTEST).delay_ms:g} ms; physical limit {limits[scenario]:.4g} Mbit/s")
                 if args.capacity_seconds > 0 and scenario not in CHANGED_MIDWAY:
@@ -822,40 +1123,15 @@ async def bench(args: argparse.Namespace, the_plan: Plan, say: Callable[[str], N
                     say(f"   reachable (sum of the curls alone): {reachable:.1f} Mbit/s")
                 for rep in range(1, args.runs + 1):
                     for label, size in sizes.items():
-                        urls = [servers.url(h, f"{label}/file.bin") for h in hosts]
                         limit_s = size * 8 / (limits[scenario] * 1e6)
                         for competitor in per_size[label]:
-                            out = downloads / f"{competitor.replace(':', '_')}.bin"
-                            change = None
-                            feeds = replica_feeds(tb, hosts)  # before a change at half time
-                            if scenario in CHANGED_MIDWAY:
-                                action, undo = midway_change(tb, servers, scenario, base.rate_mbit)
-                                half_s = size * 8 / (physical_limit_mbit(tb, hosts) * 1e6) / 2
-                                change = (half_s, action)
-                            try:
-                                record = await one_run(tb, servers, competitor, urls, out, size, digests[label],
-                                                       tools, lnet_get, args.lnet_arg,
-                                                       args.timeout_factor * limit_s + 60, change)
-                            finally:
-                                if scenario in CHANGED_MIDWAY:
-                                    await undo(f"{label}/file.bin")
-                            record.update(scenario=scenario, size=label, competitor=competitor, rep=rep,
-                                          floor_s=run_floor_s(tb, feeds, hosts, scenario, size, base.rate_mbit,
-                                                              record.get("changed_at_s")))
+                            record = await measured_run(tb, servers, hosts, competitor, f"{label}/file.bin", size,
+                                                        digests[label], downloads, tools, lnet_get, args, limit_s,
+                                                        named_change(scenario))
+                            record.update(scenario=scenario, size=label, competitor=competitor, rep=rep)
                             runs.append(record)
-                            sh = "/".join(f"{100 * v:.0f}" for v in shares(record["nginx"]).values())
-                            if record["ok"]:
-                                own = f", lnet's own {record['own_s']:.2f} s" if "own_s" in record else ""
-                                if (spread := finish_spread(record)) is not None:
-                                    own += f", last bytes within {spread:.2f} s"
-                                text = (f"{record['wall_s']:7.2f} s ({size * 8 / record['wall_s'] / 1e6:6.1f} Mbit/s,"
-                                        f" {limit_s / record['wall_s']:.0%} of limit, floor"
-                                        f" {record['floor_s']:.2f} s{own}), nginx shares {sh} %")
-                            else:
-                                text = f"FAILED: {record['error'][:300]}"
-                            if "change" in record:
-                                text += f"; at {record['changed_at_s']:.2f} s: {record['change']}"
-                            say(f"[{len(runs):>3}/{total}] {scenario:<9} {label:>7} {competitor:<10} rep {rep}: {text}")
+                            say(f"[{len(runs):>3}/{total}] {scenario:<9} {label:>7} {competitor:<10} rep {rep}: "
+                                f"{run_text(record, size, limit_s)}")
             await set_scenario(tb, "normal", base.delay_ms, base.rate_mbit)
             result["emulator"] = {k: v for k, v in (await tb.status()).items() if k not in ("hosts", "links")}
         result.update(capacity=capacity, physical_limit_mbit=limits, runs=runs)
@@ -868,11 +1144,105 @@ async def bench(args: argparse.Namespace, the_plan: Plan, say: Callable[[str], N
         shutil.rmtree(workdir, ignore_errors=True)
 
 
+async def random_bench(args: argparse.Namespace, sets: list[ReplicaSet], sizes: dict[str, int],
+                       say: Callable[[str], None]) -> dict[str, Any]:
+    """aria2 fair and lnet mdtp on each replica set's own testbed, interleaved within each repetition; every set's
+    topology, event and limit recorded beside its runs."""
+    lnet_get = Path(args.lnet_get)
+    if not lnet_get_has_urls(lnet_get):
+        raise SystemExit(f"{lnet_get} has no multi-source mode (no --strategy in its --help): --lnet-get PATH")
+    tools = ensure_tools(say)
+    result: dict[str, Any] = {"tools": tool_versions(tools, lnet_get), "aria2_flags": ARIA2_FAIR,
+                              "aria2_unattended_flags": ARIA2_UNATTENDED}
+    workdir = await trio.to_thread.run_sync(make_workdir, args.workdir)
+    infos: list[dict[str, Any]] = []
+    runs: list[dict[str, Any]] = []
+    total = len(sets) * len(sizes) * len(RANDOM_COMPETITORS) * args.runs
+    try:
+        root = workdir / "www"
+        digests = {}
+        for label, size in sizes.items():
+            say(f"writing the {label} test file ...")
+            digests[label] = await trio.to_thread.run_sync(write_payload, root / label / "file.bin", size)
+        downloads = workdir / "downloads"
+        for rs in sets:
+            change = set_change(rs)
+            # lnet's remembered rates are by address, and the next set reuses the addresses with other rates
+            (downloads.parent / "replicas-history.json").unlink(missing_ok=True)
+            async with Testbed(rs.topology(), name=TESTBED_NAME) as tb:
+                hosts = rs.hosts
+                servers = Replicas(tb, tools["nginx"], root, workdir / f"nginx-{rs.index}", hosts)
+                await servers.start()
+                for label, size in sizes.items():
+                    await servers.check(f"{label}/file.bin", size)
+                limit = run_limit_mbit(tb, hosts, change)
+                info: dict[str, Any] = {
+                        "index": rs.index, "kind": rs.kind, "described": rs.describe(), "topology": rs.to_toml(),
+                        "hosts": hosts, "rates_mbit": rs.rates_mbit, "access_mbit": rs.access_mbit,
+                        "access_bottleneck": rs.access_is_bottleneck,
+                        "round_trips_ms": {h: rs.round_trip_ms(h) for h in hosts},
+                        "event": None if rs.event is None else dataclasses.asdict(rs.event),
+                        "limit_mbit": limit}
+                infos.append(info)
+                say(f"== set {rs.index} ({rs.kind}): {rs.describe()}; physical limit {limit:.4g} Mbit/s")
+                for rep in range(1, args.runs + 1):
+                    for label, size in sizes.items():
+                        limit_s = size * 8 / (limit * 1e6)
+                        for competitor in RANDOM_COMPETITORS:
+                            record = await measured_run(tb, servers, hosts, competitor, f"{label}/file.bin", size,
+                                                        digests[label], downloads, tools, lnet_get, args, limit_s,
+                                                        change)
+                            record.update(set=rs.index, size=label, competitor=competitor, rep=rep)
+                            runs.append(record)
+                            say(f"[{len(runs):>3}/{total}] set {rs.index:<3} {label:>7} {competitor:<10} rep {rep}: "
+                                f"{run_text(record, size, limit_s)}")
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    rows = random_rows(infos, runs, sizes)
+    summary = summarise_random(rows)
+    result.update(sets=infos, runs=runs, rows=rows, summary=summary, targets=random_targets(summary, sizes, runs))
+    return result
+
+
+async def random_main(args: argparse.Namespace, argv: list[str], say: Callable[[str], None]) -> int:
+    """``--random N``: N replica sets of one seed (a fresh one unless --seed), the distribution, the plot."""
+    seed = args.seed if args.seed is not None else random.SystemRandom().randrange(2**32)
+    indices = [int(i) for i in args.only.split(",")] if args.only else list(range(args.random))
+    sizes = {label: parse_size(label) for label in args.sizes.split(",") if label.strip()}
+    sets = [replica_set(seed, i) for i in indices]
+    rerun = (f"bench/multisource.py --random {args.random} --seed {seed} --sizes {args.sizes} --runs {args.runs}"
+             + (f" --only {args.only}" if args.only else "") + "".join(f" --lnet-arg={a}" for a in args.lnet_arg))
+    estimate = random_estimate_s(sets, sizes, args.runs)
+    say(f"seed {seed} (rerun: {rerun})")
+    say(f"plan: {len(sets)} replica sets x {len(sizes)} size(s) x {len(RANDOM_COMPETITORS)} competitors x "
+        f"{args.runs} runs = {len(sets) * len(sizes) * len(RANDOM_COMPETITORS) * args.runs} runs; estimated "
+        f"{estimate / 60:.0f} minutes")
+    started = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+    began = time.monotonic()
+    with bench_lock(say):
+        result = await random_bench(args, sets, sizes, say)
+    document = {"bench": "multisource-random", "started": started, "wall_s": round(time.monotonic() - began, 1),
+                "estimated_s": round(estimate, 1), "seed": seed, "indices": indices,
+                "command": " ".join(["bench/multisource.py", *argv]), "rerun": rerun, "sizes": args.sizes,
+                "runs_each": args.runs, "competitors": list(RANDOM_COMPETITORS), "lnet_args": args.lnet_arg,
+                "generator": "lnet.testbed.replica_sets.replica_set(seed, index)", **result}
+    print_random(result["rows"], result["summary"], result["targets"])
+    args.results.mkdir(parents=True, exist_ok=True)
+    stem = f"multisource-random-{seed}-{time.strftime('%Y%m%d-%H%M%S')}"
+    path = args.results / f"{stem}.json"
+    path.write_text(json.dumps(document, indent=1, default=str) + "\n")
+    picture = args.results / f"{stem}.png"
+    plot_random(result["rows"], f"{rerun}  ({len(sets)} sets)", picture)
+    print(f"\nseed {seed}; saved {path} and {picture}")
+    return 1 if any(not r["ok"] for r in result["runs"]) else 0
+
+
 async def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true",
                         help="a smoke test: --sizes 64MiB --runs 1 --capacity-seconds 0 (whatever they say)")
-    parser.add_argument("--sizes", default="64MiB,256MiB,1GiB", help="comma-separated (default 64MiB,256MiB,1GiB)")
+    parser.add_argument("--sizes", default=None,
+                        help=f"comma-separated (default 64MiB,256MiB,1GiB; with --random {RANDOM_SIZES})")
     parser.add_argument("--scenarios", default=",".join(SCENARIOS), help=f"comma-separated: {','.join(SCENARIOS)}")
     parser.add_argument("--competitors", default=",".join(COMPETITORS),
                         help="below --large-from (default: both aria2 and every lnet strategy)")
@@ -890,7 +1260,15 @@ async def main(argv: list[str] | None = None) -> int:
                         help="a run is stopped after this many times the physical limit, plus 60 s")
     parser.add_argument("--workdir", default=None, help="where the temporary files go (default: the system's)")
     parser.add_argument("--results", type=Path, default=REPO / "bench" / "results")
+    parser.add_argument("--random", type=int, default=0, metavar="N",
+                        help="instead of the named scenarios: N random replica sets (aria2 fair and lnet mdtp)")
+    parser.add_argument("--seed", type=int, default=None, help="the random sets' seed (default: a fresh one)")
+    parser.add_argument("--only", default="", help="with --random: only these indices of the seed (e.g. 3,7)")
+    if argv is None:
+        argv = sys.argv[1:]
     args = parser.parse_args(argv)
+    if args.sizes is None:
+        args.sizes = RANDOM_SIZES if args.random else "64MiB,256MiB,1GiB"
     if args.quick:
         args.sizes, args.runs, args.capacity_seconds = "64MiB", 1, 0.0
     if args.runs < 1:
@@ -902,6 +1280,8 @@ async def main(argv: list[str] | None = None) -> int:
     def say(text: str) -> None:
         print(text, flush=True)
 
+    if args.random:
+        return await random_main(args, argv, say)
     plan = Plan(args)  # its errors and its estimate before any wait
     say(f"plan: {len(plan.runs) * args.runs} runs ({len(plan.scenarios)} scenarios, sizes {args.sizes}, "
         f"{args.runs} each); estimated {plan.estimate_s / 60:.0f} minutes")
