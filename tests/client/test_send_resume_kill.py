@@ -100,9 +100,11 @@ async def settled_writes(depot: DepotProcess, gate: Gate) -> int:
     """
     forwarded = gate.forwarded["write"] + gate.forwarded["publish"]
     with trio.fail_after(WAIT_S):
-        while (writes := await depot_writes(depot)) < forwarded:
+        while True:  # the depot's own count, read over HTTP: nothing to wait on but the next read
+            writes = await depot_writes(depot)
+            if writes >= forwarded:
+                return writes
             await trio.sleep(0.01)
-    return writes
 
 
 async def blocks_written(depot: DepotProcess, gate: Gate, before: int) -> int:
