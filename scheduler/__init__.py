@@ -270,6 +270,22 @@ Where lnet departs from the seed, and why
    - Failures: a failed depot fails every edge through it (5), so every path of the set through it leaves at
      the next ``tick`` (``DropDepot`` carries the new set); if the primary was among them, the widest path
      left, often an extra, becomes the primary and carries on without a restart.
+13. Deep probes (issue 40). A one-stream probe cannot tell an edge held back by its streams' own window or loss
+   (16 streams get 16 times as much) from a narrow link (they get no more); rule 9 credits it with
+   ``min_streams`` of its stream at most. On random scenarios (``scenarios.py``, kind ``detour``) that left
+   detours of window-limited hops unexplored for whole transfers: a hop's one stream read 12 Mbit/s beside a
+   direct path at 16 x 6.6 = 105, while the detour carried 198 at 16 (0.56 of the best path at the 10th
+   percentile, warm and cold). So an edge known only from a one-stream probe, whose path would beat the best
+   measured path by the hysteresis were the edge to carry ``streams`` of that stream, is probed again, *deep*
+   (``Keep.deep``): the engine runs its copies 1, 2, 4, ... at once while a level carries ``DEEP_GAIN`` (1.25)
+   times the one before, and reports the level it stopped at as ``Measurement.streams``; that figure is the
+   edge's own, with no ceiling. Each edge once a transfer; deep probes only once no unknown or aged edge is worth
+   a probe, and never at an end where a deep probe slowed a hop of the set (that end's access link is full: a
+   deep probe there takes its rate from the transfer). On the tuning seed (40), deep probes taken among the
+   ordinary ones and with no such end rule delayed cold starts of every kind (16 depots: 53.5 s to 90% where
+   one-stream probes took 31) and cost the ``shared`` kind (warm 10th percentile 0.87 against 0.96); with the
+   end rule, 0.94; deferred as well, 0.96, and 31 s. ``SchedulerConfig.deep_probes=False`` runs
+   one stream a probe, to compare (``bench/scheduler.py --no-deep-probes``).
 """
 
 from ._loop import (

@@ -695,6 +695,17 @@ def two_routes(*, noise: float = 0.03, ramp_rtts: float = 10.0, events: Iterable
     )
 
 
+def window_detour(*, detour_mbit: float = 400.0, noise: float = 0.03, ramp_rtts: float = 10.0) -> SimNetwork:
+    """Every host's receive window 64 KiB, every link 400 Mbit/s: each stream is held to its window over its round
+    trip, so the direct route (76 ms) gives 6.9 Mbit/s a stream, 110 at 16, and the detour through depot ``d``
+    (40 ms a hop) 13.1 a stream, 210 at 16. One stream on the detour's hops, what a probe runs, is far below the
+    direct route's 16: only more streams show the detour is the best path (theory of operation, 13).
+    ``detour_mbit``: the detour's links' rate (below 13.1, one stream fills them and the detour is no better)."""
+    table = {("src", "dst"): (38.0, 400.0), ("src", "d"): (20.0, detour_mbit), ("d", "dst"): (20.0, detour_mbit)}
+    return _physical_network(("src", "d", "dst"), table, {}, default_window_kib=64.0, noise=noise,
+                             ramp_rtts=ramp_rtts)
+
+
 TWO_ROUTES: tuple[Path, ...] = (("src", "a", "dst"), ("src", "b", "dst"), ("src", "dst"))
 """``two_routes()``'s physically disjoint routes, widest first."""
 

@@ -664,6 +664,10 @@ class _ReadBuffers:
 
 DRAIN_AT_ONCE = 8
 """Frees a pool has in flight at once when the transfer ends (``_Pool.drain``)."""
+DEEP_GAIN = 1.25
+"""A deep probe goes one level deeper (twice the copies at once) while a level carries this much more than the one
+before: twice the streams on an edge held back by their own windows nearly double it, on a full link they add
+nothing."""
 FULL_POLL_FIRST_S = 0.02
 FULL_POLL_MAX_S = 1.0
 """How soon, and at most how far apart, a full depot is asked again for an allocation (``_Pool.take``)."""
@@ -804,6 +808,7 @@ class Relay:
         self._probes_idle = trio.Event()
         self._probes_idle.set()
         self._probes_asked: tuple[Edge, ...] = ()
+        self._deep_asked: frozenset[Edge] = frozenset()
         # The set of paths (issue 12): ``path`` is its primary.
         self.paths: tuple[Route, ...] = (self.path,) if pinned is not None else ()
         self._predicted: dict[Route, float] = {}
@@ -827,6 +832,7 @@ class Relay:
             self._trace_decision(first, now)
             self._take_paths(*_path_set(first), "start", first)
             self._probes_asked = tuple(first.probes)
+            self._deep_asked = frozenset(first.deep)
         else:
             self._take_paths((self.path,), (), "pinned")
         if isinstance(self.source, Stream):
@@ -1200,13 +1206,14 @@ class Relay:
             elif paths == self.paths:
                 self._predict(paths, rates, decision)
             self._probes_asked = () if isinstance(decision, DropDepot) else tuple(decision.probes)
+            self._deep_asked = frozenset() if isinstance(decision, DropDepot) else frozenset(decision.deep)
 
     def _start_probes(self, nursery: trio.Nursery) -> None:
         for edge in self._probes_asked:
             if edge not in self._probing and not set(edge) & self.dead and not self._done.is_set():
                 self._probing.add(edge)
                 self._probes_idle = trio.Event()
-                nursery.start_soon(self._probe, edge)
+                nursery.start_soon(self._probe, edge, edge in self._deep_asked)
         self._probes_asked = ()
 
     def _tell(self, event: Measurement | HopFailure | DepotFailure | ProbeDone) -> None:
@@ -1310,13 +1317,17 @@ class Relay:
 
     # -- probes: unknown edges measured beside the transfer ---------------------------------------------------------
 
-    async def _probe(self, edge: Edge) -> None:
-        """Measure ``edge`` beside the transfer the way the transfer would use it, and tell the scheduler when done.
+    async def _probe(self, edge: Edge, deep: bool = False) -> None:
+        """Measure ``edge`` beside the transfer the way the transfer would use it, and tell the scheduler when done;
+        ``deep``: with more copies at once while they add rate (``_run_deep_probe``).
 
         Best effort: a probe's failure is news about the edge, never the transfer's failure."""
         made: list[tuple[str, Allocation]] = []
         try:
-            await self._run_probe(edge, made)
+            if deep and self.config.adaptive:
+                await self._run_deep_probe(edge, made)
+            else:
+                await self._run_probe(edge, made)
         except Exception as exc:  # noqa: BLE001 - whatever went wrong, the transfer goes on
             cause = innermost(exc)
             if isinstance(cause, DepotError | DepotUnreachable):
@@ -1369,6 +1380,61 @@ class Relay:
             # Keep the block where it landed: the source of the next probe out of v, with no write from here.
             self._probe_blocks[v] = target
             made.remove((v, target))
+
+    async def _run_deep_probe(self, edge: Edge, made: list[tuple[str, Allocation]]) -> None:
+        """Copies of one block at 1, 2, 4, ... at once (up to ``max_inflight``), each level two copies a stream,
+        deeper while a level carries ``DEEP_GAIN`` times the one before: an edge held back by its streams' own
+        window or loss grows with them, a full link does not. The best level's second copies are reported with
+        its depth as ``streams`` (the first copy of each stream may have run on a cold connection), so the
+        scheduler learns what the edge carries at the depth that fills it (theory of operation, 13). Bounded by
+        twice the probe's time, like a one-stream probe; a level cut off by it is not reported."""
+        u, v = edge
+        size = self.config.probe_bytes or self.config.block_size
+        probe_s = self.scheduler.config.probe_s if self.scheduler is not None else self.config.probe_s
+        source = None if u == self.here else await self._probe_source(u, size)
+        targets: list[Allocation] = []
+        best: tuple[float, int, list[float]] | None = None  # (aggregate, depth, the second copies' seconds)
+
+        async def stream(target: Allocation, seconds: list[float]) -> None:
+            for copy in range(2):
+                begun = trio.current_time()
+                if source is None:
+                    await self.clients[v].write(target.write, self._probe_payload(size), offset=0)
+                    took = trio.current_time() - begun
+                else:
+                    copied = await self.clients[u].copy(source.read, target.write_url, dest_offset=0)
+                    took = copied.seconds if copied.seconds > 0 else trio.current_time() - begun
+                if copy == 1:
+                    seconds.append(took)
+
+        with trio.move_on_after(2 * probe_s):
+            depth = 1
+            while not self._done.is_set():
+                while len(targets) < depth:
+                    target = await self.clients[v].allocate_one(size, self._hold(v))
+                    self._allocated([target])
+                    made.append((v, target))
+                    targets.append(target)
+                seconds: list[float] = []
+                async with trio.open_nursery() as nursery:
+                    for target in targets[:depth]:
+                        nursery.start_soon(stream, target, seconds)
+                aggregate = sum(size / t for t in seconds if t > 0)
+                if best is not None and aggregate < best[0] * DEEP_GAIN:
+                    best = max(best, (aggregate, depth, seconds))
+                    break
+                best = (aggregate, depth, seconds)
+                if depth >= self.config.max_inflight:
+                    break
+                depth = min(2 * depth, self.config.max_inflight)
+        if self._done.is_set():
+            return
+        if best is None:
+            # Not one level in twice the probe's time: tell the scheduler the most this edge can be doing.
+            self._tell(Measurement(edge, size, 2 * probe_s, self.clock(), 1.0))
+            return
+        _, depth, seconds = best
+        self._tell(Measurement(edge, size * len(seconds), sum(seconds), self.clock(), float(depth)))
 
     async def _probe_source(self, node: str, size: int) -> Allocation:
         """A block of ``size`` held at ``node`` to copy from: one a probe left there, else written now."""

@@ -2,7 +2,8 @@
 
 Every request carries the name of the vertex that sends it; a bulk request to a depot waits its turn on the
 link from sender to depot and then the bytes' time on it (``bytes / rate``), so parallel copies share the link
-as on a real one; small control messages only pay the latency, as on their own connections. Under
+as on a real one; small control messages only pay the latency, as on their own connections. A link may also cap
+each request (``set_stream_rate``: a TCP stream held back by its window), so that parallel copies add up. Under
 ``MockClock(autojump_threshold=0)`` a transfer of many simulated seconds takes milliseconds, and the relay's
 measurements, windows and the scheduler's decisions see a real-looking network.
 A dead vertex refuses every connection to and from it, like a process killed with -9.
@@ -27,6 +28,9 @@ MiB = 1024 * 1024
 class Network:
     def __init__(self, default_rate: float = 10 * MiB, latency_s: float = 0.01) -> None:
         self.rates: dict[tuple[str, str], float] = {}
+        self.stream_rates: dict[tuple[str, str], float] = {}
+        """Per-connection caps (a window over a round trip): each request at most this fast, many side by side up to
+        the link's rate."""
         self.default_rate = default_rate
         self.latency_s = latency_s
         self.dead: set[str] = set()
@@ -41,6 +45,10 @@ class Network:
         self.rates[(a, b)] = rate
         if both:
             self.rates[(b, a)] = rate
+
+    def set_stream_rate(self, a: str, b: str, rate: float) -> None:
+        """Each request from ``a`` to ``b`` at most ``rate``, as a TCP stream held back by its window."""
+        self.stream_rates[(a, b)] = rate
 
     def transport(self, sender: str) -> httpx.AsyncBaseTransport:
         return _Link(self, sender)
@@ -57,7 +65,11 @@ class Network:
         now = trio.current_time()
         start = max(now, self._free_at.get(edge, now))
         self._free_at[edge] = start + nbytes / rate
-        await trio.sleep_until(self._free_at[edge] + self.latency_s)
+        done = self._free_at[edge]
+        if edge in self.stream_rates:
+            # The link's bytes are booked in turn; one stream can take no more than its own cap of them.
+            done = max(done, now + nbytes / self.stream_rates[edge])
+        await trio.sleep_until(done + self.latency_s)
         if sender in self.dead or receiver in self.dead:
             raise httpx.ReadError(f"{receiver} went down")
 

@@ -210,12 +210,17 @@ def test_at_the_default_depth_rule_a_slow_link_is_not_a_lure() -> None:
     assert scheduler.start(0.0).path == ("s", "a", "d")
     scheduler._probe_since[("w", "d")] = 0.0  # the probe the engine ran
     scheduler.measure(Measurement(("w", "d"), round(mbit(4.0) * 3), 3.0, 4.0, streams=1.0))
+    slow = {("s", "d"): 2.0, ("w", "d"): 4.0}  # what one stream of each gets; more get no more (narrow links)
+    deep: set[tuple[str, str]] = set()
     for t in range(5, 30, 5):
-        assert scheduler.tick(float(t)).path == ("s", "a", "d")
-        if ("s", "d") in scheduler._probe_since:  # the engine probes the direct edge too: slow
-            scheduler.measure(Measurement(("s", "d"), round(mbit(2.0) * 3), 3.0, t + 3.0, streams=1.0))
-            scheduler.measure(ProbeDone(("s", "d"), t + 3.0))
+        decision = scheduler.tick(float(t))
+        assert decision.path == ("s", "a", "d")
+        deep |= set(decision.deep)
+        for edge in decision.probes:  # the engine answers each probe: a deep one stops at one copy, no gain
+            scheduler.measure(Measurement(edge, round(mbit(slow[edge]) * 3), 3.0, t + 3.0, streams=1.0))
+            scheduler.measure(ProbeDone(edge, t + 3.0))
     assert len(scheduler.attempts) == 1
+    assert deep == {("s", "d"), ("w", "d")}  # 16 of their one stream would have beaten the path: asked deep, once
     # And a window-limited edge whose two copies clearly beat the path is tried, once, as a ceiling.
     memory.forget("w", "d")
     scheduler._probe_since[("w", "d")] = 30.0
