@@ -1582,6 +1582,7 @@ class Relay:
             "t": round(trio.current_time() - self._started, 3), "decision": type(decision).__name__,
             "paths": [list(p) for p in decision.all_paths],
             "probes": [] if isinstance(decision, DropDepot) else [list(e) for e in decision.probes],
+            "deep": [] if isinstance(decision, DropDepot) else [list(e) for e in decision.deep],
         }
         if isinstance(decision, Switch):
             predicted = decision.predicted_bps * 8 / 1e6
