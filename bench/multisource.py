@@ -14,7 +14,8 @@ when missing (Debian's `nginx` and `aria2` packages). The time the plan will tak
 
 Competitors, run in the `client` namespace, one after the other and interleaved within each repetition (aria2
 fair, aria2 default, lnet mdtp, lnet static, ..., then again), so that drift on this 2-core machine hits all alike:
-  aria2-fair  aria2c with the fair flags of issue 6 (--split=6 --max-connection-per-server=1 --min-split-size=1M
+  aria2-fair  aria2c with the fair flags of issue 6 (--split=N for N replicas, 6 on replicas.toml,
+              --max-connection-per-server=1 --min-split-size=1M
               --piece-length=1M --uri-selector=inorder --lowest-speed-limit=0: one connection per mirror, like
               lnet), plus only what running it unattended needs (--no-conf, --allow-overwrite,
               --file-allocation=none, quiet console). Its retry defaults are left alone. It is not given the
@@ -130,7 +131,7 @@ LOCK = "/tmp/lnet-testbed.lock"
 MTIME = 1_700_000_000  # every size's file gets this mtime: same validators on every replica, run after run
 SETTLE_S = 2.0  # after each run: aborted requests reach nginx's log, queues drain
 
-ARIA2_FAIR = ["--split=6", "--max-connection-per-server=1", "--min-split-size=1M", "--piece-length=1M",
+ARIA2_FAIR = ["--split=N", "--max-connection-per-server=1", "--min-split-size=1M", "--piece-length=1M",
               "--uri-selector=inorder", "--lowest-speed-limit=0"]
 ARIA2_UNATTENDED = ["--no-conf=true", "--allow-overwrite=true", "--auto-file-renaming=false",
                     "--file-allocation=none", "--console-log-level=warn", "--summary-interval=0"]
@@ -553,10 +554,15 @@ async def curl_capacity(tb: Testbed, url: str, nbytes: int) -> dict[str, float]:
     return {"bytes": int(got), "seconds": float(seconds), "mbps": int(got) * 8 / float(seconds) / 1e6}
 
 
+def aria2_fair(replicas: int) -> list[str]:
+    """The fair flags for ``replicas`` mirrors: one connection to each (``--split`` their number), like lnet-get."""
+    return [f"--split={replicas}" if flag == "--split=N" else flag for flag in ARIA2_FAIR]
+
+
 def competitor_argv(competitor: str, urls: list[str], out: Path, sha256: str, tools: dict[str, str],
                     lnet_get: Path, lnet_args: list[str]) -> list[str]:
     if competitor in ARIA2:
-        fair = ARIA2_FAIR if competitor == "aria2-fair" else []
+        fair = aria2_fair(len(urls)) if competitor == "aria2-fair" else []
         return [tools["aria2c"], *fair, *ARIA2_UNATTENDED, "-d", str(out.parent), "-o", out.name, *urls]
     strategy, *options = competitor.split(":")  # mdtp:tail=hedge:depth=3 -> --tail hedge --depth 3
     extra = [part for option in options for part in (f"--{option.partition('=')[0]}", option.partition("=")[2])]
