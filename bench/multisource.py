@@ -240,6 +240,15 @@ def bench_lock(say: Callable[[str], None]) -> Iterator[None]:
 
 
 # -- payloads and servers --------------------------------------------------------------------------------------
+async def write_payloads(root: Path, sizes: dict[str, int], say: Callable[[str], None]) -> dict[str, str]:
+    """Each size's test file under ``root`` (``LABEL/file.bin``, as nginx serves it); their sha256 by label."""
+    digests = {}
+    for label, size in sizes.items():
+        say(f"writing the {label} test file ...")
+        digests[label] = await trio.to_thread.run_sync(write_payload, root / label / "file.bin", size)
+    return digests
+
+
 def write_payload(path: Path, size: int) -> str:
     """Random bytes, written once per size; returns their sha256."""
     digest = hashlib.sha256()
@@ -1088,10 +1097,7 @@ async def bench(args: argparse.Namespace, the_plan: Plan, say: Callable[[str], N
     workdir = await trio.to_thread.run_sync(make_workdir, args.workdir)
     try:
         root = workdir / "www"
-        digests = {}
-        for label, size in sizes.items():
-            say(f"writing the {label} test file ...")
-            digests[label] = await trio.to_thread.run_sync(write_payload, root / label / "file.bin", size)
+        digests = await write_payloads(root, sizes, say)
         downloads = workdir / "downloads"
         async with Testbed(TOPOLOGY, name=TESTBED_NAME) as tb:
             hosts = [h for h in tb.hosts if h not in (CLIENT, EDGE)]
@@ -1166,10 +1172,7 @@ async def random_bench(args: argparse.Namespace, sets: list[ReplicaSet], sizes: 
     total = len(sets) * len(sizes) * len(RANDOM_COMPETITORS) * args.runs
     try:
         root = workdir / "www"
-        digests = {}
-        for label, size in sizes.items():
-            say(f"writing the {label} test file ...")
-            digests[label] = await trio.to_thread.run_sync(write_payload, root / label / "file.bin", size)
+        digests = await write_payloads(root, sizes, say)
         downloads = workdir / "downloads"
         for rs in sets:
             change = set_change(rs)

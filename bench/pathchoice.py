@@ -707,27 +707,36 @@ async def measure_case(case: Case, settings: Settings, out: Path, payloads: Payl
         done = [w for w in result["widest"] if w["ok"]]
         result["oracle"] = max(done, key=lambda w: w["mbps"]) if done else None
         # 3. direct, cold, warm, --runs times, each repetition on fresh depots
-        for rep in range(1, settings.runs + 1):
-            await fleet.start()
-            main_depots = fleet.depots_file(out / "depots.toml", case.source, case.depots)
-            memory = out / f"rep{rep}-edges.json"
-            memory.unlink(missing_ok=True)
-            paths = ["--max-paths", str(settings.max_paths)]  # always: lnet-send's own default is 3
-            plan = [("direct", ["--path", case.dest, "--cold"], scratch), ("cold", ["--cold", *paths], memory),
-                    ("warm", paths, memory)]
-            for kind, extra, memory_file in plan:
-                record = await lnet_send(tb, case.source, main_depots, payload, case.dest, extra,
-                                         out / f"rep{rep}-{kind}", memory_file, settings, timeout)
-                record.update(kind=kind, rep=rep)
-                result["runs"].append(record)
-                if record["ok"]:
-                    used = ", ".join(f"{short_path(p)} {s:.1f} s" for p, s in record["paths"])
-                    say(f"  rep {rep} {kind:<6} {record['mbps']:6.2f} Mbit/s in {record['seconds']:6.1f} s: {used}")
-                else:
-                    say(f"  rep {rep} {kind:<6} FAILED: {record['error'][:300]}")
+        await repetitions(tb, fleet, case, payload, out, scratch, settings, timeout, result, say, direct_from=1)
         await fleet.stop()
         result["emulator"] = {k: v for k, v in (await tb.status()).items() if k not in ("hosts", "links")}
         nursery.cancel_scope.cancel()
+
+
+async def repetitions(tb: Testbed, fleet: Fleet, case: Case, payload: Path, out: Path, scratch: Path,
+                      settings: Settings, timeout_s: float, result: dict[str, Any], say: Callable[[str], None], *,
+                      direct_from: int) -> None:
+    """--runs repetitions of (direct,) cold and warm, each on fresh depots; pinned direct from repetition
+    ``direct_from`` on (a random scenario's first comes from its oracle's pinned runs)."""
+    for rep in range(1, settings.runs + 1):
+        await fleet.start()
+        main_depots = fleet.depots_file(out / "depots.toml", case.source, case.depots)
+        memory = out / f"rep{rep}-edges.json"
+        memory.unlink(missing_ok=True)
+        paths = ["--max-paths", str(settings.max_paths)]  # always: lnet-send's own default is 3
+        plan = [("cold", ["--cold", *paths], memory), ("warm", paths, memory)]
+        if rep >= direct_from:
+            plan.insert(0, ("direct", ["--path", case.dest, "--cold"], scratch))
+        for kind, extra, memory_file in plan:
+            record = await lnet_send(tb, case.source, main_depots, payload, case.dest, extra,
+                                     out / f"rep{rep}-{kind}", memory_file, settings, timeout_s)
+            record.update(kind=kind, rep=rep)
+            result["runs"].append(record)
+            if record["ok"]:
+                used = ", ".join(f"{short_path(p)} {s:.1f} s" for p, s in record["paths"])
+                say(f"  rep {rep} {kind:<6} {record['mbps']:6.2f} Mbit/s in {record['seconds']:6.1f} s: {used}")
+            else:
+                say(f"  rep {rep} {kind:<6} FAILED: {record['error'][:300]}")
 
 
 # -- seeded random scenarios (--random) ---------------------------------------------------------------------
@@ -866,25 +875,7 @@ async def measure_random(case: Case, rc: ts.RandomCase, settings: Settings, out:
                    else f"FAILED: {record['error'][:200]}"))
         done = [w for w in result["widest"] if w["ok"] and w["candidate"]]
         result["oracle"] = max(done, key=lambda w: w["mbps"]) if done else None
-        for rep in range(1, settings.runs + 1):
-            await fleet.start()
-            main_depots = fleet.depots_file(out / "depots.toml", case.source, case.depots)
-            memory = out / f"rep{rep}-edges.json"
-            memory.unlink(missing_ok=True)
-            paths = ["--max-paths", str(settings.max_paths)]
-            plan = [("cold", ["--cold", *paths], memory), ("warm", paths, memory)]
-            if rep > 1:
-                plan.insert(0, ("direct", ["--path", case.dest, "--cold"], scratch))
-            for kind, extra, memory_file in plan:
-                record = await lnet_send(tb, case.source, main_depots, payload, case.dest, extra,
-                                         out / f"rep{rep}-{kind}", memory_file, settings, timeout)
-                record.update(kind=kind, rep=rep)
-                result["runs"].append(record)
-                if record["ok"]:
-                    used = ", ".join(f"{short_path(p)} {s:.1f} s" for p, s in record["paths"])
-                    say(f"  rep {rep} {kind:<6} {record['mbps']:6.2f} Mbit/s in {record['seconds']:6.1f} s: {used}")
-                else:
-                    say(f"  rep {rep} {kind:<6} FAILED: {record['error'][:300]}")
+        await repetitions(tb, fleet, case, payload, out, scratch, settings, timeout, result, say, direct_from=2)
         await fleet.stop()
         result["emulator"] = {k: v for k, v in (await tb.status()).items() if k not in ("hosts", "links")}
         nursery.cancel_scope.cancel()
