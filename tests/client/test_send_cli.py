@@ -102,7 +102,9 @@ async def test_warm_start_with_the_scheduler(
     # when each sample's first copy began (the warm-up rule's clock), never after the sample was taken
     assert all(m["began"] is None or m["began"] <= m["t"] for m in samples)
     assert any(m["began"] is not None for m in samples)
-    evaluated = [d for d in lines if d["kind"] == "decision" and d["t"] > 0]
+    decisions = [d for d in lines if d["kind"] == "decision"]
+    assert all(edge in d["probes"] for d in decisions for edge in d["deep"])  # deep probes are among the probes
+    evaluated = [d for d in decisions if d["t"] > 0 and "weights_mbps" in d]  # re-evaluations, not probe asks
     assert evaluated
     assert set(evaluated[0]["weights_mbps"]) >= {"me>a", "a>c"}  # what the re-evaluation compared
     assert set(evaluated[0]["ceilings_mbps"]) <= set(evaluated[0]["weights_mbps"])  # floors only
