@@ -1360,13 +1360,7 @@ class Relay:
         # A copy still going at twice the probe's time is cut off: an edge that slow is slow, whatever it is.
         with trio.move_on_after(2 * probe_s):
             while not self._done.is_set() and (len(samples) < 2 or trio.current_time() < started + probe_s):
-                begun = trio.current_time()
-                if source is None:
-                    await self.clients[v].write(target.write, self._probe_payload(size), offset=0)
-                    samples.append(trio.current_time() - begun)
-                else:
-                    copied = await self.clients[u].copy(source.read, target.write_url, dest_offset=0)
-                    samples.append(copied.seconds if copied.seconds > 0 else trio.current_time() - begun)
+                samples.append(await self._probe_copy(edge, source, target, size))
         if self._done.is_set():
             return
         one = 1.0 if self.config.adaptive else None  # as the flushes say streams
@@ -1396,16 +1390,8 @@ class Relay:
         best: tuple[float, int, list[float]] | None = None  # (aggregate, depth, the second copies' seconds)
 
         async def stream(target: Allocation, seconds: list[float]) -> None:
-            for copy in range(2):
-                begun = trio.current_time()
-                if source is None:
-                    await self.clients[v].write(target.write, self._probe_payload(size), offset=0)
-                    took = trio.current_time() - begun
-                else:
-                    copied = await self.clients[u].copy(source.read, target.write_url, dest_offset=0)
-                    took = copied.seconds if copied.seconds > 0 else trio.current_time() - begun
-                if copy == 1:
-                    seconds.append(took)
+            await self._probe_copy(edge, source, target, size)  # on a connection that may be cold
+            seconds.append(await self._probe_copy(edge, source, target, size))
 
         with trio.move_on_after(2 * probe_s):
             depth = 1
@@ -1435,6 +1421,17 @@ class Relay:
             return
         _, depth, seconds = best
         self._tell(Measurement(edge, size * len(seconds), sum(seconds), self.clock(), float(depth)))
+
+    async def _probe_copy(self, edge: Edge, source: Allocation | None, target: Allocation, size: int) -> float:
+        """One probe copy over ``edge`` into ``target``: a write from here when ``source`` is None, else the depot's
+        copy of ``source``; its seconds, the depot's own push time where it reports one."""
+        u, v = edge
+        begun = trio.current_time()
+        if source is None:
+            await self.clients[v].write(target.write, self._probe_payload(size), offset=0)
+            return trio.current_time() - begun
+        copied = await self.clients[u].copy(source.read, target.write_url, dest_offset=0)
+        return copied.seconds if copied.seconds > 0 else trio.current_time() - begun
 
     async def _probe_source(self, node: str, size: int) -> Allocation:
         """A block of ``size`` held at ``node`` to copy from: one a probe left there, else written now."""
