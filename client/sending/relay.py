@@ -674,6 +674,8 @@ FULL_POLL_MAX_S = 1.0
 
 _HASH_AHEAD_BYTES = 128 * MiB
 """Bytes of blocks read ahead of the whole-file hash's position that it keeps for later (``_WholeHash``)."""
+_PROBE_GRACE_S = 0.1
+"""How long a finished transfer waits for its probes to end on their own before cutting them off."""
 
 
 class _WholeHash:
@@ -859,8 +861,10 @@ class Relay:
                         carriers.start_soon(self._carry, block, fd, admission)
                 self._done.set()
                 await self._file_hashed.wait()
-                # Probes stop at their next copy; cutting an HTTP request short is a last resort.
-                with trio.move_on_after(self.config.timeout_s):
+                # Probes stop at their next copy, but a copy on a slow edge can take seconds the transfer has
+                # no use for: whatever they have not measured by now is cut off (their allocations are still
+                # released, below).
+                with trio.move_on_after(min(self.config.timeout_s, _PROBE_GRACE_S)):
                     await self._probes_idle.wait()
                 nursery.cancel_scope.cancel()
         finally:

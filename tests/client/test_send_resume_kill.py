@@ -93,23 +93,25 @@ async def depot_writes(depot: DepotProcess) -> int:
 
 
 async def settled_writes(depot: DepotProcess, gate: Gate) -> int:
-    """The depot's count of writes once it holds every write the gate forwarded.
+    """The block writes the depot has taken, once its count holds every write the gate forwarded: its count of
+    2xx writes less the publications' (the gate tells a publication from a block by its body).
 
     The depot counts an answer just after sending it, so a count read the moment a client exits may miss the last
-    one: the count is read until it holds as many as went through the gate (bounded by WAIT_S).
+    one: the count is read until it holds as many as went through the gate (bounded by WAIT_S). Only answers
+    that were 2xx count on either side: a publication the depot refused, and written again, is not a block.
     """
     forwarded = gate.forwarded["write"] + gate.forwarded["publish"]
     with trio.fail_after(WAIT_S):
         while True:  # the depot's own count, read over HTTP: nothing to wait on but the next read
             writes = await depot_writes(depot)
             if writes >= forwarded:
-                return writes
+                return writes - gate.forwarded["publish"]
             await trio.sleep(0.01)
 
 
 async def blocks_written(depot: DepotProcess, gate: Gate, before: int) -> int:
-    """The block writes the depot took since ``before``: its settled count less the publication's writes."""
-    return await settled_writes(depot, gate) - before - gate.passed["publish"]
+    """The block writes the depot took since ``before`` (a ``settled_writes``)."""
+    return await settled_writes(depot, gate) - before
 
 
 async def recorded(where: Path, count: int) -> dict[int, object]:
