@@ -176,6 +176,8 @@ def _delivered(out: CommandOutput, sent: Delivered, as_json: bool) -> None:
     if tree is None:
         console.print(
             f"sent {format_size(sent.size)} {rate}; {result.resends} block re-sends"
+            + (f"; {result.second_copies_won} of {result.second_copies} second copies at the end arrived first"
+               if result.second_copies else "")
             + (f"; {resumed} blocks were already at {sent.dest} (resumed)" if resumed else "")
         )
         if sent.fed is not None:

@@ -14,6 +14,15 @@ to the wrong path costs at most one block's time on it. A path that runs faster 
 takes the next blocks, and shows a higher rate: the rule corrects itself as long as the blocks admitted at once
 cover each path's round trip (the relay admits more blocks the more paths it runs).
 
+The end of a transfer is the exception (``endgame``). Once every block has been handed out, a path that runs
+slower than its rate said, or one that holds a pipeline's worth of blocks on many hops, may still be carrying
+seconds of work while the others have none: the transfer waits on its slowest path's backlog, and a path that
+joined the set costs more than it added (measured on the testbed: direct had finished its blocks after 12 s, a
+joined four-hop path delivered its last 10 MiB alone until 17 s). So an idle path takes a second copy of a block
+another path will deliver last, when it would deliver it sooner, as BitTorrent's and aria2's end games do; the
+first copy verified at the destination counts and the other is cut off and freed. At the end a path with no
+work is free, so the copy costs nothing the transfer needed.
+
 Pure: no I/O, no clock; the relay passes ``now``.
 """
 
@@ -21,8 +30,9 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 
-__all__ = ["PathMeter", "soonest"]
+__all__ = ["Travelling", "PathMeter", "endgame", "soonest"]
 
 
 def soonest(outstanding: Sequence[float], rates: Sequence[float], length: int) -> int:
@@ -40,6 +50,58 @@ def soonest(outstanding: Sequence[float], rates: Sequence[float], length: int) -
         if seconds < best_s:
             best, best_s = index, seconds
     return best
+
+
+@dataclass(frozen=True, slots=True)
+class Travelling:
+    """A block under way on ``path`` (an index into the paths given to ``endgame``), ``hops`` of its hops done."""
+
+    index: int
+    path: int
+    hops: int
+    length: int
+
+
+def endgame(
+    outstanding: Sequence[float], rates: Sequence[float], travelling: Sequence[Travelling], *, min_gain_s: float,
+    usable: Sequence[bool] | None = None,
+) -> list[tuple[int, int]]:
+    """Second copies to start at the end of a transfer, once no block is left to hand out: ``(block, path)`` pairs.
+
+    Each path's backlog drains in ``outstanding / rate`` seconds (a path with no rate measured or predicted never
+    takes a copy, and its own blocks count as never arriving). The block a path delivers last is taken to be its
+    least advanced one (fewest hops done, then the latest in the file); it gets a second copy on the path that
+    would deliver it soonest, ``(outstanding + length) / rate`` (the MDTP rule), when that is at least
+    ``min_gain_s`` sooner than its own path's backlog drains. Copies go on while that holds, each one counted on
+    its new path and taken off its old path's backlog for the next. ``travelling`` holds only blocks with no
+    second copy yet. ``usable``: paths that may take copies (all by default)."""
+    n = len(outstanding)
+    if len(rates) != n or (usable is not None and len(usable) != n):
+        raise ValueError("need one rate (and one usable flag) for each path")
+    load = list(outstanding)
+    ok = list(usable) if usable is not None else [True] * n
+
+    def drain(path: int, extra: float = 0.0) -> float:
+        rate = rates[path]
+        return (load[path] + extra) / rate if rate > 0 and math.isfinite(rate) else math.inf
+
+    waiting = sorted(travelling, key=lambda block: (block.hops, -block.index))
+    copies: list[tuple[int, int]] = []
+    while waiting:
+        # the path whose backlog drains last, and its least advanced block
+        slowest = max({block.path for block in waiting}, key=drain)
+        block = next(block for block in waiting if block.path == slowest)
+        helpers = [p for p in range(n) if p != slowest and ok[p] and rates[p] > 0 and math.isfinite(rates[p])]
+        if not helpers:
+            break
+        helper = min(helpers, key=lambda p: (drain(p, block.length), p))
+        if drain(helper, block.length) + min_gain_s > drain(slowest):
+            break
+        copies.append((block.index, helper))
+        load[helper] += block.length
+        load[slowest] = max(0.0, load[slowest] - block.length)
+        waiting.remove(block)
+    return copies
 
 
 class PathMeter:

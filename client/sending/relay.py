@@ -51,7 +51,7 @@ from typing import Any, NamedTuple, TypeGuard
 
 import trio
 
-from lnet.client.engines.striping import PathMeter, soonest
+from lnet.client.engines.striping import PathMeter, Travelling, endgame, soonest
 from lnet.client.formats.manifest import HASH_ALGORITHMS, block_hasher, hash_bytes
 from lnet.client.wire.depot_client import Allocation, DepotClient, DepotUnreachable
 from lnet.depot.clock import TrioWallClock
@@ -170,6 +170,9 @@ class RelayConfig:
     """With several paths: a path's measured delivery rate halves the weight of what it did every this many
     seconds (``striping.PathMeter``)."""
     trace: bool = False
+    end_game: bool = True
+    """With several paths, once every block is under way: an idle path takes a second copy of a block a slower
+    path would deliver last (``striping.endgame``); the first copy to arrive counts."""
     """Tell ``on_event`` what the scheduler is told and decides (``Traced``, ``lnet-send --trace``)."""
     space_wait_s: float = 300.0
     """How long a depot may answer ``507 depot_full`` to every allocation before the transfer stops
@@ -496,6 +499,10 @@ class RelayResult:
     """The bytes delivered on each path over the whole transfer."""
     final_paths: tuple[Route, ...] = ()
     """The set of paths at the end, the primary first."""
+    second_copies: int = 0
+    """Second copies of blocks the end game started (``RelayConfig.end_game``)."""
+    second_copies_won: int = 0
+    """Of those, the ones that arrived first: each spared the transfer a wait on a slower path."""
 
 
 # -- the engine ---------------------------------------------------------------------------------------------
@@ -511,6 +518,12 @@ class _Block:
     attempts: int = 0
     path: Route = ()
     """The path the block was given (and counts on while it travels); empty before it is admitted."""
+    twin_of: _Block | None = None
+    """This is the end game's second copy of that block (``Relay._race``)."""
+    twins: list[_Block] = field(default_factory=list)
+    """The second copies of this block under way."""
+    scope: trio.CancelScope | None = None
+    """This copy's carry: cut off when another copy of the block arrives first."""
 
 
 class _Pool:
@@ -799,6 +812,12 @@ class Relay:
         self._already = dict(delivered or {})
         self._delivered = 0
         self._resends = 0
+        self._travelling: dict[int, _Block] = {}
+        """Blocks being carried (their first copies), by index, until they arrive."""
+        self._all_under_way = False
+        """Every block has been handed to a carrier: the end game may start."""
+        self._second_copies = 0
+        self._second_copies_won = 0
         self._started = 0.0
         self._timeline: list[TimelinePoint] = []
         self._paths: list[PathRun] = []
@@ -859,6 +878,7 @@ class Relay:
                             continue
                         await admission.acquire_on_behalf_of(block)
                         carriers.start_soon(self._carry, block, fd, admission)
+                    self._all_under_way = True
                 self._done.set()
                 await self._file_hashed.wait()
                 # Probes stop at their next copy, but a copy on a slow edge can take seconds the transfer has
@@ -888,6 +908,8 @@ class Relay:
             edges=edges,
             paths=self._paths,
             resends=self._resends,
+            second_copies=self._second_copies,
+            second_copies_won=self._second_copies_won,
             path_bytes=dict(self._path_bytes),
             # A depot that died in the last moments may not have been acted on by a tick yet: its paths are over.
             final_paths=tuple(p for p in self.paths if not set(p) & self.dead) or self.paths,
@@ -901,23 +923,90 @@ class Relay:
                 await self._available(block.offset, block.offset + block.length)
             block.holders = [(self.here, None)]
             self._tag(block, self._assign(block.length))
+            self._travelling[block.index] = block
             route = list(block.path)
-            while True:
-                try:
-                    await self._walk(block, route, fd)
-                    return
-                except _HopFailed as failure:
-                    block.attempts += 1
-                    self._resends += 1
-                    if block.attempts > self.config.retries:
-                        raise TransferFailed(
-                            f"block {block.index}: gave up after {self.config.retries} retries ({failure})"
-                        ) from None
-                    self._note(f"block {block.index}: {failure}; re-sending from {self._nearest(block)}")
-                    await trio.sleep(self.config.backoff_s * block.attempts)
-                    route = self._route_for(block, self._nearest(block))
+            with trio.CancelScope() as block.scope:  # cut off if a second copy arrives first (the end game)
+                while True:
+                    try:
+                        await self._walk(block, route, fd)
+                        return
+                    except _HopFailed as failure:
+                        block.attempts += 1
+                        self._resends += 1
+                        if block.attempts > self.config.retries:
+                            raise TransferFailed(
+                                f"block {block.index}: gave up after {self.config.retries} retries ({failure})"
+                            ) from None
+                        self._note(f"block {block.index}: {failure}; re-sending from {self._nearest(block)}")
+                        await trio.sleep(self.config.backoff_s * block.attempts)
+                        route = self._route_for(block, self._nearest(block))
+            await self._lost_race(block)
         finally:
+            self._travelling.pop(block.index, None)
             admission.release_on_behalf_of(block)
+
+    async def _lost_race(self, block: _Block) -> None:
+        """Another copy of ``block`` arrived first and cut this one off: what this one holds is freed, never kept (a
+        copy cut off on the client's side may still be running at the depot), and it counts on no path."""
+        with trio.CancelScope(shield=True):
+            for holder in block.holders[1:]:
+                await self._release(holder)
+        block.holders = block.holders[:1]
+        self._tag(block, None)
+
+    # -- the end game ------------------------------------------------------------------------------------------
+
+    def _end_game(self, nursery: trio.Nursery) -> None:
+        """Once every block is under way (and no depot is full: a second copy would only take the room a first
+        one waits for), second copies of the blocks slower paths would deliver last go to the paths that would
+        deliver them sooner (``striping.endgame``)."""
+        if not (self.config.end_game and self._all_under_way and len(self.paths) > 1) or self._full:
+            return
+        paths = list(self.paths)
+        travelling = [
+            Travelling(block.index, paths.index(block.path), len(block.holders) - 1, block.length)
+            for block in self._travelling.values()
+            if not block.twins and block.path in paths and block.scope is not None
+        ]
+        if not travelling:
+            return
+        copies = endgame(
+            [self._outstanding.get(path, 0) for path in paths], [self._rate(path) for path in paths], travelling,
+            min_gain_s=self.config.tick_s, usable=[self._usable(path) for path in paths],
+        )
+        for index, path in copies:
+            nursery.start_soon(self._race, self._travelling[index], paths[path])
+        if copies:
+            self._second_copies += len(copies)
+            where = sorted({" -> ".join(paths[path]) for _, path in copies})
+            self._note(f"end game: second copies of {len(copies)} block(s) over {', '.join(where)}")
+
+    async def _race(self, block: _Block, path: Route) -> None:
+        """A second copy of ``block`` from the source along ``path``, beside the first: whichever arrives first
+        counts and cuts the other off. It gets no retries: if it fails, the first copy is still under way."""
+        twin = _Block(block.index, block.offset, block.length, hash=block.hash, twin_of=block,
+                      holders=[(self.here, None)])
+        block.twins.append(twin)
+        self._tag(twin, path)
+        try:
+            with trio.CancelScope() as twin.scope:
+                try:
+                    await self._walk(twin, list(path), self._fd)
+                    return
+                except (_HopFailed, DepotRefused, TransferFailed) as failure:
+                    self._note(f"block {block.index}: its second copy over {' -> '.join(path)} failed ({failure})")
+            await self._lost_race(twin)
+        finally:
+            block.twins.remove(twin)
+
+    def _won(self, block: _Block) -> None:
+        """``block``'s copy arrived first: the block's other copies are cut off."""
+        first = block.twin_of or block
+        for copy in (first, *first.twins):
+            if copy is not block and copy.scope is not None:
+                copy.scope.cancel()
+        if block.twin_of is not None:
+            self._second_copies_won += 1
 
     async def _walk(self, block: _Block, route: list[str], fd: int) -> None:
         """Move ``block`` from its nearest live holder (``route[0]``) to the destination.
@@ -1016,6 +1105,12 @@ class Relay:
                 if isinstance(exc, NotFound) and u != self.here:
                     block.holders[-1] = (u, None)  # u no longer holds it (expired, freed): re-sent from upstream
                 raise _HopFailed(f"{u} -> {v}: {exc}") from None
+            except BaseException:
+                # cut off (another copy of the block arrived first, or the transfer ends; a cancellation may come
+                # wrapped in a group from the copy's own tasks), or the source changed: the target is not needed
+                with trio.CancelScope(shield=True):
+                    await self._release((v, target))
+                raise
             finally:
                 meter.finished(block.length, started, trio.current_time(), ok=ok, seconds=pushed, mark=mark)
         return target
@@ -1037,14 +1132,19 @@ class Relay:
             if block.attempts >= self.config.retries:
                 raise BlockDamaged(f"block {block.index} keeps arriving damaged at {self.dest}")
             raise _HopFailed(f"block {block.index} arrived damaged at {self.dest} (hash mismatch)")
-        for holder in block.holders[:-1]:
-            await self._pass_on(holder)
+        if block.index in self._records and block.scope is not None:
+            # its other copy arrived just before this one: this one is cut off like a copy still on its way
+            block.scope.cancel()
+            await trio.lowlevel.checkpoint()
         record = self._records[block.index] = BlockRecord(block.index, block.offset, block.length, block.hash, alloc)
+        self._won(block)
         self._delivered += block.length
         counted = block.path if block.path in self.paths else self.path
         self._path_bytes[counted] = self._path_bytes.get(counted, 0) + block.length
         self._tag(block, None, delivered=True)
         self.on_event(BlockDelivered(block.index, block.length, self.clock(), record))
+        for holder in block.holders[:-1]:
+            await self._pass_on(holder)
 
     async def _hash_whole_file(self, whole: _WholeHash) -> None:
         """The whole-file hash, from the bytes the blocks were read with (``_WholeHash``)."""
@@ -1119,8 +1219,8 @@ class Relay:
         if that would now deliver it sooner (the rates measured since it was admitted may say so: the first
         blocks are given by the predictions alone)."""
         candidates = [path for path in self.paths if self._usable(path)]
-        if len(candidates) < 2 or block.path not in candidates:
-            return
+        if len(candidates) < 2 or block.path not in candidates or block.twin_of is not None:
+            return  # (a second copy goes where the end game sent it)
         candidates.remove(block.path)
         candidates.insert(0, block.path)  # a tie keeps it where it is
         best = self._soonest(candidates, block.length, block)
@@ -1198,6 +1298,7 @@ class Relay:
                 path_meter.flush(trio.current_time())
             self._sample_timeline()
             self._resize_windows()
+            self._end_game(nursery)
             if self.scheduler is None or self.dest in self._full:
                 continue
             decision = self.scheduler.tick(now)

@@ -650,6 +650,8 @@ def summary(result: RelayResult, scheduler: PathScheduler | None, size: int) -> 
         "mbps": size * 8 / 1e6 / result.seconds if result.seconds > 0 else 0.0,
         "blocks": len(result.blocks),
         "resends": result.resends,
+        "second_copies": result.second_copies,
+        "second_copies_won": result.second_copies_won,
         "paths": [list(path) for path in result.final_paths],
         "path_shares": [
             {"path": list(path), "bytes": nbytes, "share": nbytes / delivered if delivered else 0.0,

@@ -16,7 +16,7 @@ import pytest
 import trio
 
 from lnet.client.commands import send, send_transfer
-from lnet.client.engines.striping import PathMeter, soonest
+from lnet.client.engines.striping import PathMeter, Travelling, endgame, soonest
 from lnet.client.formats.manifest import hash_bytes
 from lnet.client.formats.manifest import load as load_manifest
 from lnet.client.formats.report import PathPoint, ReportError, TimelinePoint, figure, load, parse, path_series
@@ -290,8 +290,9 @@ async def test_two_disjoint_routes_both_carry_blocks_in_proportion_to_their_rate
     async with depots(network, ["a", "b", "dst"], tmp_path) as clients:
         scheduler = ScriptedScheduler([VIA_A, VIA_B], predicted, TWO_ROUTES)
         events: list[RelayEvent] = []
+        # The sharing rule alone: the end game (below) moves the last blocks to whichever path is idle.
         relay = Relay(path, "here", "dst", clients, scheduler=scheduler,  # type: ignore[arg-type]
-                      config=RelayConfig(block_size=MiB), offload=inline, on_event=events.append)
+                      config=RelayConfig(block_size=MiB, end_game=False), offload=inline, on_event=events.append)
         result = await relay.run()
         assert await fetch(clients, result) == data
         assert result.file_hash == hash_bytes("blake3", data)
@@ -450,6 +451,89 @@ async def test_a_path_dropped_from_the_set_takes_no_more_blocks(
     dropped = next(e.at for e in events if isinstance(e, PathChanged) and e.reason == "drop")
     assert any(isinstance(e, PathShares) for e in events)
     assert not [e for e in events if isinstance(e, PathShares) and e.at > dropped]  # one path: no shares to show
+
+
+# -- the end game: an idle path takes second copies of the blocks a slower path would deliver last ----------------
+
+
+def test_the_end_game_copies_the_slow_paths_last_blocks_to_the_idle_path() -> None:
+    # Path 0 has nothing left at 5 MB/s; path 1 holds ten blocks at 0.83 MB/s (12.6 s of work). The idle path takes
+    # second copies of the least advanced blocks (fewest hops done, then the latest), one after another, while it
+    # would deliver each at least min_gain_s before path 1's backlog drains; path 1 keeps its most advanced one.
+    blocks = [Travelling(i, 1, i % 3, MiB) for i in range(60, 70)]
+    copies = endgame([0, 10 * MiB], [5e6, 0.83e6], blocks, min_gain_s=0.5)
+    assert [index for index, _ in copies] == [69, 66, 63, 60, 67, 64, 61, 68, 65]
+    assert {path for _, path in copies} == {0}
+
+
+def test_the_end_game_copies_nothing_where_it_gains_too_little_or_cannot() -> None:
+    one = [Travelling(7, 1, 0, MiB)]
+    assert endgame([0, MiB], [1e6, 1e6], one, min_gain_s=0.5) == []  # as soon either way: no copy
+    assert endgame([0, 4 * MiB], [1e6, 1e6], one, min_gain_s=0.5) == [(7, 0)]  # 1 s against 4 s
+    assert endgame([0, 4 * MiB], [1e6, 1e6], one, min_gain_s=5.0) == []  # less than the gain asked for
+    assert endgame([0, 4 * MiB], [0.0, 1e6], one, min_gain_s=0.5) == []  # an idle path with no rate known
+    assert endgame([0, 4 * MiB], [1e6, 1e6], one, min_gain_s=0.5, usable=[False, True]) == []  # through a dead depot
+    assert endgame([0, 4 * MiB], [1e6, 0.0], one, min_gain_s=0.5) == [(7, 0)]  # a path with no rate: never arrives
+    assert endgame([0, 0], [1e6, 1e6], [], min_gain_s=0.5) == []
+    with pytest.raises(ValueError, match="one rate"):
+        endgame([0], [1e6, 1e6], one, min_gain_s=0.5)
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_the_end_game_never_sends_a_block_where_it_would_arrive_later(seed: int) -> None:
+    rng = random.Random(seed)
+    n = rng.randint(2, 4)
+    rates = [rng.uniform(0.2, 10) * MiB for _ in range(n)]
+    travelling = [Travelling(i, rng.randrange(n), rng.randint(0, 3), MiB) for i in range(rng.randint(1, 30))]
+    load = [float(sum(b.length for b in travelling if b.path == p)) for p in range(n)]
+    copies = endgame(load, rates, travelling, min_gain_s=0.5)
+    assert len({index for index, _ in copies}) == len(copies)  # at most one second copy a block
+    by_index = {b.index: b for b in travelling}
+    extra = [0.0] * n
+    for index, path in copies:
+        block = by_index[index]
+        assert path != block.path
+        extra[path] += block.length
+        # where it went, it arrives (with every copy given there so far) sooner than its own path drains
+        assert (load[path] + extra[path]) / rates[path] + 0.5 <= load[block.path] / rates[block.path]
+
+
+SLOW_B = {("here", "a"): 10 * MiB, ("a", "dst"): 10 * MiB, ("here", "b"): 5 * MiB, ("b", "dst"): 0.6 * MiB}
+
+
+@pytest.mark.parametrize("end_game", [True, False], ids=["end-game", "none"])
+async def test_an_idle_path_finishes_the_blocks_a_slower_one_holds(
+    tmp_path: Path, autojump_clock: trio.abc.Clock, end_game: bool
+) -> None:
+    # b -> dst runs at 0.6 MiB/s where the scheduler predicted 5: b is handed blocks it takes many seconds to
+    # deliver (the MDTP rule corrects itself only for blocks not yet sent). With the end game, a hands them over
+    # at the end; the bytes are the file's, each block is stored once at dst, and nothing is left behind.
+    network = two_routes()
+    network.set_rate("b", "dst", 0.6 * MiB)
+    path, data = make_file(tmp_path, 40 * MiB)
+    async with depots(network, ["a", "b", "dst"], tmp_path) as clients:
+        scheduler = ScriptedScheduler([VIA_A, VIA_B], (10 * MiB, 5 * MiB), SLOW_B)
+        events: list[RelayEvent] = []
+        relay = Relay(path, "here", "dst", clients, scheduler=scheduler,  # type: ignore[arg-type]
+                      config=RelayConfig(block_size=MiB, end_game=end_game), offload=inline,
+                      on_event=events.append)
+        result = await relay.run()
+        assert await fetch(clients, result) == data
+        assert result.file_hash == hash_bytes("blake3", data)
+        for name in ("a", "b"):
+            assert (await clients[name].status())["allocations"] == 0
+        assert (await clients["dst"].status())["allocations"] == len(result.blocks)  # no second copy stays
+    assert sum(e.nbytes for e in events if isinstance(e, BlockDelivered)) == len(data)  # each block once
+    assert delivered_on(result, VIA_A) + delivered_on(result, VIA_B) == len(data)
+    alone = len(data) / (10 * MiB)
+    if end_game:
+        assert result.second_copies > 0
+        assert 0 < result.second_copies_won <= result.second_copies
+        assert any("end game" in getattr(e, "text", "") for e in events)
+        assert result.seconds < 1.6 * alone, result.seconds
+    else:
+        assert result.second_copies == 0
+        assert result.seconds > 2.5 * alone, result.seconds  # b's last blocks, at 0.6 MiB/s each
 
 
 async def test_a_stream_of_mixed_blocks_goes_over_two_routes_in_order(
