@@ -348,10 +348,10 @@ def sim_settings(kind: str, plan: Plan, case: MultiCase) -> ts.SimSettings:
     """The simulator's settings of one run of ``plan`` by its kind: ``cold``, ``mpN`` or ``ctrlN``."""
     per_hop = plan.settings.inflight or ts.send_config().streams
     if kind == "cold":
-        return ts.SimSettings(per_hop, max(case.max_paths(plan.max_paths), default=1))
+        return ts.SimSettings(per_hop, max(case.max_paths(plan.max_paths), default=1), plan.settings.block_bytes)
     if kind.startswith("ctrl"):
-        return ts.SimSettings(int(kind[4:]) * per_hop, 1)
-    return ts.SimSettings(per_hop, int(kind[2:]))
+        return ts.SimSettings(int(kind[4:]) * per_hop, 1, plan.settings.block_bytes)
+    return ts.SimSettings(per_hop, int(kind[2:]), plan.settings.block_bytes)
 
 
 def simulate_random(rc: ts.RandomCase, case: MultiCase, plan: Plan) -> dict[str, Any]:
@@ -365,7 +365,7 @@ def simulate_random(rc: ts.RandomCase, case: MultiCase, plan: Plan) -> dict[str,
     def record(kind: str, mbps: float | None) -> None:
         runs.append({"kind": kind, "rep": 1, "ok": mbps is not None, "mbps": mbps})
 
-    pinned = ts.SimSettings(plan.settings.inflight or ts.send_config().streams, 1)
+    pinned = ts.SimSettings(plan.settings.inflight or ts.send_config().streams, 1, plan.settings.block_bytes)
     for route in case.routes:
         record(f"route:{short(route)}", ts.sim_pinned(network, route, size, pinned))
     cold = ts.SimTransfers(network, case.source, case.dest, size, ts.noise_seed(scenario_))

@@ -765,11 +765,13 @@ def random_ratios(case: Case, rc: ts.RandomCase, figures: dict[str, Any], pinned
             "direct_mbps": figures["direct_mbps"], "routes_mbps": total}
 
 
-def simulate_random(rc: ts.RandomCase, settings: Settings) -> dict[str, Any]:
+def simulate_random(rc: ts.RandomCase, settings: Settings, *, end_game: bool = True) -> dict[str, Any]:
     """The simulator's run of this benchmark's plan on the scaled scenario: the size it sizes the runs by (about
-    RANDOM_SECONDS at the best candidate's rate alone, or --size), each pinned path, cold, then warm."""
+    RANDOM_SECONDS at the best candidate's rate alone, or --size), each pinned path, cold, then warm; the end of
+    each transfer as the relay runs it (its block size, and its end game unless ``end_game`` is False)."""
     case, network = rc.scenario, rc.network
-    sim = ts.SimSettings(settings.inflight or ts.send_config().streams, settings.max_paths)
+    sim = ts.SimSettings(settings.inflight or ts.send_config().streams, settings.max_paths, settings.block_bytes,
+                         end_game)
     plan = random_plan(rc)
     if settings.size is not None:
         size = settings.size
@@ -1069,6 +1071,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--out", type=Path, default=Path(tempfile.gettempdir()) / "lnet-bench-pathchoice")
     parser.add_argument("--quick", action="store_true", help="a smoke test: tiny sizes, one run")
     parser.add_argument("--list", action="store_true", help="print the topologies (TOML) and their design figures")
+    parser.add_argument("--resimulate", type=Path, metavar="RESULTS",
+                        help="run nothing on the testbed: the simulator's side of the random scenarios of a saved "
+                        "bench/results/pathchoice-random-*.json again with this version's simulator, beside the "
+                        "testbed's figures saved there (the two compared scenario by scenario)")
+    parser.add_argument("--no-end-game", action="store_true",
+                        help="with --resimulate: the simulator without the relay's end game (RelayConfig.end_game)")
     parser.add_argument("--figures", type=Path, metavar="OUT", help="run nothing: recompute the figures and the table "
                         "from an earlier run's --out directory (its pathchoice.json), with this version's rules")
     args = parser.parse_args(argv)
@@ -1152,6 +1160,8 @@ async def main(argv: list[str] | None = None) -> int:
         return 0
     if args.figures is not None:
         return refigure(args.figures)
+    if args.resimulate is not None:
+        return resimulate(args.resimulate, end_game=not args.no_end_game)
     if os.geteuid() != 0:
         print("this benchmark needs root (network namespaces for the testbed)", file=sys.stderr)
         return 1
@@ -1205,6 +1215,34 @@ def commit() -> str:
                               check=True).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
+
+
+def resimulate(saved: Path, *, end_game: bool) -> int:
+    """The simulator's side of a saved random run again, with this version's simulator and the run's settings and
+    sizes, beside the testbed's figures saved with it: their agreement, scenario by scenario and as a
+    distribution. Needs no root: nothing runs on the testbed."""
+    try:
+        document = json.loads(saved.read_text())
+        rows = document["scenarios"]
+        block = document["block"]
+        inflight = None if document["inflight"] == "default" else int(document["inflight"])
+        settings = Settings(block, parse_size(block), inflight, 1, bool(document["quick"]), None,
+                            int(document["max_paths"]))
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        print(f"cannot read a random path-choice run in {saved}: {exc}", file=sys.stderr)
+        return 2
+    print(f"{saved}: {len(rows)} scenarios of seed {document.get('seed')} measured at {document.get('commit')}; "
+          f"the simulator of this version{'' if end_game else ' without the end game'}")
+    for row in rows:
+        rc = ts.random_case(int(row["seed"]), int(row["index"]))
+        scenario_ = rc.scenario
+        case = Case(rc.name, scenario_.kind, rc.describe(), rc.toml, scenario_.src, scenario_.dst,
+                    seed=scenario_.seed, direct_best=scenario_.kind == "direct")
+        run_settings = replace(settings, size=int(row["size"]))
+        row["sim_run"] = simulate_random(rc, run_settings, end_game=end_game)
+        row.update(random_figures(case, rc, row))
+    print_random(rows, print)
+    return 0
 
 
 def refigure(out: Path) -> int:

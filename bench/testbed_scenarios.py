@@ -137,6 +137,10 @@ class SimSettings:
 
     inflight: int
     max_paths: int
+    block_bytes: int | None = None
+    """With the transfer's block size the simulator models its end (each path drains the blocks it holds,
+    ``simulator._Tail``); None: the fluid model."""
+    end_game: bool = True
 
     @property
     def min_streams(self) -> int:
@@ -147,7 +151,8 @@ class SimSettings:
 
     def options(self) -> dict[str, Any]:
         depth = "adaptive" if self.min_streams < self.inflight else "fixed"
-        return {"step_s": SIM_STEP_S, "depth": depth, "min_depth": self.min_streams}
+        return {"step_s": SIM_STEP_S, "depth": depth, "min_depth": self.min_streams, "block_bytes": self.block_bytes,
+                "end_game": self.end_game}
 
 
 def mbps_of(result: SimResult, size: int, start_s: float) -> float | None:
