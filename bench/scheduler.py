@@ -243,13 +243,13 @@ def _ratio(num: float, den: float | None) -> float | None:
     return None if not den else num / den
 
 
-def run_random(job: tuple[int, int, float, float, float, bool]) -> dict[str, Any]:
+def run_random(job: tuple[int, int, float, float, float, bool, bool]) -> dict[str, Any]:
     """One scenario's cold and warm transfers and its figures (run in a worker process)."""
-    seed, index, cold_s, warm_s, step_s, deep = job
+    seed, index, cold_s, warm_s, step_s, deep, scouts = job
     began = time.perf_counter()
     case = scenario(seed, index, cold_s=cold_s, warm_s=warm_s, step_s=step_s)
     built = time.perf_counter() - began
-    network, config = case.network, replace(send_config(), deep_probes=deep)
+    network, config = case.network, replace(send_config(), deep_probes=deep, cold_scouts=scouts)
     rtt = network.rtts_from(case.src)
     memory = EdgeMemory()
     noise = seed * 1_000_003 + 2 * index
@@ -410,7 +410,8 @@ def random_distribution(args: argparse.Namespace, argv: list[str]) -> int:
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(2**32)
     indices = [int(i) for i in args.only.split(",")] if args.only else list(range(args.random))
     print(f"seed {seed} (rerun: bench/scheduler.py --random {args.random} --seed {seed})", flush=True)
-    jobs = [(seed, i, args.cold_s, args.warm_s, args.step_s, not args.no_deep_probes) for i in indices]
+    jobs = [(seed, i, args.cold_s, args.warm_s, args.step_s, not args.no_deep_probes, not args.no_cold_scouts)
+            for i in indices]
     # Biggest first, so that the workers finish together.
     jobs.sort(key=lambda job: -scenario_size_class(job[1]))
     # The scheduler's runs depend on the order of some sets of strings, so on Python's hash seed: the workers get
@@ -434,13 +435,14 @@ def random_distribution(args: argparse.Namespace, argv: list[str]) -> int:
         return 0
     RESULTS.mkdir(exist_ok=True)
     stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
-    rule = "-no-deep-probes" if args.no_deep_probes else ""
+    rule = ("-no-deep-probes" if args.no_deep_probes else "") + ("-no-cold-scouts" if args.no_cold_scouts else "")
     out = RESULTS / f"scheduler-random-{seed}{rule}-{stamp}.json"
     document = {
         "bench": "scheduler-random", "commit": _commit(), "command": " ".join(["bench/scheduler.py", *argv]),
         "seed": seed, "scenarios": len(rows), "cold_s": args.cold_s, "warm_s": args.warm_s, "step_s": args.step_s,
         "config": {"streams": STREAMS, "min_streams": MIN_STREAMS, "max_paths": send_config().max_paths,
-                   "depth": "adaptive", "deep_probes": not args.no_deep_probes, "python_hash_seed": 0},
+                   "depth": "adaptive", "deep_probes": not args.no_deep_probes,
+                   "cold_scouts": not args.no_cold_scouts, "python_hash_seed": 0},
         "wall_s": round(elapsed, 1), "jobs": args.jobs, "summary": summary, "rows": rows,
     }
     out.write_text(json.dumps(_finite(document), indent=1, allow_nan=False) + "\n")
@@ -480,6 +482,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--jobs", type=int, default=2, help="--random: worker processes (default 2)")
     parser.add_argument("--no-deep-probes", action="store_true",
                         help="--random: one stream a probe, as before deep probes (to compare the rules)")
+    parser.add_argument("--no-cold-scouts", action="store_true",
+                        help="--random: a cold start runs one path, as before cold scouts (to compare the rules)")
     parser.add_argument("--only", metavar="I,J", help="--random: only these scenario indices (printed, not saved)")
     parser.add_argument("--cold-s", type=float, default=COLD_S, help=f"--random: cold run, sim. s ({COLD_S:g})")
     parser.add_argument("--warm-s", type=float, default=WARM_S, help=f"--random: warm run, sim. s ({WARM_S:g})")

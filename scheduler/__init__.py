@@ -286,6 +286,15 @@ Where lnet departs from the seed, and why
    one-stream probes took 31) and cost the ``shared`` kind (warm 10th percentile 0.87 against 0.96); with the
    end rule, 0.94; deferred as well, 0.96, and 31 s. ``SchedulerConfig.deep_probes=False`` runs
    one stream a probe, to compare (``bench/scheduler.py --no-deep-probes``).
+14. Cold scouts (issue 40). Throughput is the expensive measurement, round trips are almost free: the client
+   times its round trip to every depot before the first decision (``rtt_s``), and rule 11's priors rank unknown
+   edges by them. A cold start with ``max_paths`` > 1 (its first path has an edge it knows nothing of) runs,
+   beside that path, up to ``max_paths`` - 1 paths through one depot each, the widest by those guesses
+   (``_scout``): the transfer's own blocks measure them, at its depth, on every hop at once, where a probe
+   measures one edge with one stream. They join on one trial whose baseline is nothing, so each one that
+   delivered stays until rule 12 finds it adds less than the margin (``_drop_idle``); at the end the relay's
+   end game takes the blocks a slow one holds. ``SchedulerConfig.cold_scouts=False`` starts on one path, to
+   compare (``bench/scheduler.py --no-cold-scouts``).
 """
 
 from ._loop import (

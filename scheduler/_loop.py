@@ -108,6 +108,10 @@ class SchedulerConfig:
     deep_probes: bool = True
     """Probe deep an edge known from one stream only, when ``streams`` of that stream would make its path the best
     (theory of operation, 13). False: one stream a probe, as before 2026-11-28 (for comparisons)."""
+    cold_scouts: bool = True
+    """With ``max_paths`` > 1, a start that knows nothing of its first path runs, beside it, the edge-disjoint paths
+    the round trips rank widest (``_scout``): the transfer's own blocks measure them (theory of operation, 14).
+    False: a cold start runs one path and learns the others by probes alone, as before 2026-11-28."""
     max_paths: int = 1
     """How many edge-disjoint paths the transfer may use at once (issue 12). 1: one path, exactly as before."""
     path_margin: float = 0.15
@@ -405,6 +409,8 @@ class PathScheduler:
         self._changed_at = -math.inf
         """When the set last changed: nothing but a failure is judged for ``min_attempt_s`` after."""
         self._trial: _Trial | None = None
+        self._scouting = False
+        """A cold start's scouts are to join once its first path is measured (``_scout``)."""
         self._bans: dict[Path, _Ban] = {}
         """Paths that joined and did not add (or stopped adding), with their predicted width when they left."""
         self._now = -math.inf
@@ -478,7 +484,10 @@ class PathScheduler:
         path, predicted, reason = choice
         self._switch(now, path, predicted, "start", exploring=reason == "explore")
         if self.config.max_paths > 1:
-            self._join(now)  # a warm start runs every path the memory predicts to add from its first second
+            # a warm start runs every path the memory predicts to add from its first second; a cold one scouts
+            # once its first path has been measured
+            if not self._join(now) and self.config.cold_scouts and _has_unknown(self._measured_graph(), path):
+                self._scouting = True
         return self._with_set(Switch(path, predicted, "start", self._probes(now)))
 
     def measure(self, event: Event) -> None:
@@ -518,6 +527,10 @@ class PathScheduler:
             return self._with_set(DropDepot(depot, path, path_throughput(self.graph(), path)))
         if self._broken:
             return self._with_set(self._reevaluate(now, failure=True))
+        if self._scouting and not _has_unknown(self._measured_graph(), self._attempt.path):
+            self._scouting = False
+            if self._scout(now):
+                return self._with_set(replace(self._set_switch(now, "join"), probes=self._probes(now)))
         # The loop looks every reevaluate_s, and also as soon as the path has run min_attempt_s: a move that waited
         # for the attempt to be judgeable is not held back to the next look as well.
         judgeable = self._changed_at + self.config.min_attempt_s
@@ -1039,6 +1052,46 @@ class PathScheduler:
             self._edge_since.update((edge, now) for edge in edges_of(path))
         predicted = {path: path_throughput(graph, path) for path in joined}
         self._trial = _Trial(predicted, now, set_total(graph, paths))
+        return True
+
+    def _scout(self, now: float) -> bool:
+        """A cold start's scouts (theory of operation, 14): beside the first path, up to ``max_paths`` - 2 paths
+        through one depot each, the widest by the round trips' guesses (``_apply_priors``), join on one trial
+        (one depot each: they are edge-disjoint, and a guess over many hops is a guess many times over). They join
+        once every hop of the first path has reported, so that the trial has that path's rate alone to judge them
+        by: a scout that takes its rate from the first path (one physical route under both) leaves, banned. What
+        they carry is measured as the transfer's own blocks, at its depth, on every hop at once: far more than
+        probes learn in the same seconds. A scout that does not add the margin leaves like any extra
+        (``_drop_idle``; the trial's baseline is nothing measured, so the trial keeps every one that delivered),
+        and the end game takes the blocks a slow one holds at the end (client.md)."""
+        if not self.rtt_s or len(self._extras) + 2 >= self.config.max_paths or self._trial is not None:
+            return False  # no guesses to rank them by, or the set is full or on trial already
+        guessed = self.graph()
+        self._apply_priors(guessed)
+        taken = {edge for path in self.current_paths for edge in edges_of(path)} | self._banned_edges()
+
+        def guess(u: str, v: str) -> float:
+            attrs = guessed.get_edge_data(u, v) or {}
+            return -1.0 if (u, v) in taken else float(attrs.get(THROUGHPUT, -1.0))
+
+        ranked = sorted(
+            ((min(guess(self.src, d), guess(d, self.dst)), d) for d in self.vertices if d not in (self.src, self.dst)),
+            key=lambda pair: (-pair[0], self.vertices.index(pair[1])),
+        )
+        scouts: list[Path] = []
+        # One place of the set stays free for what measurement finds: a scout that stays (it adds) would otherwise
+        # hold its place against a better path found later (the loop never swaps an extra that adds).
+        for width, depot in ranked[: self.config.max_paths - 2 - len(self._extras)]:
+            if width > 0:
+                scouts.append((self.src, depot, self.dst))
+        if not scouts:
+            return False
+        for path in scouts:
+            self._extras.append(_Attempt(path, now, "join"))
+            self._edge_since.update((edge, now) for edge in edges_of(path))
+        measured = self._measured_graph()
+        self._trial = _Trial({path: path_throughput(guessed, path) for path in scouts}, now,
+                             set_total(measured, self.current_paths[: -len(scouts)]))
         return True
 
     def _probes(self, now: float) -> tuple[Edge, ...]:

@@ -1,0 +1,62 @@
+"""Cold scouts (theory of operation, 14): a cold start with several paths allowed runs, beside its first path and
+once that path has reported, the one-depot paths the round trips rank widest, measured by the transfer's blocks."""
+
+from __future__ import annotations
+
+from lnet.scheduler import EdgeMemory, Measurement, PathScheduler, SchedulerConfig, Switch
+
+VERTICES = ("src", "far", "near", "mid", "dst")
+# ``near`` and ``mid`` lie between src and dst (their round trips split the way), ``far`` behind the source.
+RTT = {"far": 0.200, "near": 0.030, "mid": 0.045, "dst": 0.080}
+DIRECT = ("src", "dst")
+
+
+def scheduler(memory: EdgeMemory | None = None, rtt: dict[str, float] | None = RTT, **config: object) -> PathScheduler:
+    settings = SchedulerConfig(streams=4, min_streams=2, **{"max_paths": 3, **config})  # type: ignore[arg-type]
+    return PathScheduler(VERTICES, "src", "dst", memory or EdgeMemory(), settings, rtt_s=rtt)
+
+
+def scouted(s: PathScheduler) -> tuple[tuple[str, ...], ...]:
+    """The set once the first path's hop has reported past its warm-up (``warmup_s``, 2 s)."""
+    first = s.start(0.0)
+    assert first.all_paths == (DIRECT,)  # the first seconds run the first path alone
+    s.measure(Measurement(DIRECT, 4_000_000, 4.0, 3.0, 4.0, began=2.0))
+    return s.tick(3.0).all_paths
+
+
+def test_a_cold_start_scouts_the_depots_the_round_trips_rank_widest_once_its_path_reported() -> None:
+    # Each scout's guess is its worse hop's: near splits 30 + 50 ms (50), mid 45 + 35 (45): both beat far (200).
+    s = scheduler(max_paths=4)  # max_paths - 2 scouts: one place stays for what measurement finds
+    assert scouted(s) == (DIRECT, ("src", "mid", "dst"), ("src", "near", "dst"))
+    decision = s.tick(3.5)
+    assert decision.all_paths[1:] == (("src", "mid", "dst"), ("src", "near", "dst"))  # on trial, not re-decided
+    assert scouted(scheduler()) == (DIRECT, ("src", "mid", "dst"))  # lnet-send's default, 3 paths
+
+
+def test_the_join_of_scouts_is_a_switch_with_the_set() -> None:
+    s = scheduler()
+    s.start(0.0)
+    s.measure(Measurement(DIRECT, 4_000_000, 4.0, 3.0, 4.0, began=2.0))
+    decision = s.tick(3.0)
+    assert isinstance(decision, Switch) and decision.reason == "join"
+
+
+def test_no_scouts_when_told_not_to_with_one_path_or_without_round_trips() -> None:
+    assert scouted(scheduler(cold_scouts=False)) == (DIRECT,)
+    assert scouted(scheduler(max_paths=1)) == (DIRECT,)
+    assert scouted(scheduler(rtt=None)) == (DIRECT,)
+
+
+def test_max_paths_bounds_the_scouts() -> None:
+    assert len(scouted(scheduler(max_paths=2))) == 1
+    assert len(scouted(scheduler(max_paths=5))) == 4
+
+
+def test_a_warm_start_does_not_scout() -> None:
+    memory = EdgeMemory()
+    for u in VERTICES:
+        for v in VERTICES:
+            if u != v and (u, v) != DIRECT:
+                memory.observe(u, v, 1_000_000, 1.0, 0.0)
+    memory.observe(*DIRECT, 10_000_000, 1.0, 0.0)
+    assert scouted(scheduler(memory)) == (DIRECT,)  # it knows direct is best, and nothing else adds enough
