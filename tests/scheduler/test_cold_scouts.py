@@ -38,7 +38,8 @@ def test_the_join_of_scouts_is_a_switch_with_the_set() -> None:
     s.start(0.0)
     s.measure(Measurement(DIRECT, 4_000_000, 4.0, 3.0, 4.0, began=2.0))
     decision = s.tick(3.0)
-    assert isinstance(decision, Switch) and decision.reason == "join"
+    assert isinstance(decision, Switch)
+    assert decision.reason == "join"
 
 
 def test_no_scouts_when_told_not_to_with_one_path_or_without_round_trips() -> None:

@@ -47,7 +47,8 @@ def test_one_path_ends_as_the_fluid_model_says() -> None:
     for end_game in (True, False):
         tail = simulate_pinned(network, [DIRECT], streams=STREAMS, size_bytes=size, step_s=0.25, block_bytes=MiB,
                                end_game=end_game)
-        assert fluid.finished_at is not None and tail.finished_at is not None
+        assert fluid.finished_at is not None
+        assert tail.finished_at is not None
         assert tail.finished_at == pytest.approx(fluid.finished_at, abs=0.25)
 
 
