@@ -288,13 +288,14 @@ Where lnet departs from the seed, and why
    one stream a probe, to compare (``bench/scheduler.py --no-deep-probes``).
 14. Cold scouts (issue 40). Throughput is the expensive measurement, round trips are almost free: the client
    times its round trip to every depot before the first decision (``rtt_s``), and rule 11's priors rank unknown
-   edges by them. A cold start with ``max_paths`` > 1 (its first path has an edge it knows nothing of) runs,
-   beside that path, up to ``max_paths`` - 1 paths through one depot each, the widest by those guesses
-   (``_scout``): the transfer's own blocks measure them, at its depth, on every hop at once, where a probe
-   measures one edge with one stream. They join on one trial whose baseline is nothing, so each one that
-   delivered stays until rule 12 finds it adds less than the margin (``_drop_idle``); at the end the relay's
-   end game takes the blocks a slow one holds. ``SchedulerConfig.cold_scouts=False`` starts on one path, to
-   compare (``bench/scheduler.py --no-cold-scouts``).
+   edges by them. A cold start with ``max_paths`` > 1 (its first path has an edge it knows nothing of) runs
+   that path alone until every hop of it has reported, then, beside it, up to ``max_paths`` - 2 paths through
+   one depot each, the widest by those guesses (``_scout``; one place stays free for what measurement finds):
+   the transfer's own blocks measure them, at its depth, on every hop at once, where a probe measures one edge
+   with one stream. They join on one trial whose baseline is the first path alone, so one that takes its rate
+   from that path leaves, banned; one that adds less than the margin later leaves by rule 12 (``_drop_idle``);
+   at the end the relay's end game takes the blocks a slow one holds. ``SchedulerConfig.cold_scouts=False``
+   starts on one path, to compare (``bench/scheduler.py --no-cold-scouts``).
 """
 
 from ._loop import (

@@ -109,8 +109,9 @@ class SchedulerConfig:
     """Probe deep an edge known from one stream only, when ``streams`` of that stream would make its path the best
     (theory of operation, 13). False: one stream a probe, as before 2026-11-28 (for comparisons)."""
     cold_scouts: bool = True
-    """With ``max_paths`` > 1, a start that knows nothing of its first path runs, beside it, the edge-disjoint paths
-    the round trips rank widest (``_scout``): the transfer's own blocks measure them (theory of operation, 14).
+    """With ``max_paths`` > 1, a start that knows nothing of its first path runs, beside it once it has reported, the
+    one-depot paths the round trips rank widest (``_scout``): the transfer's own blocks measure them (theory of
+    operation, 14).
     False: a cold start runs one path and learns the others by probes alone, as before 2026-11-28."""
     max_paths: int = 1
     """How many edge-disjoint paths the transfer may use at once (issue 12). 1: one path, exactly as before."""
@@ -1061,9 +1062,8 @@ class PathScheduler:
         once every hop of the first path has reported, so that the trial has that path's rate alone to judge them
         by: a scout that takes its rate from the first path (one physical route under both) leaves, banned. What
         they carry is measured as the transfer's own blocks, at its depth, on every hop at once: far more than
-        probes learn in the same seconds. A scout that does not add the margin leaves like any extra
-        (``_drop_idle``; the trial's baseline is nothing measured, so the trial keeps every one that delivered),
-        and the end game takes the blocks a slow one holds at the end (client.md)."""
+        probes learn in the same seconds. A scout that adds less than the margin later leaves like any extra
+        (``_drop_idle``), and the end game takes the blocks a slow one holds at the end (client.md)."""
         if not self.rtt_s or len(self._extras) + 2 >= self.config.max_paths or self._trial is not None:
             return False  # no guesses to rank them by, or the set is full or on trial already
         guessed = self.graph()
@@ -1086,12 +1086,11 @@ class PathScheduler:
                 scouts.append((self.src, depot, self.dst))
         if not scouts:
             return False
+        baseline = set_total(self._measured_graph(), self.current_paths)  # the first path alone
         for path in scouts:
             self._extras.append(_Attempt(path, now, "join"))
             self._edge_since.update((edge, now) for edge in edges_of(path))
-        measured = self._measured_graph()
-        self._trial = _Trial({path: path_throughput(guessed, path) for path in scouts}, now,
-                             set_total(measured, self.current_paths[: -len(scouts)]))
+        self._trial = _Trial({path: path_throughput(guessed, path) for path in scouts}, now, baseline)
         return True
 
     def _probes(self, now: float) -> tuple[Edge, ...]:

@@ -170,10 +170,10 @@ class RelayConfig:
     """With several paths: a path's measured delivery rate halves the weight of what it did every this many
     seconds (``striping.PathMeter``)."""
     trace: bool = False
+    """Tell ``on_event`` what the scheduler is told and decides (``Traced``, ``lnet-send --trace``)."""
     end_game: bool = True
     """With several paths, once every block is under way: an idle path takes a second copy of a block a slower
     path would deliver last (``striping.endgame``); the first copy to arrive counts."""
-    """Tell ``on_event`` what the scheduler is told and decides (``Traced``, ``lnet-send --trace``)."""
     space_wait_s: float = 300.0
     """How long a depot may answer ``507 depot_full`` to every allocation before the transfer stops
     (``DepotStayedFull``; ``lnet-send --space-wait``). Meanwhile ``SpaceWait`` events say it is waiting."""
