@@ -11,5 +11,5 @@ Dependencies run one way, top to bottom; a package imports only those below it:
 
 ``lnet.client.get``, ``lnet.client.send`` and ``lnet.client.cli`` only run their command for ``python -m``.
 Nothing in the client imports the depot server (starlette, hypercorn, ``lnet.depot.app``); shared units come from
-``lnet.units`` and the protocol's vocabulary from ``lnet.depot.protocol``.
+``lnet.units`` and the protocol's vocabulary from ``lnet.protocol``.
 """

@@ -23,8 +23,7 @@ from typing import TYPE_CHECKING, Any
 import httpx
 import trio
 
-from .config import WeatherPeer
-from .protocol import (
+from lnet.protocol import (
     MSGPACK,
     DepotError,
     Upstream,
@@ -34,6 +33,8 @@ from .protocol import (
     error_from_body,
     redact_capabilities,
 )
+
+from .config import WeatherPeer
 from .store import Allocation, Reliability
 from .weather import HourlyBudget
 

@@ -67,7 +67,7 @@ from lnet.client.sending.send import (
     source_name,
 )
 from lnet.client.sending.tree import ASSUMED_RATE_BPS, FileArrivals, PackedTree, is_priority, round_trip
-from lnet.depot.protocol import innermost
+from lnet.protocol import innermost
 from lnet.scheduler import EdgeMemory, PathScheduler, SchedulerConfig
 from lnet.units import parse_duration, parse_size
 

@@ -22,7 +22,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from lnet.client.formats.documents import check_object, kind, load_document, show, write_private_file
-from lnet.depot.protocol import DIGESTS, Hasher, hash_bytes, hasher, is_capability, redact
+from lnet.protocol import DIGESTS, Hasher, hash_bytes, hasher, is_capability, redact
 
 __all__ = [
     "FORMAT",
@@ -65,7 +65,7 @@ class ManifestError(ValueError):
 
 block_hasher = hasher
 """A fresh hash object for an algorithm of ``HASH_ALGORITHMS``, for blocks and whole files alike (the depot's
-digest uses the same, ``lnet.depot.protocol.hasher``; ``hash_bytes`` hashes one buffer)."""
+digest uses the same, ``lnet.protocol.hasher``; ``hash_bytes`` hashes one buffer)."""
 
 
 @dataclass(frozen=True, repr=False)

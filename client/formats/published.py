@@ -52,7 +52,7 @@ from lnet.client.formats.manifest import (
     ManifestError,
     whole_number,
 )
-from lnet.depot.protocol import is_capability, redact
+from lnet.protocol import is_capability, redact
 
 __all__ = [
     "DRAINED_FORMAT",

@@ -2,5 +2,5 @@
 (``RangeConnection``, over h11 and trio), plus the patches they apply to the HTTP libraries when they start.
 
 It speaks protocols and nothing else: it must not import the engines, the formats, sending, fetching or the
-commands, nor anything of the depot server (only ``lnet.depot.protocol``'s vocabulary).
+commands, nor anything of the depot server (only ``lnet.protocol``'s vocabulary).
 """

@@ -37,7 +37,7 @@ def test_format_size() -> None:
 
 
 def test_capability_shape_is_exact() -> None:
-    from lnet.depot.protocol import is_capability, new_capability
+    from lnet.protocol import is_capability, new_capability
 
     token = new_capability()
     assert is_capability(token)
