@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import Any, Protocol
 
 import httpx
 import trio
@@ -34,14 +35,12 @@ from lnet.protocol import (
     redact_capabilities,
 )
 
-from .config import WeatherPeer
-from .store import Allocation, Reliability
-from .weather import HourlyBudget
+from .config import DepotConfig, WeatherPeer
+from .metrics import DepotMetrics
+from .store import Allocation, Reliability, Store
+from .weather import HourlyBudget, LinkLog, PushSample, Source
 
-if TYPE_CHECKING:
-    from .app import Depot
-
-__all__ = ["WeatherProbes"]
+__all__ = ["ProbingDepot", "WeatherProbes"]
 
 log = logging.getLogger("lnet.depot.weather")
 
@@ -51,8 +50,36 @@ _RANDOM_PIECE = 256 * 1024
 _FREE_TIMEOUT = 10.0
 
 
+class ProbingDepot(Protocol):
+    """What the probes use of a depot (``lnet.depot.app.Depot`` has it): its settings, its store and clock for
+    the local block, its one copy path and the transport under it, and where outcomes are recorded."""
+
+    @property
+    def config(self) -> DepotConfig: ...
+
+    @property
+    def store(self) -> Store: ...
+
+    @property
+    def clock(self) -> Callable[[], float]: ...
+
+    @property
+    def copy_transport(self) -> httpx.AsyncBaseTransport | None: ...
+
+    @property
+    def metrics(self) -> DepotMetrics: ...
+
+    @property
+    def links(self) -> LinkLog: ...
+
+    async def push(
+        self, alloc: Allocation, offset: int, length: int, url: str, peer: str, *,
+        http: httpx.AsyncClient | None = None, source: Source = "copy",
+    ) -> PushSample: ...
+
+
 class WeatherProbes:
-    def __init__(self, depot: Depot) -> None:
+    def __init__(self, depot: ProbingDepot) -> None:
         self.depot = depot
         config = depot.config
         self.budget = HourlyBudget(config.weather_bytes_per_hour)
