@@ -26,7 +26,7 @@ from lnet.client.commands import replica_options
 from lnet.client.commands.clientio import ClientIO
 from lnet.client.commands.outcome import Delivered, Failed, Outcome, TreeSent, finish
 from lnet.client.commands.output import CommandOutput, transfer_progress
-from lnet.client.commands.send import DEFAULT_DURATION_S, DEFAULT_HASH, DEFAULT_MAX_PATHS, SendArgs
+from lnet.client.commands.send_args import DEFAULT_DURATION_S, DEFAULT_HASH, DEFAULT_MAX_PATHS, SendArgs
 from lnet.client.engines import smallfiles
 from lnet.client.engines.chunks import PlanConfig
 from lnet.client.exits import ExitCode, is_interrupt
