@@ -56,6 +56,7 @@ from lnet.protocol import (
     redact_capabilities,
 )
 from lnet.protocol.clock import TrioWallClock
+from lnet.units.numbers import finite_number
 
 from . import direct
 from .config import DepotConfig
@@ -798,13 +799,7 @@ def _number(body: dict[str, Any], key: str, *, required: bool = False) -> float:
         if required:
             raise BadRequest(f"'{key}' is required")
         return 0.0
-    value = body[key]
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise BadRequest(f"'{key}' must be a number")
-    value = float(value)
-    if not math.isfinite(value):
-        raise BadRequest(f"'{key}' must be finite")
-    return value
+    return finite_number(body[key], f"'{key}'", error=BadRequest)
 
 
 def _whole(text: str | None) -> int | None:

@@ -1,6 +1,7 @@
 import pytest
 
 from lnet.units import format_size, parse_duration, parse_size
+from lnet.units.numbers import finite_number
 
 
 @pytest.mark.parametrize(
@@ -36,10 +37,37 @@ def test_format_size() -> None:
     assert format_size(3 * 2**30) == "3.0 GiB"
 
 
-def test_capability_shape_is_exact() -> None:
-    from lnet.protocol import is_capability, new_capability
+class Refused(ValueError):
+    """A caller's own error class, which ``finite_number`` raises instead of ValueError."""
 
-    token = new_capability()
-    assert is_capability(token)
-    for bad in (token + "\n", " " + token, token[:10], token + "/x", token.replace(token[3], "+")):
-        assert not is_capability(bad)
+
+@pytest.mark.parametrize(("value", "expected"), [(0, 0.0), (7, 7.0), (2.5, 2.5), (-3, -3.0)])
+def test_finite_number(value: object, expected: float) -> None:
+    assert finite_number(value, "x") == expected
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        (True, "x must be a number, not bool"),
+        ("7", "x must be a number, not str"),
+        (None, "x must be a number, not null"),
+        (float("nan"), "x is nan, not a finite number"),
+        (float("inf"), "x is inf, not a finite number"),
+        (10**400, "x is a 1329-bit number, not a finite number"),  # not an OverflowError
+    ],
+)
+def test_finite_number_refuses_with_the_callers_error(value: object, message: str) -> None:
+    with pytest.raises(Refused) as refused:
+        finite_number(value, "x", error=Refused)
+    assert str(refused.value) == message
+
+
+def test_finite_number_bounds_and_their_meaning() -> None:
+    assert finite_number(10, "x", low=0, high=10) == 10.0
+    with pytest.raises(ValueError, match=r"^x is -1, not a finite number in \[0, 10\]$"):
+        finite_number(-1, "x", low=0, high=10)
+    with pytest.raises(ValueError, match=r"^x is 1e\+300, not a time$"):
+        finite_number(1e300, "x", low=0, high=1e12, meaning="a time")
+    with pytest.raises(ValueError, match="not a time"):
+        finite_number(10**400, "x", low=0, high=1e12, meaning="a time")

@@ -7,7 +7,6 @@ only parses, validates and derives (addresses, shortest-delay routes); it runs n
 from __future__ import annotations
 
 import heapq
-import math
 import os
 import re
 import tomllib
@@ -17,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from lnet.units import parse_size
+from lnet.units.numbers import finite_number
 
 __all__ = [
     "DEFAULT_CONGESTION",
@@ -299,10 +299,7 @@ def _number(spec: Mapping[str, Any], key: str, where: str, *, required: bool = F
         if required:
             raise TopologyError(f"{where}: missing {key}")
         return None
-    value = spec[key]
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise TopologyError(f"{where}: {key} must be a number, got {value!r}")
-    return float(value)
+    return finite_number(spec[key], f"{where}: {key}", error=TopologyError)
 
 
 def _parse_link(spec: object, i: int, names: set[str]) -> Link:
