@@ -26,7 +26,7 @@ import trio
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from lnet.depot.units import parse_size  # noqa: E402
+from lnet.units import parse_size  # noqa: E402
 from tests.depot.processes import depot_process  # noqa: E402
 
 GiB = 1024**3

@@ -25,9 +25,9 @@ import trio
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from lnet.depot.units import parse_size  # noqa: E402
 from lnet.testbed import Testbed  # noqa: E402
 from lnet.testbed.demo import _start_depot  # noqa: E402
+from lnet.units import parse_size  # noqa: E402
 
 PORT = 6714
 

@@ -47,7 +47,7 @@ import trio
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from lnet.client.wire.depot_client import Allocation, DepotClient  # noqa: E402
-from lnet.depot.units import parse_size  # noqa: E402
+from lnet.units import parse_size  # noqa: E402
 from tests.depot.processes import DepotProcess, depot_process  # noqa: E402
 
 MiB = 1024 * 1024

@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/hashes.py [--block 8MiB] [--blocks 64] [--runs 7]
 
-Hashes ``--blocks`` buffers of ``--block`` random bytes with each algorithm of ``lnet.depot.protocol.DIGESTS``
+Hashes ``--blocks`` buffers of ``--block`` random bytes with each algorithm of ``lnet.protocol.DIGESTS``
 (through ``hash_bytes``, as lnet-send and the depot's digest do), one thread; per run, the process's CPU time
 (user + system) per GiB hashed. Prints the median over ``--runs`` with the spread, and one JSON line. Run it alone:
 the figure is CPU time, but a busy neighbour still moves it through the caches.
@@ -20,7 +20,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from lnet.depot.protocol import DIGESTS, hash_bytes  # noqa: E402
+from lnet.protocol import DIGESTS, hash_bytes  # noqa: E402
 from lnet.units import parse_size  # noqa: E402
 
 

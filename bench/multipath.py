@@ -66,11 +66,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import pathchoice as pc  # noqa: E402  (bench/pathchoice.py: the depots, lnet-send on a host, payloads, medians)
 import testbed_scenarios as ts  # noqa: E402  (bench/testbed_scenarios.py: the random scenarios, scaled)
 
-from lnet.depot.units import format_size  # noqa: E402
 from lnet.scheduler import EdgeMemory  # noqa: E402
 from lnet.scheduler.scenarios import steady_rate  # noqa: E402
 from lnet.testbed import Testbed  # noqa: E402
 from lnet.testbed.topology import Topology  # noqa: E402
+from lnet.units import format_size  # noqa: E402
 
 REPO = pc.REPO
 TOPOLOGIES = REPO / "deploy" / "topologies"

@@ -117,9 +117,9 @@ import trio
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from lnet.depot.units import parse_size  # noqa: E402
 from lnet.testbed import Testbed  # noqa: E402
 from lnet.testbed.replica_sets import ReplicaSet, replica_set  # noqa: E402
+from lnet.units import parse_size  # noqa: E402
 
 TOPOLOGY = REPO / "deploy" / "topologies" / "replicas.toml"
 TESTBED_NAME = "multisrc"

@@ -78,13 +78,13 @@ sys.path.insert(0, str(REPO))
 
 import testbed_scenarios as ts  # noqa: E402  (bench/testbed_scenarios.py: the random scenarios, scaled)
 
-from lnet.client.commands.send import DEFAULT_MAX_PATHS  # noqa: E402
+from lnet.client.commands.send_args import DEFAULT_MAX_PATHS  # noqa: E402
 from lnet.client.formats.report import TimelinePoint, first_reaching, short_path  # noqa: E402
-from lnet.depot.units import format_size, parse_size  # noqa: E402
 from lnet.scheduler import EdgeMemory  # noqa: E402
 from lnet.scheduler.scenarios import steady_rate  # noqa: E402
 from lnet.testbed import Testbed  # noqa: E402
 from lnet.testbed.topology import Topology  # noqa: E402
+from lnet.units import format_size, parse_size  # noqa: E402
 
 PY = sys.executable
 PORT = 6714  # generation g of the depots listens on PORT + g: no waiting for the last one's sockets

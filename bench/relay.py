@@ -32,9 +32,9 @@ import trio
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from lnet.depot.units import parse_size  # noqa: E402
 from lnet.testbed import Testbed  # noqa: E402
 from lnet.testbed.demo import DESTINATION, SOURCE, TOPOLOGY, _start_depot, write_depots_file  # noqa: E402
+from lnet.units import parse_size  # noqa: E402
 from tests.client.loopback import depots_file, loopback_depots  # noqa: E402
 
 BEST_PATH = ["ornl", "atl", "ind", "kc", "den", "svl"]

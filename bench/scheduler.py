@@ -38,7 +38,7 @@ from typing import Any
 
 import networkx as nx
 
-from lnet.client.commands.send import DEFAULT_MAX_PATHS
+from lnet.client.commands.send_args import DEFAULT_MAX_PATHS
 from lnet.client.sending.relay import RelayConfig
 from lnet.scheduler import THROUGHPUT, EdgeMemory, PathScheduler, SchedulerConfig, edges_of, widest_path
 from lnet.scheduler.scenarios import COLD_S, KINDS, MIN_STREAMS, SIZES, STEP_S, STREAMS, WARM_S, scenario

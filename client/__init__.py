@@ -10,6 +10,7 @@ Dependencies run one way, top to bottom; a package imports only those below it:
   striping); ``formats`` (manifests, reports, the depots file: documents on disk).
 
 ``lnet.client.get``, ``lnet.client.send`` and ``lnet.client.cli`` only run their command for ``python -m``.
-Nothing in the client imports the depot server (starlette, hypercorn, ``lnet.depot.app``); shared units come from
-``lnet.units`` and the protocol's vocabulary from ``lnet.depot.protocol``.
+Nothing in the client imports ``lnet.depot`` (nor starlette or hypercorn; ``lnet demo`` runs depots as programs):
+the protocol's vocabulary and the HTTP patches come from ``lnet.protocol``, sizes, durations and the checks of
+numbers from ``lnet.units`` (``tests/test_imports.py`` holds the client to this).
 """

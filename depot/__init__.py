@@ -1,32 +1,17 @@
-"""The lnet depot: a server lending time-limited buffers through capabilities, HTTP-native (PROTOCOL.md).
+"""The lnet depot: a server lending time-limited buffers through capabilities, HTTP-native (docs/protocol.md).
 
 ``Depot`` is the application (run it in process with ``httpx.ASGITransport``); ``serve`` runs it behind
-hypercorn; ``DepotConfig`` is its configuration.
-
-They are imported when first asked for, not with the package: the client imports ``lnet.depot.protocol`` and
-``lnet.depot.h11_receive``, and must not load starlette and hypercorn to do so. Sizes and durations live in
-``lnet.units`` (``lnet.depot.units`` is its old name, kept for depot modules).
+hypercorn; ``DepotConfig`` is its configuration. Importing the package loads the server (starlette, hypercorn):
+what both sides of the protocol share lives in ``lnet.protocol``, sizes and durations in ``lnet.units``, and the
+client imports those, never this package.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from .app import VERSION, Depot
+from .config import ConfigError, DepotConfig
+from .server import serve
 
-__version__ = "0.1.0"
-
-if TYPE_CHECKING:
-    from .app import Depot
-    from .config import ConfigError, DepotConfig
-    from .server import serve
+__version__ = VERSION
 
 __all__ = ["ConfigError", "Depot", "DepotConfig", "__version__", "serve"]
-
-_WHERE = {"Depot": "app", "ConfigError": "config", "DepotConfig": "config", "serve": "server"}
-
-
-def __getattr__(name: str) -> Any:
-    if name not in _WHERE:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    import importlib
-
-    return getattr(importlib.import_module(f".{_WHERE[name]}", __name__), name)

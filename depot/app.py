@@ -19,6 +19,7 @@ import socket
 import weakref
 from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
+from importlib.metadata import version
 from types import TracebackType
 from typing import Any
 from urllib.parse import urlsplit
@@ -31,12 +32,7 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from . import __version__, direct, h11_receive
-from .clock import TrioWallClock
-from .config import DepotConfig
-from .lanes import LANE_NAME, MAX_LANE_WIDTH, CopyLanes, TooManyLanes
-from .metrics import DepotMetrics
-from .protocol import (
+from lnet.protocol import (
     DIGESTS,
     PROTOCOL_VERSION,
     BadRequest,
@@ -53,16 +49,24 @@ from .protocol import (
     describe_error,
     encode_body,
     error_from_body,
+    h11_receive,
     hash_bytes,
     is_capability,
     parse_retry_after,
     redact_capabilities,
 )
+from lnet.protocol.clock import TrioWallClock
+from lnet.units.numbers import finite_number
+
+from . import direct
+from .config import DepotConfig
+from .lanes import LANE_NAME, MAX_LANE_WIDTH, CopyLanes, TooManyLanes
+from .metrics import DepotMetrics
 from .store import Allocation, Kind, Reliability, Store
 from .weather import TCP_INFO_LENGTH, LinkLog, PushSample, Source, parse_tcp_info
 from .weather_probes import WeatherProbes
 
-__all__ = ["Depot", "TrioWallClock"]
+__all__ = ["VERSION", "Depot"]
 
 log = logging.getLogger("lnet.depot")
 access_log = logging.getLogger("lnet.depot.access")
@@ -84,6 +88,7 @@ _RANGE = re.compile(r"^bytes=([0-9]*)-([0-9]*)$")
 # A number the depot reads from a header or a query: ASCII digits only (``str.isdigit`` also takes "²", which
 # ``int`` refuses), and at most 18 of them, so that it is an int64 and far below ``int``'s 4300-digit limit.
 _WHOLE = re.compile(r"[0-9]{1,18}")
+VERSION = version("lnet")  # the distribution's, which /v1/status reports
 _TCP_INFO: int | None = getattr(socket, "TCP_INFO", None)  # Linux only
 
 
@@ -604,7 +609,7 @@ class Depot:
             request,
             {
                 "name": self.config.name,
-                "version": __version__,
+                "version": VERSION,
                 "protocol": PROTOCOL_VERSION,
                 "uptime": now - self._started_at,
                 "capacity": self.store.capacity,
@@ -794,13 +799,7 @@ def _number(body: dict[str, Any], key: str, *, required: bool = False) -> float:
         if required:
             raise BadRequest(f"'{key}' is required")
         return 0.0
-    value = body[key]
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise BadRequest(f"'{key}' must be a number")
-    value = float(value)
-    if not math.isfinite(value):
-        raise BadRequest(f"'{key}' must be finite")
-    return value
+    return finite_number(body[key], f"'{key}'", error=BadRequest)
 
 
 def _whole(text: str | None) -> int | None:

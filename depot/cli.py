@@ -11,9 +11,10 @@ from pathlib import Path
 
 import trio
 
-from . import __version__
+from lnet.protocol import innermost
+
+from .app import VERSION
 from .config import DEFAULT_PORT, ConfigError, DepotConfig
-from .protocol import innermost
 from .server import serve, wait_for_signal
 
 __all__ = ["main"]
@@ -99,7 +100,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--weather-block", metavar="SIZE", help="bytes of each probe push (4MiB)")
     p.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
     p.add_argument("--print-config", action="store_true", help="print the effective configuration and exit")
-    p.add_argument("--version", action="version", version=f"lnet-depot {__version__}")
+    p.add_argument("--version", action="version", version=f"lnet-depot {VERSION}")
     return p
 
 

@@ -19,7 +19,9 @@ from hypercorn.config import Sockets
 from hypercorn.trio import serve as hypercorn_serve
 from hypercorn.trio import tcp_server
 
-from . import direct, h11_receive
+from lnet.protocol import h11_receive
+
+from . import direct
 from .app import Depot
 from .config import DepotConfig
 

@@ -38,7 +38,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-from .protocol import (
+from lnet.protocol import (
     BadRequest,
     DepotFull,
     NotFound,

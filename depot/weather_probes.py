@@ -18,13 +18,13 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import Any, Protocol
 
 import httpx
 import trio
 
-from .config import WeatherPeer
-from .protocol import (
+from lnet.protocol import (
     MSGPACK,
     DepotError,
     Upstream,
@@ -34,13 +34,13 @@ from .protocol import (
     error_from_body,
     redact_capabilities,
 )
-from .store import Allocation, Reliability
-from .weather import HourlyBudget
 
-if TYPE_CHECKING:
-    from .app import Depot
+from .config import DepotConfig, WeatherPeer
+from .metrics import DepotMetrics
+from .store import Allocation, Reliability, Store
+from .weather import HourlyBudget, LinkLog, PushSample, Source
 
-__all__ = ["WeatherProbes"]
+__all__ = ["ProbingDepot", "WeatherProbes"]
 
 log = logging.getLogger("lnet.depot.weather")
 
@@ -50,8 +50,36 @@ _RANDOM_PIECE = 256 * 1024
 _FREE_TIMEOUT = 10.0
 
 
+class ProbingDepot(Protocol):
+    """What the probes use of a depot (``lnet.depot.app.Depot`` has it): its settings, its store and clock for
+    the local block, its one copy path and the transport under it, and where outcomes are recorded."""
+
+    @property
+    def config(self) -> DepotConfig: ...
+
+    @property
+    def store(self) -> Store: ...
+
+    @property
+    def clock(self) -> Callable[[], float]: ...
+
+    @property
+    def copy_transport(self) -> httpx.AsyncBaseTransport | None: ...
+
+    @property
+    def metrics(self) -> DepotMetrics: ...
+
+    @property
+    def links(self) -> LinkLog: ...
+
+    async def push(
+        self, alloc: Allocation, offset: int, length: int, url: str, peer: str, *,
+        http: httpx.AsyncClient | None = None, source: Source = "copy",
+    ) -> PushSample: ...
+
+
 class WeatherProbes:
-    def __init__(self, depot: Depot) -> None:
+    def __init__(self, depot: ProbingDepot) -> None:
         self.depot = depot
         config = depot.config
         self.budget = HourlyBudget(config.weather_bytes_per_hour)

@@ -2,8 +2,9 @@
 
 Pure functions shared by every lnet program (the depot's configuration, the client's options and output); they
 raise ``ValueError`` with a message that names the offending text, so a config loader can report it as it is.
-This module stands alone so that both sides import it without loading the other: it must import nothing but the
-standard library, and nothing of ``lnet.depot`` or ``lnet.client``.
+``lnet.units.numbers`` checks the numbers read from documents and requests. The package stands alone so that
+the depot, the client and the testbed import it without loading one another: it must import nothing but the
+standard library.
 """
 
 from __future__ import annotations

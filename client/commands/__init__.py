@@ -2,7 +2,7 @@
 bars and output. Each command goes the same way:
 
 1. ``output.parse_arguments`` (or the parser itself, for lnet-send) turns ``argv`` into the command's typed,
-   frozen options (``get.GetArgs``, ``send.SendArgs``, ``cli.ReportArgs``, ``depots.DepotsArgs``, ...: fields
+   frozen options (``get.GetArgs``, ``send_args.SendArgs``, ``cli.ReportArgs``, ``depots.DepotsArgs``, ...: fields
    named as the flags). Nothing after this step sees an ``argparse.Namespace``.
 2. The command calls ``sending`` or ``fetching`` with typed options and its ``clientio.ClientIO`` (how it
    reaches the network: the seam the tests use), and gets an outcome (``outcome.Delivered``, ``Fetched``,

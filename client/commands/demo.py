@@ -1,10 +1,10 @@
 """``./run demo``: the depot protocol end to end, on this machine, narrated.
 
-Starts two depots on loopback (real sockets, port 0, throw-away data directories) and walks an allocation
+Starts two ``lnet-depot`` processes on loopback (port 0, throw-away data directories) and walks an allocation
 through its life: allocate, write, ranged read, depot-to-depot copy, the links it leaves in the status,
 extension, and expiry. Every step checks its outcome; the exit status is 0 only when all of them held.
 ``./run demo --local`` runs it (the main job, ``./run demo``, is the testbed experiment in ``lnet.testbed.demo``);
-it is the one client command that loads the depot server, in ``demo`` and only when it runs.
+it runs the depot program as an operator would, and imports nothing of the server.
 """
 
 from __future__ import annotations
@@ -12,6 +12,8 @@ from __future__ import annotations
 import argparse
 import hashlib
 import os
+import re
+import subprocess
 import sys
 import tempfile
 import time
@@ -28,6 +30,10 @@ __all__ = ["main"]
 
 console = Console(highlight=False)
 
+# How long a depot may take to say it serves (a cold interpreter loads starlette and hypercorn first).
+STARTUP_TIMEOUT_S = 30.0
+_SERVING = re.compile(rb"serving on (\S+)")
+
 
 class DemoFailed(Exception):
     pass
@@ -40,20 +46,42 @@ def check(condition: bool, what: str) -> None:
 
 
 async def demo(block_size: int, expire_s: float) -> None:
-    from lnet.depot import DepotConfig, serve  # the demo runs two depots in process: the server, loaded only here
-
     with tempfile.TemporaryDirectory(prefix="lnet-demo-") as tmp:
-        configs = [
-            DepotConfig(name=name, listen="127.0.0.1:0", data_dir=Path(tmp) / name, capacity=4 * block_size,
-                        max_allocation=2 * block_size, max_duration=3600)
-            for name in ("ornl", "sunnyvale")
-        ]
         async with trio.open_nursery() as nursery:
-            urls = [await nursery.start(serve, config) for config in configs]
+            urls = [
+                await nursery.start(run_depot, name, Path(tmp) / name, block_size) for name in ("ornl", "sunnyvale")
+            ]
             console.print(f"[bold]1. two depots[/bold]: ornl at {urls[0]}, sunnyvale at {urls[1]}")
             async with DepotClient(urls[0]) as ornl, DepotClient(urls[1]) as sunnyvale:
                 await walk(ornl, sunnyvale, block_size, expire_s)
             nursery.cancel_scope.cancel()
+
+
+async def run_depot(
+    name: str, data_dir: Path, block_size: int, *, task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED
+) -> None:
+    """An ``lnet-depot`` process on 127.0.0.1, port 0, until cancelled; reports its URL once it serves."""
+    argv = [sys.executable, "-m", "lnet.depot.cli", "--listen", "127.0.0.1:0", "--name", name, "--data-dir",
+            str(data_dir), "--capacity", str(4 * block_size), "--max-allocation", str(2 * block_size),
+            "--max-duration", "1h", "--log-level", "warning"]
+    process = await trio.lowlevel.open_process(argv, stdin=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        assert process.stderr is not None
+        said, serving = b"", None
+        with trio.move_on_after(STARTUP_TIMEOUT_S):
+            async for piece in process.stderr:
+                said += piece
+                if (serving := _SERVING.search(said)) is not None:
+                    task_status.started(serving.group(1).decode())
+                    break
+        if serving is None:
+            raise DemoFailed(f"depot {name} did not start: {said.decode(errors='replace').strip()}")
+        async for _ in process.stderr:  # drained, so that the depot never blocks on a full pipe
+            pass
+    finally:
+        process.terminate()
+        with trio.CancelScope(shield=True):
+            await process.wait()
 
 
 async def walk(ornl: DepotClient, sunnyvale: DepotClient, block_size: int, expire_s: float) -> None:

@@ -326,7 +326,7 @@ async def _from_depot_url(args: GetArgs, out: CommandOutput, io: ClientIO) -> Ou
     from lnet.client.formats import manifest as file_manifest
     from lnet.client.formats import published, tree
     from lnet.client.wire.depot_client import DepotClient
-    from lnet.depot.protocol import redact_capabilities
+    from lnet.protocol import redact_capabilities
 
     url = args.sources[0]
     place = data_url(url)
@@ -377,7 +377,7 @@ async def _first_bytes(client: DepotClient, capability: str) -> bytes:
     from lnet.client.fetching.blocks import GetError
     from lnet.client.fetching.follow import PublicationGone, PublicationUnreachable
     from lnet.client.wire.depot_client import DepotError, DepotUnreachable, NotFound, RangeNotSatisfiable
-    from lnet.depot.protocol import redact, redact_capabilities
+    from lnet.protocol import redact, redact_capabilities
 
     shown = f"{client.base_url}/v1/data/{redact(capability)}"
     try:

@@ -26,7 +26,7 @@ from lnet.client.commands import replica_options
 from lnet.client.commands.clientio import ClientIO
 from lnet.client.commands.outcome import Delivered, Failed, Outcome, TreeSent, finish
 from lnet.client.commands.output import CommandOutput, transfer_progress
-from lnet.client.commands.send import DEFAULT_DURATION_S, DEFAULT_HASH, DEFAULT_MAX_PATHS, SendArgs
+from lnet.client.commands.send_args import DEFAULT_DURATION_S, DEFAULT_HASH, DEFAULT_MAX_PATHS, SendArgs
 from lnet.client.engines import smallfiles
 from lnet.client.engines.chunks import PlanConfig
 from lnet.client.exits import ExitCode, is_interrupt
@@ -67,7 +67,7 @@ from lnet.client.sending.send import (
     source_name,
 )
 from lnet.client.sending.tree import ASSUMED_RATE_BPS, FileArrivals, PackedTree, is_priority, round_trip
-from lnet.depot.protocol import innermost
+from lnet.protocol import innermost
 from lnet.scheduler import EdgeMemory, PathScheduler, SchedulerConfig
 from lnet.units import parse_duration, parse_size
 

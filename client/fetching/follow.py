@@ -84,7 +84,7 @@ from lnet.client.wire.depot_client import (
     NotFound,
     RangeNotSatisfiable,
 )
-from lnet.depot.protocol import is_capability, redact, redact_capabilities
+from lnet.protocol import is_capability, redact, redact_capabilities
 
 __all__ = [
     "DEFAULT_POLL_S",

@@ -14,9 +14,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
+from lnet.units.numbers import kind
+
 T = TypeVar("T")
 
-__all__ = ["check_object", "kind", "load_document", "read_json", "show", "write_private_file"]
+__all__ = ["check_object", "load_document", "read_json", "write_private_file"]
 
 
 def read_json(path: Path, limit: int, error: type[Exception], what: str) -> Any:
@@ -54,18 +56,6 @@ def check_object(value: Any, where: str, fields: tuple[str, ...], error: type[Ex
     if unknown:
         raise error(f"{where} has unknown fields: {', '.join(sorted(unknown))[:200]}")
     return value
-
-
-def kind(value: Any) -> str:
-    return "null" if value is None else type(value).__name__
-
-
-def show(value: Any) -> str:
-    """``value`` for an error message: short, and a huge number by its size."""
-    if isinstance(value, int) and value.bit_length() > 100:
-        return f"a {value.bit_length()}-bit number"
-    text = repr(value)
-    return text if len(text) <= 80 else text[:77] + "..."
 
 
 def write_private_file(path: Path, data: bytes) -> None:

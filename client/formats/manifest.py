@@ -13,7 +13,6 @@ raise anything else. The read capabilities it holds are secrets: ``save`` writes
 from __future__ import annotations
 
 import json
-import math
 import os
 import re
 from dataclasses import dataclass
@@ -21,8 +20,9 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from lnet.client.formats.documents import check_object, kind, load_document, show, write_private_file
-from lnet.depot.protocol import DIGESTS, Hasher, hash_bytes, hasher, is_capability, redact
+from lnet.client.formats.documents import check_object, load_document, write_private_file
+from lnet.protocol import DIGESTS, Hasher, hash_bytes, hasher, is_capability, redact
+from lnet.units.numbers import finite_number, kind, show
 
 __all__ = [
     "FORMAT",
@@ -65,7 +65,7 @@ class ManifestError(ValueError):
 
 block_hasher = hasher
 """A fresh hash object for an algorithm of ``HASH_ALGORITHMS``, for blocks and whole files alike (the depot's
-digest uses the same, ``lnet.depot.protocol.hasher``; ``hash_bytes`` hashes one buffer)."""
+digest uses the same, ``lnet.protocol.hasher``; ``hash_bytes`` hashes one buffer)."""
 
 
 @dataclass(frozen=True, repr=False)
@@ -263,11 +263,10 @@ def whole_number(value: Any, where: str, low: int, high: int) -> int:
 
 def _number(value: Any, where: str) -> float:
     """A Unix time: a finite number, not negative, before the year 10000."""
-    if not isinstance(value, int | float) or isinstance(value, bool):
-        raise ManifestError(f"{where} must be a number, not {kind(value)}")
-    if not (math.isfinite(value) and 0 <= value < 253402300800):
-        raise ManifestError(f"{where} is {show(value)}, not a time")
-    return float(value)
+    return finite_number(value, where, low=0, high=_YEAR_10000 - 1, meaning="a time", error=ManifestError)
+
+
+_YEAR_10000 = 253402300800  # its first second, Unix time
 
 
 def _text(value: Any, where: str) -> str:

@@ -43,7 +43,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from lnet.client.formats.documents import check_object, kind, show
+from lnet.client.formats.documents import check_object
 from lnet.client.formats.manifest import (
     HASH_ALGORITHMS,
     MAX_BLOCK_SIZE,
@@ -52,7 +52,8 @@ from lnet.client.formats.manifest import (
     ManifestError,
     whole_number,
 )
-from lnet.depot.protocol import is_capability, redact
+from lnet.protocol import is_capability, redact
+from lnet.units.numbers import kind, show
 
 __all__ = [
     "DRAINED_FORMAT",

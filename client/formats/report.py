@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import bisect
 import json
-import math
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -30,8 +29,9 @@ if TYPE_CHECKING:
     from matplotlib.figure import Figure
     from rich.table import Table
 
-from lnet.client.formats.documents import check_object, kind, load_document, show, write_private_file
+from lnet.client.formats.documents import check_object, load_document, write_private_file
 from lnet.units import format_size
+from lnet.units.numbers import finite_number, kind, show
 
 __all__ = [
     "FORMAT",
@@ -520,11 +520,7 @@ def _count(value: Any, where: str) -> int:
 
 
 def _number(value: Any, where: str) -> float:
-    if not isinstance(value, int | float) or isinstance(value, bool):
-        raise ReportError(f"{where} must be a number, not {kind(value)}")
-    if not (math.isfinite(value) and 0 <= value <= 1e15):
-        raise ReportError(f"{where} is {show(value)}, not a finite number >= 0")
-    return float(value)
+    return finite_number(value, where, low=0, high=1e15, meaning="a finite number >= 0", error=ReportError)
 
 
 _seconds = _number

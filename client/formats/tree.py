@@ -29,8 +29,9 @@ from pathlib import Path
 from typing import Any, Literal
 
 from lnet.client.formats import manifest as file_manifest
-from lnet.client.formats.documents import check_object, kind, load_document, read_json, show, write_private_file
+from lnet.client.formats.documents import check_object, load_document, read_json, write_private_file
 from lnet.client.formats.manifest import MAX_FILE_SIZE, Manifest, ManifestError, whole_number
+from lnet.units.numbers import kind, show
 
 __all__ = [
     "FORMAT",

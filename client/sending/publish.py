@@ -27,7 +27,7 @@ from lnet.client.formats import published
 from lnet.client.formats.published import Drained, Publication, PublishedBlock, SenderState
 from lnet.client.sending.relay import BlockRecord, TransferFailed
 from lnet.client.wire.depot_client import Allocation, DepotClient, DepotUnreachable
-from lnet.depot.protocol import DepotError, NotFound, redact
+from lnet.protocol import DepotError, NotFound, redact
 
 __all__ = [
     "PUBLISH_INTERVAL_S",

@@ -54,8 +54,8 @@ import trio
 from lnet.client.engines.striping import PathMeter, Travelling, endgame, soonest
 from lnet.client.formats.manifest import HASH_ALGORITHMS, block_hasher, hash_bytes
 from lnet.client.wire.depot_client import Allocation, DepotClient, DepotUnreachable
-from lnet.depot.clock import TrioWallClock
-from lnet.depot.protocol import DepotError, DepotFull, NotFound, TooLarge, innermost
+from lnet.protocol import DepotError, DepotFull, NotFound, TooLarge, innermost
+from lnet.protocol.clock import TrioWallClock
 from lnet.scheduler import (
     THROUGHPUT,
     Decision,

@@ -43,7 +43,7 @@ from lnet.client.sending.relay import (
     block_spans,
 )
 from lnet.client.wire.depot_client import DepotClient, DepotUnreachable, NotFound
-from lnet.depot.protocol import DepotError
+from lnet.protocol import DepotError
 
 __all__ = [
     "PARALLEL_DIGESTS",

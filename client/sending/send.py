@@ -61,8 +61,8 @@ from lnet.client.sending.resume import (
 )
 from lnet.client.wire.depot_client import DepotClient, DepotUnreachable
 from lnet.client.wire.range_connection import Connector
-from lnet.depot.clock import TrioWallClock
-from lnet.depot.protocol import DepotError, DepotFull, innermost
+from lnet.protocol import DepotError, DepotFull, innermost
+from lnet.protocol.clock import TrioWallClock
 from lnet.scheduler import EdgeMemory, PathScheduler, SchedulerConfig
 from lnet.units import format_size
 

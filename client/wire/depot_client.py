@@ -1,7 +1,7 @@
 """The one client of the depot protocol: every part of lnet (relay, lnet-get, tests) talks to depots through it.
 
 ``DepotClient`` wraps one ``httpx.AsyncClient`` per depot, so connections are reused; control bodies travel as
-msgpack; every protocol error comes back as its own exception from ``lnet.depot.protocol`` carrying the
+msgpack; every protocol error comes back as its own exception from ``lnet.protocol`` carrying the
 depot's message; a depot that cannot be reached, or that stalls past the configured timeout, raises
 ``DepotUnreachable``. Data moves without extra copies where httpx lets it: writes send the caller's buffer
 (or stream of buffers) as it is, and ``read_into`` fills a caller's preallocated buffer as bytes arrive.
@@ -19,8 +19,7 @@ from urllib.parse import urlencode
 
 import httpx
 
-from lnet.depot.h11_receive import install_http_patches
-from lnet.depot.protocol import (
+from lnet.protocol import (
     MSGPACK,
     BadRequest,
     Busy,
@@ -39,6 +38,7 @@ from lnet.depot.protocol import (
     error_from_body,
     parse_retry_after,
 )
+from lnet.protocol.h11_receive import install_http_patches
 
 __all__ = [
     "Allocation",

@@ -22,7 +22,7 @@ import h11
 import trio
 
 from lnet.client.wire.range_request import parse_url, range_request, redact_url
-from lnet.depot.h11_receive import install_http_patches
+from lnet.protocol.h11_receive import install_http_patches
 
 __all__ = ["ConnectionEnded", "Head", "RangeConnection", "ReplicaError", "ReplicaRefused", "parse_url", "redact_url"]
 

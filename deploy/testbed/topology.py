@@ -7,7 +7,6 @@ only parses, validates and derives (addresses, shortest-delay routes); it runs n
 from __future__ import annotations
 
 import heapq
-import math
 import os
 import re
 import tomllib
@@ -15,6 +14,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
+
+from lnet.units import parse_size
+from lnet.units.numbers import finite_number
 
 __all__ = [
     "DEFAULT_CONGESTION",
@@ -25,8 +27,6 @@ __all__ = [
     "Link",
     "Topology",
     "TopologyError",
-    "format_size",
-    "parse_size",
 ]
 
 DEFAULT_WINDOW_BYTES = 4 * 1024 * 1024
@@ -38,34 +38,23 @@ DEFAULT_MTU = 9000
 HOST_PREFIX = "10.77.0"
 MAX_HOSTS = 254
 _NAME = re.compile(r"^[a-z][a-z0-9_-]{0,30}$")
-_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMG]i?B|B)?\s*$", re.IGNORECASE)
-_UNITS = {"b": 1, "kb": 1000, "mb": 1000**2, "gb": 1000**3, "kib": 1024, "mib": 1024**2, "gib": 1024**3}
 
 
 class TopologyError(ValueError):
     """A topology file that cannot be used; the message names the problem."""
 
 
-def parse_size(value: object, what: str) -> int:
-    """`"256KiB"`, `"4MiB"`, `"64kB"` or a plain integer of bytes."""
-    if isinstance(value, bool):
+def _window(value: object, what: str) -> int:
+    """A TCP window: `"256KiB"`, `"4MiB"`, `"64kB"` or an integer of bytes (``lnet.units.parse_size``), not 0."""
+    if not isinstance(value, int | str):
         raise TopologyError(f"{what}: expected a size such as \"256KiB\", got {value!r}")
-    if isinstance(value, int):
-        n = value
-    elif isinstance(value, str) and (m := _SIZE.match(value)):
-        n = int(float(m.group(1)) * _UNITS[(m.group(2) or "B").lower()])
-    else:
-        raise TopologyError(f"{what}: expected a size such as \"256KiB\", got {value!r}")
-    if n <= 0:
-        raise TopologyError(f"{what}: a size must be positive, got {value!r}")
+    try:
+        n = parse_size(value)
+    except ValueError as exc:
+        raise TopologyError(f"{what}: {exc}") from None
+    if n == 0:
+        raise TopologyError(f"{what}: a window must be positive, got {value!r}")
     return n
-
-
-def format_size(n: int) -> str:
-    for unit, size in (("MiB", 1024**2), ("KiB", 1024)):
-        if n % size == 0:
-            return f"{n // size}{unit}"
-    return f"{n}B"
 
 
 @dataclass(frozen=True)
@@ -146,7 +135,7 @@ class Topology:
         if not isinstance(defaults, dict):
             raise TopologyError("[defaults] must be a table")
         _only_keys(defaults, {"window", "congestion"}, "[defaults]")
-        default_window = parse_size(defaults.get("window", DEFAULT_WINDOW_BYTES), "[defaults] window")
+        default_window = _window(defaults.get("window", DEFAULT_WINDOW_BYTES), "[defaults] window")
         default_cc = _congestion(defaults.get("congestion", DEFAULT_CONGESTION), "[defaults]")
 
         raw_hosts = doc.get("hosts", {})
@@ -164,7 +153,7 @@ class Topology:
             if not isinstance(spec, dict):
                 raise TopologyError(f"{where} must be a table")
             _only_keys(spec, {"window", "congestion"}, where)
-            window = parse_size(spec["window"], f"{where} window") if "window" in spec else default_window
+            window = _window(spec["window"], f"{where} window") if "window" in spec else default_window
             cc = _congestion(spec.get("congestion", default_cc), where)
             hosts.append(Host(hname, f"{HOST_PREFIX}.{i + 1}", window, cc))
         if len(hosts) < 2:
@@ -310,10 +299,7 @@ def _number(spec: Mapping[str, Any], key: str, where: str, *, required: bool = F
         if required:
             raise TopologyError(f"{where}: missing {key}")
         return None
-    value = spec[key]
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise TopologyError(f"{where}: {key} must be a number, got {value!r}")
-    return float(value)
+    return finite_number(spec[key], f"{where}: {key}", error=TopologyError)
 
 
 def _parse_link(spec: object, i: int, names: set[str]) -> Link:

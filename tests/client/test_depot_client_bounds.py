@@ -13,7 +13,7 @@ import trio.testing
 
 from lnet.client.wire.depot_client import MAX_ANSWER_BYTES, Busy, DepotClient, DepotFull, DepotUnreachable
 from lnet.client.wire.range_connection import RangeConnection, ReplicaError
-from lnet.depot.protocol import MAX_RETRY_AFTER
+from lnet.protocol import MAX_RETRY_AFTER
 
 MiB = 1024 * 1024
 

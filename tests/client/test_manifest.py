@@ -22,7 +22,7 @@ from lnet.client.formats.manifest import (
     load,
     parse,
 )
-from lnet.depot.protocol import new_capability
+from lnet.protocol import new_capability
 
 DATA = bytes(range(256)) * 40  # 10240 bytes: blocks of 4096, 4096, 2048
 

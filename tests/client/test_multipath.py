@@ -15,7 +15,7 @@ import networkx as nx
 import pytest
 import trio
 
-from lnet.client.commands import send, send_transfer
+from lnet.client.commands import send, send_args, send_transfer
 from lnet.client.engines.striping import PathMeter, Travelling, endgame, soonest
 from lnet.client.formats.manifest import hash_bytes
 from lnet.client.formats.manifest import load as load_manifest
@@ -662,10 +662,11 @@ def test_send_with_max_paths_on_loopback_then_get(tmp_path: Path, capsys: pytest
 
 
 def test_max_paths_reaches_the_scheduler_and_its_help_teaches(capsys: pytest.CaptureFixture[str]) -> None:
-    args = send.SendArgs.parse(["f", "--to", "c", "--max-paths", "3"])
+    args = send_args.SendArgs.parse(["f", "--to", "c", "--max-paths", "3"])
     assert send_transfer.scheduler_config(args).max_paths == 3
-    assert send_transfer.scheduler_config(send.SendArgs.parse(["f", "--to", "c"])).max_paths == send.DEFAULT_MAX_PATHS
-    assert send.DEFAULT_MAX_PATHS == 3
+    default = send_args.SendArgs.parse(["f", "--to", "c"])
+    assert send_transfer.scheduler_config(default).max_paths == send_args.DEFAULT_MAX_PATHS
+    assert send_args.DEFAULT_MAX_PATHS == 3
     with pytest.raises(SystemExit):
         send.main(["--help"])
     text = " ".join(capsys.readouterr().out.split())

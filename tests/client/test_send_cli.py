@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import trio
 
-from lnet.client.commands import get, send
+from lnet.client.commands import get, send, send_args
 from lnet.client.commands.clientio import ClientIO
 from lnet.client.exits import ExitCode
 
@@ -158,7 +158,7 @@ def test_a_trace_file_that_cannot_be_written_is_a_usage_error_before_anything_is
     tmp_path: Path, where: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     with pytest.raises(SystemExit) as exited:
-        send.SendArgs.parse(["f", "--to", "c", "--trace", str(tmp_path / where)])
+        send_args.SendArgs.parse(["f", "--to", "c", "--trace", str(tmp_path / where)])
     assert exited.value.code == 2
     err = capsys.readouterr().err
     assert "--trace" in err

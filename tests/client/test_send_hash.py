@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import trio
 
-from lnet.client.commands import send
+from lnet.client.commands import send, send_args
 from lnet.client.commands.clientio import ClientIO
 from lnet.client.exits import ExitCode
 from lnet.client.fetching.blocks import get_file
@@ -55,8 +55,8 @@ def payload(tmp_path: Path) -> Path:
 
 
 def test_the_choices_are_the_manifests_hashes() -> None:
-    assert set(send.HASH_CHOICES) == set(HASH_ALGORITHMS)
-    assert send.DEFAULT_HASH == RelayConfig().hash_algorithm == "blake3"
+    assert set(send_args.HASH_CHOICES) == set(HASH_ALGORITHMS)
+    assert send_args.DEFAULT_HASH == RelayConfig().hash_algorithm == "blake3"
 
 
 @pytest.mark.parametrize("chosen", [None, "sha256", "blake2b", "blake3"])

@@ -26,7 +26,7 @@ from lnet.client.formats import tree
 from lnet.client.sending.relay import DepotRefused, Note, Relay, RelayConfig, RelayEvent
 from lnet.client.sending.send import DepotLimits, SendError, fit_to_limits
 from lnet.client.wire.depot_client import DepotClient
-from lnet.depot.protocol import innermost
+from lnet.protocol import innermost
 
 from .network import MiB, Network, depots, inline
 

@@ -19,7 +19,7 @@ from lnet.client.wire.depot_client import (
     Unauthorized,
     Upstream,
 )
-from lnet.depot.protocol import redact
+from lnet.protocol import redact
 
 from .conftest import MakeDepot, MiB
 

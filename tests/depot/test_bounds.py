@@ -14,8 +14,8 @@ import trio
 
 from lnet.client.wire.depot_client import DepotClient, Upstream
 from lnet.depot import ConfigError, Depot, DepotConfig
-from lnet.depot.protocol import MAX_RETRY_AFTER, Busy, error_from_body, parse_retry_after
 from lnet.depot.store import Kind, Reliability, Store
+from lnet.protocol import MAX_RETRY_AFTER, Busy, error_from_body, parse_retry_after
 
 from .conftest import MakeDepot, MiB
 

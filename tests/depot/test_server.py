@@ -85,6 +85,22 @@ async def test_hard_allocations_survive_a_restart(tmp_path: Path) -> None:
     assert list(_modes(Path(data_dir))) == [".lock"]
 
 
+
+async def test_a_small_depot_starts_and_lends_all_it_has(tmp_path: Path) -> None:
+    """``--capacity 64MiB`` and nothing else: ``max_allocation`` (256 MiB by default) comes down to the capacity,
+    instead of the configuration being refused, and the whole capacity can be lent as one allocation."""
+    async with (
+        depot_process("--capacity", "64MiB", "--data-dir", str(tmp_path / "d")) as depot,
+        DepotClient(depot.url) as client,
+    ):
+        status = await client.status()
+        assert (status["capacity"], status["max_allocation"]) == (64 * MiB, 64 * MiB)
+        whole = await client.allocate_one(64 * MiB, 60)
+        assert await client.write(whole.write, b"small") == 5
+        assert await client.read(whole.read) == b"small"
+        depot.terminate()
+        assert await depot.wait() == 0
+
 def _modes(directory: Path) -> dict[str, int]:
     return {path.name: path.stat().st_mode for path in sorted(directory.iterdir())}
 

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from lnet.depot.protocol import NotFound
 from lnet.depot.store import POOL_IDLE_S, Kind, Reliability, Store
+from lnet.protocol import NotFound
 
 NOW = 1_800_000_000.0
 MiB = 1024 * 1024

@@ -7,7 +7,6 @@ from pathlib import Path
 import pytest
 
 from lnet.testbed import Topology, TopologyError
-from lnet.testbed.topology import format_size, parse_size
 
 from .conftest import TOPOLOGIES
 
@@ -128,15 +127,23 @@ def test_missing_file_is_named(tmp_path: Path) -> None:
         Topology.load(tmp_path / "nope.toml")
 
 
-def test_sizes() -> None:
-    assert parse_size("256KiB", "w") == 262144
-    assert parse_size("4MiB", "w") == 4 * 1024 * 1024
-    assert parse_size("64kB", "w") == 64000
-    assert parse_size(1000, "w") == 1000
-    assert format_size(262144) == "256KiB"
-    for bad in ("0KiB", -5, "many", True):
-        with pytest.raises(TopologyError):
-            parse_size(bad, "w")
+def _with_window(window: object) -> dict[str, object]:
+    return {"defaults": {"window": window}, "hosts": {"a": {}, "b": {}}, "links": [{"a": "a", "b": "b", "delay_ms": 1}]}
+
+
+@pytest.mark.parametrize(
+    ("window", "expected"),
+    [("256KiB", 262144), ("4MiB", 4 * 1024 * 1024), ("64kB", 64000), ("64KB", 64000), ("1.5KiB", 1536),
+     ("512B", 512), ("512", 512), (1000, 1000)],
+)
+def test_windows_are_sizes_as_lnet_units_reads_them(window: object, expected: int) -> None:
+    assert Topology.from_dict(_with_window(window)).host("a").window_bytes == expected
+
+
+@pytest.mark.parametrize("window", ["0KiB", 0, -5, "many", True, 4096.0, "0.3KiB"])
+def test_a_window_that_is_no_positive_whole_size_is_refused(window: object) -> None:
+    with pytest.raises(TopologyError, match=r"\[defaults\] window"):
+        Topology.from_dict(_with_window(window))
 
 
 @pytest.mark.parametrize("name", ["abilene", "replicas", "line3"])

@@ -132,7 +132,7 @@ def install_http_patches() -> None:
     global _http_patched
     if _http_patched:
         return
-    from .protocol import guard_http_logs
+    from lnet.protocol import guard_http_logs
 
     guard_http_logs()
     install()

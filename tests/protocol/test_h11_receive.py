@@ -11,8 +11,8 @@ from h11._receivebuffer import ReceiveBuffer
 from hypothesis import given
 from hypothesis import strategies as st
 
-from lnet.depot import h11_receive
-from lnet.depot.h11_receive import _original_extract, _original_iadd, _original_maybe_extract_at_most
+from lnet.protocol import h11_receive
+from lnet.protocol.h11_receive import _original_extract, _original_iadd, _original_maybe_extract_at_most
 
 operations = st.lists(
     st.one_of(
@@ -113,7 +113,7 @@ def test_importing_the_depot_patches_nothing_and_making_one_does() -> None:
 
     code = (
         "import lnet.depot.app, lnet.depot.server\n"
-        "from lnet.depot import h11_receive\n"
+        "from lnet.protocol import h11_receive\n"
         "print(h11_receive.installed())\n"
         "from lnet.depot import Depot, DepotConfig\n"
         "import tempfile\n"
