@@ -25,6 +25,7 @@ h11's own on random input), both or neither, and the private modules are importe
 from __future__ import annotations
 
 import logging
+import sys
 from importlib.metadata import PackageNotFoundError, version
 from typing import TYPE_CHECKING, Any
 
@@ -123,8 +124,10 @@ def check() -> str | None:
     for package, checked in (("h11", CHECKED_H11), ("httpcore", CHECKED_HTTPCORE)):
         found = _version(package)
         if found not in checked:
-            return f"{package} {found or '(not installed)'} is not a version it was checked against " \
+            return (
+                f"{package} {found or '(not installed)'} is not a version it was checked against "
                 f"({', '.join(sorted(checked))})"
+            )
     try:
         import h11
         from h11._receivebuffer import ReceiveBuffer
@@ -170,8 +173,6 @@ def install() -> bool:
 
 def installed() -> bool:
     """Whether the speed-ups are in place in this process (without importing h11 when nothing loaded it)."""
-    import sys
-
     module = sys.modules.get("h11._receivebuffer")
     return module is not None and getattr(module.ReceiveBuffer, "maybe_extract_at_most", None) is _maybe_extract_at_most
 
