@@ -1,16 +1,18 @@
 """Depot throughput on loopback, each figure beside a plain TCP socket measured in the same run.
 
     flock /tmp/lnet-testbed.lock ./run bench depot_throughput [--total 256MiB] [--block 8MiB] [--runs 5]
-        [--chain-only | --no-chain] [--duration 10m]
+        [--chain-only | --no-chain] [--duration 10m] [--no-fast-path]
 
 Every run measures, one after another (so that a noisy neighbour hits them all alike):
   raw TCP       a trio sender and a blocking ``recv_into`` receiver in its own process: the reference;
   client        ``DepotClient`` (the relay's own client): ``write`` of every block, ``read_into`` of every
                 block, depot-to-depot ``copy`` of every block;
   curl          ``curl -T`` (PUT) of every block, ``curl`` GET of every block, and the copies posted by curl,
-                one curl process for all blocks (one connection), times from curl's own ``-w`` figures; and the
-                same PUTs to a null sink (a server that parses the head by hand and drops the body: what curl
-                itself reaches, the reference for curl PUT);
+                one curl process for all blocks (one connection), times from curl's own ``-w`` figures, twice:
+                on reused allocations (buffers freed a moment before and taken from the depots' pool, a relay's
+                steady state) and on fresh ones ("fresh": allocated once the pools are empty, so every page is
+                new to the depot); and the same PUTs to a null sink (a server that parses the head by hand and
+                drops the body: what curl itself reaches, the reference for curl PUT);
   httpx         a plain ``httpx.AsyncClient``: PUT of every block streamed in 64 KiB pieces (a client that
                 writes small chunks), GET of every block;
   chain         ``lnet-send`` of a ``--total`` file through three depot processes (``--path a,b,c``): the
@@ -19,8 +21,10 @@ Every run measures, one after another (so that a noisy neighbour hits them all a
                 are printed below the table (``--chain-only``: this path alone).
 Each path gets its median over the runs with the spread (min-max), and the median of its ratio to the raw
 figure of the same run. The machine's cores and load average are printed before and after: a loaded machine
-gives low, scattered figures, so compare A/B runs made back to back. Prints a table with the targets of issue
-16, then one JSON line.
+gives low, scattered figures, so compare A/B runs made back to back. Prints a table with the targets, then one
+JSON line, and writes everything (commit, command, machine, library versions, whether the depots' fast path was
+on, every run's figures and the summary) to bench/results/depot_throughput-<block>-<time>.json.
+``--no-fast-path`` runs the depots with their fast path switched off (docs/depot.md), for an A/B of it.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import platform
 import resource
 import shutil
 import statistics
@@ -53,15 +58,19 @@ from tests.depot.processes import DepotProcess, depot_process  # noqa: E402
 MiB = 1024 * 1024
 SMALL_CHUNK = 64 * 1024
 SCRATCH = "/dev/shm" if os.path.isdir("/dev/shm") else None  # files in memory: the disk is not what is measured
+REPO = Path(__file__).resolve().parent.parent
 
 # (path, target ratio to raw TCP, or None for no target); the chain's target is an absolute rate.
 TARGETS: dict[str, float | None] = {
     "client write": 0.60,
     "client read": 0.60,
     "client copy": 0.50,
-    "curl PUT": 0.50,
-    "curl GET": 0.50,
-    "curl copy": 0.50,
+    "curl PUT": 0.60,
+    "curl GET": 0.60,
+    "curl copy": 0.60,
+    "curl PUT fresh": 0.60,
+    "curl GET fresh": 0.60,
+    "curl copy fresh": 0.60,
     "curl PUT to null": None,
     "httpx PUT 64KiB": None,
     "httpx GET": None,
@@ -255,21 +264,30 @@ async def one_run(
         await free(sources, targets)
 
         if use_curl:
-            sources, targets = await fresh()
-            puts = [["-T", str(block_file), x.write_url] for x in sources]
-            rates["curl PUT"] = await meter("curl PUT", curl(puts, total))
-            rates["curl PUT to null"] = await meter("curl PUT to null", curl_null_sink(total, len(block), block_file))
-            rss["full"] = max(rss["full"], psutil.Process(a.process.pid).memory_info().rss)
-            rates["curl GET"] = await meter("curl GET", curl([[x.read_url] for x in sources], total))
-            posts = [
-                ["-H", "Content-Type: application/json", "-d", json.dumps({"to": target.write_url}),
-                 f"{a.url}/v1/copy/{source.read}"]
-                for source, target in zip(sources, targets, strict=True)
-            ]
-            rates["curl copy"] = await meter("curl copy", curl(posts, total))
-            if await two.digest(targets[0].read) != await one.digest(sources[0].read):
-                raise AssertionError("a copy differs from its source")
-            await free(sources, targets)
+            # Reused allocations first (the client paths just freed theirs: the pools hold them), then fresh ones.
+            for suffix in ("", " fresh"):
+                if suffix:
+                    await pools_emptied(one, two)
+                sources, targets = await fresh()
+                puts = [["-T", str(block_file), x.write_url] for x in sources]
+                rates[f"curl PUT{suffix}"] = await meter(f"curl PUT{suffix}", curl(puts, total))
+                if not suffix:
+                    rates["curl PUT to null"] = await meter(
+                        "curl PUT to null", curl_null_sink(total, len(block), block_file)
+                    )
+                rss["full"] = max(rss["full"], psutil.Process(a.process.pid).memory_info().rss)
+                rates[f"curl GET{suffix}"] = await meter(
+                    f"curl GET{suffix}", curl([[x.read_url] for x in sources], total)
+                )
+                posts = [
+                    ["-H", "Content-Type: application/json", "-d", json.dumps({"to": target.write_url}),
+                     f"{a.url}/v1/copy/{source.read}"]
+                    for source, target in zip(sources, targets, strict=True)
+                ]
+                rates[f"curl copy{suffix}"] = await meter(f"curl copy{suffix}", curl(posts, total))
+                if await two.digest(targets[0].read) != await one.digest(sources[0].read):
+                    raise AssertionError("a copy differs from its source")
+                await free(sources, targets)
 
         sources, targets = await fresh()
         async with httpx.AsyncClient(timeout=60, limits=httpx.Limits(max_connections=1)) as plain:
@@ -295,6 +313,16 @@ async def one_run(
             raise AssertionError("a PUT in 64 KiB pieces stored other bytes than were sent")
         await free(sources, targets)
     return rates
+
+
+async def pools_emptied(*clients: DepotClient) -> None:
+    """Wait until no depot holds a freed buffer for reuse (they go after half a second): the next allocations are
+    fresh mappings."""
+    with trio.fail_after(30):
+        for _ in range(1000):
+            if not any([(await client.status())["pooled"] for client in clients]):
+                return
+            await trio.sleep(0.2)  # noqa: ASYNC110  (another process's state: polled)
 
 
 CHAIN_CPU: list[dict[str, float]] = []  # per chain run: CPU seconds per GiB of lnet-send and of each depot
@@ -347,7 +375,12 @@ async def main(argv: list[str] | None = None) -> int:
                         "shorter one lets c forget earlier runs' blocks in a long series)")
     parser.add_argument("--chain-only", action="store_true", help="run only the three-depot lnet-send chain (no "
                         "raw TCP, client, curl or httpx paths)")
+    parser.add_argument("--no-fast-path", action="store_true", help="run the depots with their fast path switched "
+                        "off (lnet-depot --no-fast-path)")
+    parser.add_argument("--results", type=Path, default=REPO / "bench" / "results", help="where the JSON record "
+                        "goes (default bench/results)")
     args = parser.parse_args(argv)
+    command = " ".join([Path(sys.argv[0]).name, *(sys.argv[1:] if argv is None else argv)])
     total, block_size = parse_size(args.total), parse_size(args.block)
     total -= total % block_size
     if total < block_size:
@@ -363,7 +396,8 @@ async def main(argv: list[str] | None = None) -> int:
     block = os.urandom(block_size)
     runs: list[dict[str, float]] = []
     capacity = str(2 * total + 64 * MiB)
-    common = ["--capacity", capacity, "--max-allocation", str(block_size), "--log-level", "warning"]
+    common = ["--capacity", capacity, "--max-allocation", str(block_size), "--log-level", "warning",
+              *(["--no-fast-path"] if args.no_fast_path else [])]
     with tempfile.TemporaryDirectory(dir=SCRATCH) as tmp:
         work = Path(tmp)
         block_file = work / "block"
@@ -380,6 +414,9 @@ async def main(argv: list[str] | None = None) -> int:
         ):
             rss: dict[str, int] = {}
             cpu: list[dict[str, tuple[float, float]]] = []
+            async with DepotClient(a.url) as probe:
+                fast_path_on = bool((await probe.status()).get("fast_path"))
+            print(f"depots' fast path: {'on' if fast_path_on else 'off'}", flush=True)
             for index in range(args.runs):
                 rates: dict[str, float] = {}
                 if not args.chain_only:
@@ -392,8 +429,16 @@ async def main(argv: list[str] | None = None) -> int:
                 print(f"run {index + 1}: " + ", ".join(f"{k} {v / 1e6:.0f}" for k, v in rates.items()) + " MB/s",
                       flush=True)
     load_after = os.getloadavg()
+    record: dict[str, Any] = {
+        "bench": "depot_throughput", "command": command, "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+        **await commit(), "machine": machine(load_before, load_after), "fast_path": fast_path_on,
+        "total_bytes": total, "block_bytes": block_size, "unit": "bytes/s",
+        "runs": [{"rates": rates, "cpu_s_per_GiB": cpu[index] if index < len(cpu) else {},
+                  "chain_cpu_s_per_GiB": CHAIN_CPU[index] if index < len(CHAIN_CPU) else {}}
+                 for index, rates in enumerate(runs)],
+    }
     if args.chain_only:
-        return chain_table(runs, total, block_size, load_before, load_after)
+        return chain_table(runs, total, block_size, load_before, load_after, record, args.results)
     paths = [p for p in runs[0] if p != "raw TCP"]
     raw = spread([r["raw TCP"] for r in runs])
     print(f"\ndepot throughput on loopback: {total // MiB} MiB per path in {block_size // MiB} MiB blocks, "
@@ -405,7 +450,7 @@ async def main(argv: list[str] | None = None) -> int:
     result: dict[str, Any] = {
         "bench": "depot_throughput", "total_bytes": total, "block_bytes": block_size, "runs": args.runs,
         "cores": os.cpu_count(), "load_before": load_before[0], "load_after": load_after[0],
-        "raw_MBps": raw[0] / 1e6,
+        "raw_MBps": raw[0] / 1e6, "raw_MBps_min": raw[1] / 1e6, "raw_MBps_max": raw[2] / 1e6,
     }
     misses: list[str] = []
     for path in paths:
@@ -413,6 +458,9 @@ async def main(argv: list[str] | None = None) -> int:
         ratio = statistics.median(r[path] / r["raw TCP"] for r in runs)
         key = path.replace(" ", "_")
         result[f"{key}_MBps"] = median / 1e6
+        result[f"{key}_MBps_min"], result[f"{key}_MBps_max"] = low / 1e6, high / 1e6
+        result[f"{key}_ratio_min"] = min(r[path] / r["raw TCP"] for r in runs)
+        result[f"{key}_ratio_max"] = max(r[path] / r["raw TCP"] for r in runs)
         result[f"{key}_ratio"] = ratio
         if path == "chain":
             verdict = "met" if median / 1e6 >= CHAIN_TARGET_MBPS else "MISSED"
@@ -446,7 +494,38 @@ async def main(argv: list[str] | None = None) -> int:
               f"per edge (lnet-send's meters): {edges}")
     result["missed"] = misses
     print(json.dumps(result))
+    save(record | {"summary": result}, args.results, block_size)
     return 0
+
+
+async def commit() -> dict[str, Any]:
+    """The commit measured, and whether the work tree had changes beside it."""
+    head = await trio.run_process(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_stdout=True, check=False)
+    dirty = await trio.run_process(["git", "-C", str(REPO), "status", "--porcelain", "--untracked-files=no"],
+                                   capture_stdout=True, check=False)
+    return {"commit": head.stdout.decode().strip() or None, "dirty": bool(dirty.stdout.strip())}
+
+
+def machine(load_before: tuple[float, float, float], load_after: tuple[float, float, float]) -> dict[str, Any]:
+    model = ""
+    try:
+        model = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                      if line.startswith("model name")), "")
+    except OSError:
+        pass
+    return {
+        "host": platform.node(), "cpu": model, "cores": os.cpu_count(), "usable_cores": len(os.sched_getaffinity(0)),
+        "kernel": platform.release(), "python": sys.version.split()[0],
+        "load_before": list(load_before), "load_after": list(load_after),
+        "versions": {name: version(name) for name in ("hypercorn", "h11", "httpcore", "httpx", "starlette", "trio")},
+    }
+
+
+def save(record: dict[str, Any], directory: Path, block_size: int) -> None:
+    directory.mkdir(parents=True, exist_ok=True)
+    out = directory / f"depot_throughput-{block_size // MiB}MiB-{time.strftime('%Y%m%d-%H%M%S')}.json"
+    out.write_text(json.dumps(record, indent=1) + "\n")
+    print(f"results: {out}")
 
 
 def chain_cpu_line() -> str:
@@ -462,7 +541,7 @@ def chain_cpu_line() -> str:
 
 def chain_table(
     runs: list[dict[str, float]], total: int, block_size: int, load_before: tuple[float, float, float],
-    load_after: tuple[float, float, float],
+    load_after: tuple[float, float, float], record: dict[str, Any], results: Path,
 ) -> int:
     """``--chain-only``: the chain's rate and CPU, and one JSON line."""
     median, low, high = spread([r["chain"] for r in runs])
@@ -482,6 +561,7 @@ def chain_table(
     for name in ("send", "a", "b", "c"):
         result[f"chain_{name}_cpu_s_per_GiB"] = statistics.median(c[name] for c in CHAIN_CPU)
     print(json.dumps(result))
+    save(record | {"summary": result}, results, block_size)
     return 0
 
 

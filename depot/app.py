@@ -60,6 +60,7 @@ from lnet.units.numbers import finite_number
 
 from . import direct
 from .config import DepotConfig
+from .fast_path import FastPath
 from .lanes import LANE_NAME, MAX_LANE_WIDTH, CopyLanes, TooManyLanes
 from .metrics import DepotMetrics
 from .store import Allocation, Kind, Reliability, Store
@@ -117,8 +118,12 @@ class Depot:
         clock: Callable[[], float] | None = None,
         copy_transport: httpx.AsyncBaseTransport | None = None,
         offload: Callable[..., Awaitable[Any]] | None = None,
+        fast_path: FastPath | None = None,
     ) -> None:
-        h11_receive.install_http_patches()  # when a depot is made, never at import; ``serve`` adds the server's
+        # when a depot is made, never at import: the log filter only; ``serve`` adds the fast path if it can
+        h11_receive.install_http_patches(speed_ups=False)
+        # in process (no ``serve``) no body or reply goes the direct way: the fast path is off
+        self.fast_path = fast_path or FastPath(False, "not served by lnet.depot.server (in process)")
         self.config = config
         # CPU-heavy work (hashing a block) goes to a worker thread; tests on MockClock run it inline instead.
         self._offload = offload or trio.to_thread.run_sync
@@ -132,6 +137,7 @@ class Depot:
         )
         self.lanes = CopyLanes(config.max_lanes)
         self.metrics = DepotMetrics(self.store, self.lanes)
+        self.metrics.fast_path.set(1 if self.fast_path.active else 0)
         self.links = LinkLog(config.links_window)
         self.copy_allow = config.copy_fence
         self.token_required_for = config.token_required_for
@@ -623,6 +629,8 @@ class Depot:
                 "digests": list(DIGESTS),
                 "in_flight": self.in_flight,
                 "links": self.links.summary(now),
+                "fast_path": self.fast_path.active,
+                **({} if self.fast_path.active else {"fast_path_off": self.fast_path.reason}),
             },
         )
 

@@ -99,6 +99,10 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--weather-interval", metavar="TIME", help="time between rounds of weather probes (300s)")
     p.add_argument("--weather-block", metavar="SIZE", help="bytes of each probe push (4MiB)")
     p.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
+    p.add_argument(
+        "--no-fast-path", dest="fast_path", action="store_const", const=False, default=None,
+        help="serve data through hypercorn and h11 as they are, without the fast path (slower; see docs/depot.md)",
+    )
     p.add_argument("--print-config", action="store_true", help="print the effective configuration and exit")
     p.add_argument("--version", action="version", version=f"lnet-depot {VERSION}")
     return p
@@ -111,7 +115,7 @@ def load_config(args: argparse.Namespace, environ: dict[str, str]) -> DepotConfi
             "listen", "name", "capacity", "max_allocation", "max_duration", "operator_token", "data_dir",
             "certfile", "keyfile", "max_concurrent_requests", "copy_timeout", "read_timeout", "graceful_timeout",
             "log_level", "max_lanes", "weather_bytes_per_hour", "weather_interval", "weather_block",
-            "require_token_for",
+            "require_token_for", "fast_path",
         )
     }
     if args.copy_allow is not None:

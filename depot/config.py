@@ -93,6 +93,9 @@ class DepotConfig:
     busy_retry_after: float = 1 * SECONDS
     full_retry_after: float = 5 * SECONDS
     log_level: str = "info"
+    # The data path's fast path (fast_path.py): on unless switched off; it also stays off, and says so, with library
+    # versions it was not checked against.
+    fast_path: bool = True
     # Copy lanes (an lnet extension): lanes with a push running or waiting at once; beyond it, 503 busy.
     max_lanes: int = 1024
     # Network weather probes: off unless both peers and a budget are given. The budget is a hard cap on the
@@ -279,6 +282,19 @@ def _as_secret(raw: Any) -> str:
     return raw
 
 
+def _as_bool(raw: Any) -> bool:
+    """A TOML boolean, or from the environment and flags one of true/false, yes/no, on/off, 1/0."""
+    if isinstance(raw, bool):
+        return raw
+    if isinstance(raw, str):
+        word = raw.strip().lower()
+        if word in ("true", "yes", "on", "1"):
+            return True
+        if word in ("false", "no", "off", "0"):
+            return False
+    raise ValueError(f"expected true or false, got {raw!r:.40}")
+
+
 def _as_int(raw: Any) -> int:
     if isinstance(raw, bool) or not isinstance(raw, int | str):
         raise ValueError(f"expected a whole number, got {raw!r}")
@@ -380,6 +396,7 @@ _CONVERTERS: dict[str, Callable[[Any], Any]] = {
     "busy_retry_after": parse_duration,
     "full_retry_after": parse_duration,
     "log_level": _as_str,
+    "fast_path": _as_bool,
     "max_lanes": _as_int,
     "weather_peers": _as_peers,
     "weather_bytes_per_hour": parse_size,

@@ -24,9 +24,14 @@ from views of the allocation with the socket's own ``send`` (under hypercorn's s
 ``read_timeout``), tells h11 how many bytes went, and ends the response the usual way, so that keep-alive and
 the next request are hypercorn's as before. A client that stops taking bytes, or goes, has its connection closed.
 
-It touches h11 and hypercorn internals (``Connection._reader``, ``_receive_buffer``, ``_writer``,
-``H11Protocol``, ``TCPServer``), so it is installed only for the versions it was checked against; with others
-every body goes the usual way.
+It touches h11 and hypercorn internals (``Connection._reader``, ``_receive_buffer``, ``_writer``, the readers'
+and writers' ``_remaining`` and ``_length``, ``H11Protocol._create_stream``, ``TCPServer._read_data``), so
+``install`` applies it only to the versions it was checked against (``CHECKED_HYPERCORN``, ``CHECKED_H11``:
+constraints.txt pins them) and h11's private modules are imported there, not at import; with other versions
+every body goes the usual way, and the depot says so (``lnet.depot.fast_path``).
+
+The keep-alive fix rides on the same wrapper of ``TCPServer._read_data`` but not on the rest:
+``install_keep_alive_fix`` applies it whether the fast path is on or off (see its docstring).
 """
 
 from __future__ import annotations
@@ -35,22 +40,21 @@ import contextvars
 import logging
 import os
 from collections.abc import Awaitable, Callable, MutableMapping
-from importlib.metadata import version
+from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
 import h11
 import trio
-from h11._readers import ContentLengthReader
-from h11._writers import ContentLengthWriter
 
 __all__ = [
-    "CHECKED_HYPERCORN", "MIN_BODY", "DirectBody", "DirectReply", "current", "install", "installed", "reply", "serving",
+    "CHECKED_H11", "CHECKED_HYPERCORN", "MIN_BODY", "DirectBody", "DirectReply", "check", "current", "install",
+    "install_keep_alive_fix", "installed", "keep_alive_fixed", "reply", "serving",
 ]
 
 log = logging.getLogger("lnet.depot.direct")
 
 CHECKED_HYPERCORN = frozenset({"0.17.3", "0.18.0"})
-CHECKED_H11 = frozenset({"0.14.0", "0.15.0", "0.16.0"})
+CHECKED_H11 = frozenset({"0.16.0"})
 MIN_BODY = 64 * 1024  # smaller bodies are not worth the hand-over
 _DATA_PATH = b"/v1/data/"
 
@@ -59,6 +63,16 @@ ASGIApp = Callable[[Scope, Any, Any], Awaitable[None]]
 
 bodies_taken = 0  # bodies received this way since the process started (the tests check the path was taken)
 replies_sent = 0  # answers' bodies sent this way since the process started
+
+
+
+class _NotInstalled:
+    """Stands for h11's ``ContentLengthReader`` and ``ContentLengthWriter`` until ``install`` imports them: no
+    reader or writer is one, so nothing is taken the direct way."""
+
+
+_ContentLengthReader: type[Any] = _NotInstalled
+_ContentLengthWriter: type[Any] = _NotInstalled
 
 _current: contextvars.ContextVar[DirectBody | None] = contextvars.ContextVar("lnet_direct_body", default=None)
 
@@ -102,7 +116,7 @@ class DirectBody:
         bodies_taken += 1
         reader = self._connection._reader
         try:
-            if not isinstance(reader, ContentLengthReader) or reader._remaining != self.length:
+            if not isinstance(reader, _ContentLengthReader) or reader._remaining != self.length:
                 raise RuntimeError("the body was read already")  # cannot happen while hypercorn waits
             held = self._connection._receive_buffer.maybe_extract_at_most(self.length)
             position = 0
@@ -169,7 +183,7 @@ class DirectReply:
         """Whether hypercorn has sent a head announcing exactly ``length`` body bytes, none of them sent yet: only
         then may ``send`` be used (else the application sends the body the usual way)."""
         writer = self._connection._writer
-        return isinstance(writer, ContentLengthWriter) and writer._length == length
+        return isinstance(writer, _ContentLengthWriter) and writer._length == length
 
     async def send(self, buffer: Any, start: int, end: int) -> bool:
         """Send ``buffer[start:end]`` (after ``ready``) and account it to h11; False when the client went away or
@@ -177,7 +191,7 @@ class DirectReply:
         global replies_sent
         replies_sent += 1
         writer = self._connection._writer
-        if not isinstance(writer, ContentLengthWriter):
+        if not isinstance(writer, _ContentLengthWriter):
             raise RuntimeError("send: only after ready()")
         server = self._server
         wait_s = server.config.read_timeout or float("inf")
@@ -267,7 +281,7 @@ def _offered(protocol: Any, request: h11.Request) -> DirectBody | None:
         return None
     connection = protocol.connection
     reader = connection._reader
-    if not isinstance(reader, ContentLengthReader) or reader._remaining < MIN_BODY:
+    if not isinstance(reader, _ContentLengthReader) or reader._remaining < MIN_BODY:
         return None
     return DirectBody(protocol, connection, server.stream, reader._remaining)
 
@@ -283,28 +297,99 @@ def _reply_offered(protocol: Any, request: h11.Request) -> DirectReply | None:
 _server: contextvars.ContextVar[Any] = contextvars.ContextVar("lnet_direct_server", default=None)
 _reply: contextvars.ContextVar[DirectReply | None] = contextvars.ContextVar("lnet_direct_reply", default=None)
 _installed = False
+_keep_alive_fixed = False
 
 
-def install() -> bool:
-    """Wrap hypercorn's h11 protocol and trio TCP server, if their versions were checked; returns whether."""
-    global _installed
-    if _installed:
+def _version(package: str) -> str | None:
+    try:
+        return version(package)
+    except PackageNotFoundError:
+        return None
+
+
+def _check_hypercorn() -> str | None:
+    found = _version("hypercorn")
+    if found not in CHECKED_HYPERCORN:
+        return f"hypercorn {found} is not a version it was checked against ({', '.join(sorted(CHECKED_HYPERCORN))})"
+    try:
+        from hypercorn.protocol.h11 import H11Protocol
+        from hypercorn.trio.tcp_server import TCPServer
+    except ImportError as exc:
+        return f"cannot import what it wraps: {exc}"
+    missing = [f"TCPServer.{name}" for name in ("_read_data",) if not hasattr(TCPServer, name)]
+    missing += [
+        f"H11Protocol.{name}" for name in ("_create_stream", "_send_h11_event") if not hasattr(H11Protocol, name)
+    ]
+    return f"missing in this hypercorn: {', '.join(missing)}" if missing else None
+
+
+def check() -> str | None:
+    """Why direct bodies and replies cannot be installed with the hypercorn and h11 here, or None if they can."""
+    problem = _check_hypercorn()
+    if problem is not None:
+        return problem
+    found = _version("h11")
+    if found not in CHECKED_H11:
+        return f"h11 {found} is not a version it was checked against ({', '.join(sorted(CHECKED_H11))})"
+    try:
+        from h11._readers import ContentLengthReader
+        from h11._writers import ContentLengthWriter
+    except ImportError as exc:
+        return f"cannot import what it uses: {exc}"
+    connection = h11.Connection(h11.SERVER)
+    missing = [f"Connection.{name}" for name in ("_reader", "_receive_buffer", "_writer")
+               if not hasattr(connection, name)]
+    missing += [f"ContentLengthReader.{name}" for name in ("_remaining",) if not hasattr(ContentLengthReader(1), name)]
+    missing += [f"ContentLengthWriter.{name}" for name in ("_length",) if not hasattr(ContentLengthWriter(1), name)]
+    return f"missing in this h11: {', '.join(missing)}" if missing else None
+
+
+def install_keep_alive_fix() -> bool:
+    """Have hypercorn close a connection once it stops reading it; returns whether that is in place. Idempotent.
+
+    hypercorn stops reading a connection idle for ``read_timeout`` (or at the end of its stream) but its keep-alive
+    timer holds the connection open, unread, until ``keep_alive_timeout``: a client that reuses it in between
+    waits for an answer until its own timeout. The wrapper of ``TCPServer._read_data`` stops that timer when
+    reading stops (and notes the connection's server for ``install``, which needs it). Applied for the hypercorn
+    versions checked, whether or not the fast path is on; with others ``lnet.depot.server`` lowers hypercorn's
+    ``keep_alive_timeout`` to ``read_timeout`` instead (public configuration, not as tight) and says so."""
+    global _keep_alive_fixed
+    if _keep_alive_fixed:
         return True
-    if version("hypercorn") not in CHECKED_HYPERCORN or version("h11") not in CHECKED_H11:
+    if _check_hypercorn() is not None:
         return False
-    from hypercorn.protocol.h11 import H11Protocol
     from hypercorn.trio.tcp_server import TCPServer
 
     original_read_data = TCPServer._read_data
-    original_create_stream = H11Protocol._create_stream
 
     async def _read_data(self: Any) -> None:
         _server.set(self)  # this connection's reading task: H11Protocol runs in it
         await original_read_data(self)
-        # Reading stopped (end of stream, or read_timeout on an idle keep-alive connection): without this the
-        # keep-alive timer holds the connection open, unread, and a client that reuses it waits for an answer
-        # until its own timeout.
-        await self.idle_task.stop()
+        await self.idle_task.stop()  # reading stopped: let the connection close now, not at keep_alive_timeout
+
+    TCPServer._read_data = _read_data  # type: ignore[method-assign]
+    _keep_alive_fixed = True
+    return True
+
+
+def keep_alive_fixed() -> bool:
+    return _keep_alive_fixed
+
+
+def install() -> bool:
+    """Wrap hypercorn's h11 protocol (and, through ``install_keep_alive_fix``, its trio TCP server) if ``check``
+    finds nothing against it; returns whether direct bodies and replies are in place. Idempotent."""
+    global _installed, _ContentLengthReader, _ContentLengthWriter
+    if _installed:
+        return True
+    if check() is not None or not install_keep_alive_fix():
+        return False
+    from h11._readers import ContentLengthReader
+    from h11._writers import ContentLengthWriter
+    from hypercorn.protocol.h11 import H11Protocol
+
+    _ContentLengthReader, _ContentLengthWriter = ContentLengthReader, ContentLengthWriter
+    original_create_stream = H11Protocol._create_stream
 
     async def _create_stream(self: Any, request: h11.Request) -> None:
         body = _offered(self, request)
@@ -325,7 +410,6 @@ def install() -> bool:
             )
         await body.wait_released()
 
-    TCPServer._read_data = _read_data  # type: ignore[method-assign]
     H11Protocol._create_stream = _create_stream  # type: ignore[method-assign]
     _installed = True
     return True

@@ -55,5 +55,12 @@ class DepotMetrics:
             registry=reg,
         )
 
+        self.fast_path = Gauge(
+            "lnet_depot_fast_path",
+            "1 when data bodies go straight between socket and allocation (the fast path), 0 when they go through "
+            "hypercorn and h11 as they are (switched off, or library versions it was not checked against)",
+            registry=reg,
+        )
+
     def render(self) -> bytes:
         return generate_latest(self.registry)

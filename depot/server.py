@@ -17,21 +17,18 @@ import trio
 from hypercorn.config import Config as HypercornConfig
 from hypercorn.config import Sockets
 from hypercorn.trio import serve as hypercorn_serve
-from hypercorn.trio import tcp_server
 
 from lnet.protocol import h11_receive
 
-from . import direct
+from . import direct, fast_path
 from .app import Depot
 from .config import DepotConfig
+from .fast_path import FastPath
 
 __all__ = ["depot_url", "install_server_patches", "serve", "wait_for_signal"]
 
 log = logging.getLogger("lnet.depot")
 
-# Hypercorn reads 64 KiB per receive; bulk uploads are many MiB, and a bigger read means far fewer trips
-# through the event loop per byte (measured by bench/depot_throughput.py).
-RECEIVE_SIZE = 1024 * 1024
 _TCP_USER_TIMEOUT: int | None = getattr(socket, "TCP_USER_TIMEOUT", None)  # Linux only
 
 
@@ -56,13 +53,28 @@ class _Config(HypercornConfig):
         return sockets
 
 
-def install_server_patches() -> None:
-    """What the depot changes in the libraries under it, applied when a server starts and never at import:
-    hypercorn's read size, data bodies received straight into the allocation (``direct``), h11's copy-saving
-    receive buffer, and the log filter that keeps capabilities out of the HTTP libraries' logs. Idempotent."""
-    tcp_server.MAX_RECV = RECEIVE_SIZE
-    direct.install()
-    h11_receive.install_http_patches()
+def install_server_patches(enabled: bool = True) -> FastPath:
+    """What the depot changes in the libraries under it, applied when a server starts and never at import: the log
+    filter that keeps capabilities out of the HTTP libraries' logs, the keep-alive fix (``direct``, whether or not
+    the fast path is on), and the fast path if ``enabled`` and the libraries are those it was checked against
+    (``fast_path``); returns whether the fast path is on. Idempotent."""
+    h11_receive.install_http_patches(speed_ups=False)  # the speed-ups come with the fast path, all or nothing
+    direct.install_keep_alive_fix()
+    return fast_path.install(enabled)
+
+
+def _say_what_is_off(fast: FastPath, config: DepotConfig) -> None:
+    """One warning line at start when the fast path or the keep-alive fix is off (/v1/status and /metrics say it
+    too)."""
+    if fast.active:
+        return
+    message = f"fast path off: {fast.reason}; data bodies go through hypercorn and h11 as they are (slower)"
+    if not direct.keep_alive_fixed():
+        message += (
+            f"; keep-alive fix off too: idle connections are closed after keep_alive_timeout lowered to "
+            f"read_timeout ({min(config.keep_alive_timeout, config.read_timeout):g}s)"
+        )
+    log.warning("%s", message)
 
 
 def _hypercorn_config(config: DepotConfig) -> HypercornConfig:
@@ -72,6 +84,11 @@ def _hypercorn_config(config: DepotConfig) -> HypercornConfig:
     hc.bind = [f"[{host}]:{port}" if ":" in host else f"{host}:{port}"]
     hc.read_timeout = max(1, math.ceil(config.read_timeout))
     hc.keep_alive_timeout = config.keep_alive_timeout
+    if not direct.keep_alive_fixed():
+        # Without the fix hypercorn holds a connection it stopped reading at read_timeout open, unread, until
+        # keep_alive_timeout: the shorter of the two keeps that wait short (not gone: the keep-alive timer starts
+        # once an answer is sent, reading stops read_timeout after the last receive began).
+        hc.keep_alive_timeout = min(config.keep_alive_timeout, config.read_timeout)
     hc.graceful_timeout = config.graceful_timeout
     hc.accesslog = None  # our own access log redacts capabilities; hypercorn's would print them whole
     hc.errorlog = logging.getLogger("lnet.depot.server")
@@ -108,10 +125,11 @@ async def serve(
     task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve a depot until ``shutdown_trigger`` returns (or forever); ``task_status`` gets its base URL."""
-    install_server_patches()
+    fast = install_server_patches(config.fast_path)
+    _say_what_is_off(fast, config)
     hc = _hypercorn_config(config)
     _check_bindable(*config.host_port)
-    async with Depot(config) as depot, trio.open_nursery() as nursery:
+    async with Depot(config, fast_path=fast) as depot, trio.open_nursery() as nursery:
         binds = await nursery.start(_serve_hypercorn, depot, hc, shutdown_trigger)
         url = depot_url(config, binds[0])
         log.info("depot %s listening on %s (capacity %d bytes)", config.name, url, config.capacity)
@@ -139,5 +157,5 @@ async def _serve_hypercorn(
     task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     # hypercorn's own ASGI types are narrower than starlette's; the protocol is the same
-    app: Any = direct.serving(depot.app)
+    app: Any = direct.serving(depot.app) if depot.fast_path.active else depot.app
     await hypercorn_serve(app, hc, shutdown_trigger=shutdown_trigger, task_status=task_status, mode="asgi")

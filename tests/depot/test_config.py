@@ -140,3 +140,15 @@ def test_a_small_depot_lends_at_most_its_capacity_unless_told_otherwise() -> Non
     assert DepotConfig.load(overrides={"capacity": "64MiB", "max_allocation": "16MiB"}).max_allocation == 16 * 2**20
     with pytest.raises(ConfigError, match="exceeds capacity"):
         DepotConfig.load(overrides={"capacity": "64MiB", "max_allocation": "128MiB"})
+
+
+def test_the_fast_path_switch_from_file_environment_and_flag(tmp_path: Path) -> None:
+    file = tmp_path / "depot.toml"
+    file.write_text("fast_path = false\n")
+    assert DepotConfig().fast_path is True
+    assert DepotConfig.load(file).fast_path is False
+    assert DepotConfig.load(None, {"LNET_DEPOT_FAST_PATH": "off"}).fast_path is False
+    assert DepotConfig.load(file, {"LNET_DEPOT_FAST_PATH": "yes"}).fast_path is True
+    assert DepotConfig.load(None, {}, {"fast_path": False}).fast_path is False
+    with pytest.raises(ConfigError, match="LNET_DEPOT_FAST_PATH: expected true or false"):
+        DepotConfig.load(None, {"LNET_DEPOT_FAST_PATH": "maybe"})

@@ -12,7 +12,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from lnet.protocol import h11_receive
-from lnet.protocol.h11_receive import _original_extract, _original_iadd, _original_maybe_extract_at_most
+
+ORIGINAL = h11_receive.original_methods()  # h11's own, whether or not install() ran before
 
 operations = st.lists(
     st.one_of(
@@ -28,9 +29,9 @@ operations = st.lists(
 
 def run(ops: list[tuple[str, object]], *, fast: bool) -> list[object]:
     buffer = ReceiveBuffer()
-    extract = h11_receive._extract if fast else _original_extract
-    at_most = h11_receive._maybe_extract_at_most if fast else _original_maybe_extract_at_most
-    iadd = h11_receive._iadd if fast else _original_iadd
+    extract = h11_receive._extract if fast else ORIGINAL["_extract"]
+    at_most = h11_receive._maybe_extract_at_most if fast else ORIGINAL["maybe_extract_at_most"]
+    iadd = h11_receive._iadd if fast else ORIGINAL["__iadd__"]
     seen: list[object] = []
     saved = ReceiveBuffer._extract
     ReceiveBuffer._extract = extract  # type: ignore[method-assign]
@@ -106,12 +107,14 @@ async def test_httpcore_writes_a_body_view_as_it_is_and_the_same_bytes() -> None
     assert b"".join(bytes(piece) for piece in fast._network_stream.written) == expected
 
 
-def test_importing_the_depot_patches_nothing_and_making_one_does() -> None:
-    """Issue 13: no import side effects. The patches go in when a depot is made (or a server starts)."""
+def test_importing_the_depot_patches_nothing_and_making_one_only_guards_the_logs() -> None:
+    """No import side effects. Making a depot adds the log filter; the speed-ups come with a server's fast path
+    (``lnet.depot.fast_path``), and a client's ``install_http_patches()`` adds them too."""
     import subprocess
     import sys
 
     code = (
+        "import logging\n"
         "import lnet.depot.app, lnet.depot.server\n"
         "from lnet.protocol import h11_receive\n"
         "print(h11_receive.installed())\n"
@@ -119,7 +122,9 @@ def test_importing_the_depot_patches_nothing_and_making_one_does() -> None:
         "import tempfile\n"
         "Depot(DepotConfig(name='d', listen='127.0.0.1:0', data_dir=tempfile.mkdtemp(), capacity=1 << 20,"
         " max_allocation=1 << 20))\n"
+        "print(h11_receive.installed(), bool(logging.getLogger('httpx').filters))\n"
+        "h11_receive.install_http_patches()\n"
         "print(h11_receive.installed())\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60)
-    assert out.stdout.split() == ["False", "True"], out.stderr
+    assert out.stdout.split() == ["False", "False", "True", "True"], out.stderr
