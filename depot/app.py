@@ -139,6 +139,8 @@ class Depot:
         self._http: httpx.AsyncClient | None = None
         self._exit_stack = contextlib.AsyncExitStack()
         self._started_at = 0.0
+        # The directory registration's state for /v1/status (directory_link.py), when one runs
+        self.directory_status: Callable[[], dict[str, Any]] | None = None
         self.app: ASGIApp = self._limits(self._router())
 
     # -- lifecycle ------------------------------------------------------------------------------------------
@@ -618,6 +620,7 @@ class Depot:
                 "digests": list(DIGESTS),
                 "in_flight": self.in_flight,
                 "links": self.links.summary(now),
+                **({"directory": self.directory_status()} if self.directory_status is not None else {}),
             },
         )
 
