@@ -15,6 +15,7 @@ from __future__ import annotations
 import base64
 import json
 import logging
+import ssl
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -163,12 +164,14 @@ class EtcdClient:
 
     def __init__(self, settings: EtcdSettings, *, transport: httpx.AsyncBaseTransport | None = None) -> None:
         self.settings = settings
-        verify: Any = str(settings.cafile) if settings.cafile is not None else True
-        cert = (str(settings.certfile), str(settings.keyfile)) if settings.certfile and settings.keyfile else None
+        verify: ssl.SSLContext | bool = True
+        if settings.cafile is not None or settings.certfile is not None:
+            verify = ssl.create_default_context(cafile=str(settings.cafile) if settings.cafile else None)
+            if settings.certfile is not None and settings.keyfile is not None:  # a client certificate
+                verify.load_cert_chain(str(settings.certfile), str(settings.keyfile))
         self._http = httpx.AsyncClient(
             transport=transport,
             verify=verify,
-            cert=cert,
             timeout=httpx.Timeout(settings.timeout_s),
             trust_env=False,
             follow_redirects=False,
@@ -213,6 +216,9 @@ class EtcdClient:
             if attempt == 0 and authenticated and self.settings.user is not None and "auth token" in message:
                 self._token = None  # expired (simple tokens live 5 minutes unused): ask for a new one
                 continue
+            if "user name is empty" in message:  # authentication is on and this client gave no user
+                raise EtcdError("etcd: the directory requires a user (authentication is on): give one and its "
+                                "password", _UNAUTHENTICATED)
             raise EtcdError(f"etcd: {message}", code if isinstance(code, int) else None)
         raise AssertionError("unreachable")
 

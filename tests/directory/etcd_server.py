@@ -12,6 +12,7 @@ import json
 import shutil
 import signal
 import socket
+import ssl
 import subprocess
 import time
 import urllib.request
@@ -20,7 +21,7 @@ from pathlib import Path
 __all__ = ["ETCD", "EtcdServer", "free_port"]
 
 ETCD = shutil.which("etcd")
-ETCDCTL = shutil.which("etcdctl")
+ETCDCTL = shutil.which("etcdctl")  # deploy/directory/etcd-auth.sh runs it
 
 
 def free_port() -> int:
@@ -31,13 +32,28 @@ def free_port() -> int:
 
 
 class EtcdServer:
-    def __init__(self, data_dir: Path, *, name: str = "lnet-test") -> None:
+    def __init__(self, data_dir: Path, *, name: str = "lnet-test", tls: bool = False) -> None:
+        """``tls``: serve clients over HTTPS with a certificate of a test CA (``cafile``) for 127.0.0.1."""
         assert ETCD is not None
         self.data_dir = data_dir
         self.name = name
         self.client_port = free_port()
         self.peer_port = free_port()
-        self.url = f"http://127.0.0.1:{self.client_port}"
+        self.url = f"{'https' if tls else 'http'}://127.0.0.1:{self.client_port}"
+        self.cafile: Path | None = None
+        self._tls_args: list[str] = []
+        if tls:
+            import trustme
+
+            ca = trustme.CA()
+            cert = ca.issue_cert("127.0.0.1")
+            home = data_dir.parent / f"{data_dir.name}-tls"
+            home.mkdir(parents=True, exist_ok=True)
+            self.cafile = home / "ca.pem"
+            ca.cert_pem.write_to_path(str(self.cafile))
+            cert.cert_chain_pems[0].write_to_path(str(home / "server.pem"))
+            cert.private_key_pem.write_to_path(str(home / "server-key.pem"))
+            self._tls_args = ["--cert-file", str(home / "server.pem"), "--key-file", str(home / "server-key.pem")]
         self.process: subprocess.Popen[bytes] | None = None
         self.log_path = data_dir.parent / f"{data_dir.name}.log"
 
@@ -49,7 +65,7 @@ class EtcdServer:
             "--listen-client-urls", self.url, "--advertise-client-urls", self.url,
             "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
             "--initial-cluster", f"{self.name}={peer}", "--initial-cluster-state", "new",
-            "--log-level", "warn", "--logger", "zap",
+            "--log-level", "warn", "--logger", "zap", *self._tls_args,
         ]
         log = self.log_path.open("ab")
         self.process = subprocess.Popen(argv, stdout=log, stderr=log, stdin=subprocess.DEVNULL)
@@ -65,7 +81,8 @@ class EtcdServer:
 
     def healthy(self) -> bool:
         try:
-            with urllib.request.urlopen(self.url + "/health", timeout=1) as answer:
+            context = ssl.create_default_context(cafile=str(self.cafile)) if self.cafile else None
+            with urllib.request.urlopen(self.url + "/health", timeout=1, context=context) as answer:
                 return bool(json.loads(answer.read()).get("health") == "true")
         except (OSError, ValueError):
             return False
@@ -81,14 +98,12 @@ class EtcdServer:
                 self.process.wait(timeout=10)
         self.process = None
 
-    def etcdctl(self, *args: str, user: str | None = None, stdin: str | None = None) -> str:
-        assert ETCDCTL is not None
-        argv = [ETCDCTL, f"--endpoints={self.url}", *( [f"--user={user}"] if user else []), *args]
-        done = subprocess.run(argv, input=(stdin or "").encode(), capture_output=True, timeout=20,
-                              env={"ETCDCTL_API": "3", "PATH": "/usr/bin:/bin"})
-        if done.returncode != 0:
-            raise RuntimeError(f"etcdctl {' '.join(args[:2])}: {done.stderr.decode()[-500:]}")
-        return done.stdout.decode()
+    def env(self) -> dict[str, str]:
+        """The environment etcdctl (and deploy/directory/etcd-auth.sh) reach this server with."""
+        env = {"ETCDCTL_API": "3", "ETCDCTL_ENDPOINTS": self.url, "PATH": "/usr/bin:/bin"}
+        if self.cafile is not None:
+            env["ETCDCTL_CACERT"] = str(self.cafile)
+        return env
 
     def __enter__(self) -> EtcdServer:
         self.start()

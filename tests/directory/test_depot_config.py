@@ -58,3 +58,17 @@ def test_the_cli_takes_directory_flags_and_hides_the_password(
     assert "directory = ('http://127.0.0.1:2379',)" in out
     assert "s3cret" not in out
     assert "directory_password = '(set)'" in out
+
+
+def test_the_example_configuration_with_its_directory_lines_loads(tmp_path: Path) -> None:
+    example = Path(__file__).resolve().parents[2] / "deploy" / "depot.example.toml"
+    lines = example.read_text().splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("# The depot directory"))
+    for i in range(start + 1, start + 6):
+        lines[i] = lines[i].removeprefix("# ")
+    file = tmp_path / "depot.toml"
+    file.write_text("\n".join(lines) + "\n")
+    config = DepotConfig.load(file, overrides={"directory_password": "x" * 16})
+    assert config.directory == ("https://etcd1.example.org:2379", "https://etcd2.example.org:2379")
+    assert config.advertise == "http://atl.example.org:6714"
+    assert config.directory_ttl == 15
