@@ -22,8 +22,9 @@ if TYPE_CHECKING:
     from lnet.client.commands.send import SendArgs
     from lnet.client.sending.relay import Relay
     from lnet.directory.entries import DepotRecord
+    from lnet.scheduler import EdgeMemory
 
-__all__ = ["discovered", "membership_follower"]
+__all__ = ["discovered", "membership_follower", "share_memory", "start_from_overlay_memory"]
 
 
 async def discovered(args: SendArgs, out: CommandOutput, state_dir: Path, io: ClientIO) -> Discovered | Failed | None:
@@ -91,3 +92,29 @@ def membership_follower(
                     await client.aclose()
 
     return follow
+
+
+async def start_from_overlay_memory(found: Discovered | None, memory: EdgeMemory, note: Callable[[str], None]) -> None:
+    """A client that remembers nothing starts from the overlay's memory (when a directory is used)."""
+    if found is None or found.ref is None or found.revision is None or len(memory) > 0:
+        return
+    from lnet.client.commands.shared_memory import adopt_overlay_memory
+
+    taken, notes = await adopt_overlay_memory(etcd_settings(found.ref, 5.0), found.ref, memory)
+    for line in notes:
+        note(line)
+    if taken:
+        note(f"no memory of its own: starting from the overlay's ({taken} edges measured by other clients)")
+
+
+async def share_memory(
+    found: Discovered | None, here: str, memory: EdgeMemory, state_dir: Path, note: Callable[[str], None]
+) -> None:
+    """Publish what this client knows of the edges for the overlay's other clients (when a directory is used)."""
+    if found is None or found.ref is None or found.revision is None:
+        return
+    from lnet.client.commands.shared_memory import publish_memory
+
+    problem = await publish_memory(etcd_settings(found.ref, 5.0), found.ref, here, memory, state_dir)
+    if problem is not None:
+        note(problem)

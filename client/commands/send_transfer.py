@@ -24,7 +24,12 @@ from rich.console import Console
 
 from lnet.client.commands import replica_options
 from lnet.client.commands.clientio import ClientIO
-from lnet.client.commands.directory_use import discovered, membership_follower
+from lnet.client.commands.directory_use import (
+    discovered,
+    membership_follower,
+    share_memory,
+    start_from_overlay_memory,
+)
 from lnet.client.commands.outcome import Delivered, Failed, Outcome, TreeSent, finish
 from lnet.client.commands.output import CommandOutput, transfer_progress
 from lnet.client.commands.send import DEFAULT_DURATION_S, DEFAULT_HASH, DEFAULT_MAX_PATHS, SendArgs
@@ -212,9 +217,19 @@ async def transfer(args: SendArgs, argv: list[str], io: ClientIO, out: CommandOu
         return finish(out, prepared, as_json=args.json)
     overlay, relay_config, pinned, plan = prepared
     memory = EdgeMemory() if args.cold else EdgeMemory.load(memory_path)
+    if not args.cold:
+        await start_from_overlay_memory(found, memory, out.note)
     run = _Send(args, argv, io, out, overlay, relay_config, pinned, memory, memory_path)
     if found is not None and found.ref is not None and pinned is None:
         run.membership = membership_follower(found, io.transport, relay_config.timeout_s, out.note)
+    code = await _send_it(run, args, plan)
+    if code == ExitCode.OK:
+        await share_memory(found, overlay.here, memory, memory_path.parent, out.note)
+    return code
+
+
+async def _send_it(run: _Send, args: SendArgs, plan: PlanConfig) -> int:
+    """The file or the tree sent, its outcome finished; the exit code."""
     if args.file is not None and args.file.is_dir():  # a tree: planned and packed here, sent by send()
         name = args.file.resolve().name or "tree"
         manifest_path = args.manifest or Path(f"{name}.manifest.json")
