@@ -88,6 +88,11 @@ def _parser() -> argparse.ArgumentParser:
         "$LNET_DEPOTS or the user's depots file, if there is one)",
     )
     p.add_argument(
+        "--directory", metavar="URL",
+        help="take NAME as a dataset published in this depot directory (lnet publish) and fetch it from its "
+        "sources (default: the depots file's directory, when the one source is no URL and no file)",
+    )
+    p.add_argument(
         "--follow", action="store_true",
         help="receive a transfer that lnet-send --follow is still sending (give the URL it printed): writes each "
         "block as it lands, frees it at the depot, ends when the whole file is verified",
@@ -143,11 +148,18 @@ class GetArgs:
     trace: Path | None = None
     follow: bool = False
     wait: float = DEFAULT_WAIT_S
+    directory: str | None = None
 
     @classmethod
     def from_namespace(cls, ns: argparse.Namespace) -> GetArgs:
         return cls(tuple(ns.sources), ns.output, ns.parallel, ns.timeout, ns.depots, ns.json, ns.no_progress,
-                   ReplicaArgs.from_namespace(ns), ns.trace, ns.follow, ns.wait)
+                   ReplicaArgs.from_namespace(ns), ns.trace, ns.follow, ns.wait, ns.directory)
+
+    @property
+    def dataset_name(self) -> bool:
+        """One source that is neither a URL nor a file, with a directory named: a dataset (``lnet publish``)."""
+        return (self.directory is not None and len(self.sources) == 1
+                and not replica_options.is_url(self.sources[0]) and not Path(self.sources[0]).exists())
 
     @property
     def one_depot_url(self) -> bool:
@@ -230,6 +242,13 @@ def _parse(argv: list[str] | None) -> tuple[GetArgs, CommandOutput] | int:
 
 
 async def _get(args: GetArgs, out: CommandOutput, io: ClientIO) -> int:
+    if args.dataset_name:  # its sources from the depot directory, then as if they were given
+        from lnet.client.commands.datasets import resolve_dataset
+
+        resolved = await resolve_dataset(args)
+        if not isinstance(resolved, GetArgs):
+            return finish(out, resolved, as_json=args.json)
+        args = resolved
     if args.one_depot_url:
         outcome = await _from_depot_url(args, out, io)
     elif args.follow:

@@ -6,6 +6,9 @@
 #   etcd-auth.sh add-depot NAME      user lnet-depot-NAME: may write PREFIX/depots/NAME and nothing else
 #   etcd-auth.sh add-client NAME     user lnet-client-NAME: reads the depots and the overlay's memory, writes only
 #                                    its own memory entry PREFIX/memory/NAME
+#   etcd-auth.sh grant-datasets NAME client NAME may read the datasets (PREFIX/datasets/: their sources may carry
+#                                    capabilities, so no client reads them unless granted)
+#   etcd-auth.sh add-publisher NAME  user lnet-publisher-NAME: may publish datasets (lnet publish)
 #
 # Passwords come on stdin (one line), never as arguments (they would show in ps). After init, every command
 # signs in as root with the password in the file named by ROOT_PASSWORD_FILE. LNET_DIRECTORY_PREFIX: the key
@@ -39,6 +42,10 @@ case "$cmd" in
         etcdctl role add lnet-reader >/dev/null
         etcdctl role grant-permission lnet-reader read --prefix=true "${prefix}depots/" >/dev/null
         etcdctl role grant-permission lnet-reader read --prefix=true "${prefix}memory/" >/dev/null
+        etcdctl role add lnet-datasets-reader >/dev/null
+        etcdctl role grant-permission lnet-datasets-reader read --prefix=true "${prefix}datasets/" >/dev/null
+        etcdctl role add lnet-publisher >/dev/null
+        etcdctl role grant-permission lnet-publisher readwrite --prefix=true "${prefix}datasets/" >/dev/null
         etcdctl auth enable >/dev/null
         echo "authentication on; role lnet-reader reads ${prefix}depots/ and ${prefix}memory/"
         ;;
@@ -61,8 +68,21 @@ case "$cmd" in
         as_root user grant-role "lnet-client-$name" "lnet-client-$name" >/dev/null
         echo "user lnet-client-$name reads the directory and writes ${prefix}memory/$name"
         ;;
+    grant-datasets)
+        name=${2:?usage: etcd-auth.sh grant-datasets CLIENT}
+        [[ $name =~ $name_ok ]] || { echo "etcd-auth.sh: bad client name $name" >&2; exit 2; }
+        as_root user grant-role "lnet-client-$name" lnet-datasets-reader >/dev/null
+        echo "user lnet-client-$name reads ${prefix}datasets/"
+        ;;
+    add-publisher)
+        name=${2:?usage: etcd-auth.sh add-publisher NAME}
+        [[ $name =~ $name_ok ]] || { echo "etcd-auth.sh: bad publisher name $name" >&2; exit 2; }
+        read_password | as_root user add "lnet-publisher-$name" --interactive=false >/dev/null
+        as_root user grant-role "lnet-publisher-$name" lnet-publisher >/dev/null
+        echo "user lnet-publisher-$name publishes datasets under ${prefix}datasets/"
+        ;;
     *)
-        sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'
+        sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'
         [ "$cmd" = help ] || exit 2
         ;;
 esac

@@ -24,7 +24,7 @@ pytestmark = pytest.mark.slow
 SCRIPT = Path(__file__).parents[2] / "deploy" / "directory" / "etcd-auth.sh"
 MiB = 1024 * 1024
 PASSWORDS = {"root": "root-password-0123", "atl": "atl-password-0123", "chi": "chi-password-0123",
-             "me": "me-password-01234"}
+             "me": "me-password-01234", "you": "you-password-0123", "pub": "pub-password-0123"}
 
 
 def _script(server: EtcdServer, tmp: Path, *args: str, password: str) -> str:
@@ -46,6 +46,9 @@ def secured(tmp_path: Path) -> Iterator[EtcdServer]:
         _script(server, tmp_path, "add-depot", "atl", password=PASSWORDS["atl"])
         _script(server, tmp_path, "add-depot", "chi", password=PASSWORDS["chi"])
         _script(server, tmp_path, "add-client", "me", password=PASSWORDS["me"])
+        _script(server, tmp_path, "add-client", "you", password=PASSWORDS["you"])
+        _script(server, tmp_path, "grant-datasets", "you", password="")
+        _script(server, tmp_path, "add-publisher", "pub", password=PASSWORDS["pub"])
         yield server
 
 
@@ -119,3 +122,20 @@ async def test_a_depot_with_another_depots_credentials_is_refused_and_keeps_serv
         assert "permission denied" in status["directory"]["last_error"]
         assert PASSWORDS["atl"] not in json.dumps(status)
         stop.set()
+
+
+async def test_datasets_with_capabilities_are_read_only_by_the_roles_allowed(secured: EtcdServer) -> None:
+    from lnet.directory.datasets import Dataset, dataset_key
+
+    entry = Dataset("sent", ("http://127.0.0.1:6714/v1/data/" + "c" * 43,), 1.0, 4e9)
+    async with EtcdClient(_settings(secured, "lnet-publisher-pub")) as publisher:
+        await publisher.put(dataset_key(DEFAULT_PREFIX, "sent"), entry.encode())
+    async with EtcdClient(_settings(secured, "lnet-client-me")) as me:  # a client not granted the datasets
+        with pytest.raises(EtcdError) as refused:
+            await me.get(dataset_key(DEFAULT_PREFIX, "sent"))
+        assert refused.value.denied
+    async with EtcdClient(_settings(secured, "lnet-client-you")) as you:
+        found = await you.get(dataset_key(DEFAULT_PREFIX, "sent"))
+        assert found is not None
+        with pytest.raises(EtcdError):  # reading is all it may do
+            await you.put(dataset_key(DEFAULT_PREFIX, "sent"), entry.encode())
