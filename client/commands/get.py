@@ -89,8 +89,8 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--directory", metavar="URL",
-        help="take NAME as a dataset published in this depot directory (lnet publish) and fetch it from its "
-        "sources (default: the depots file's directory, when the one source is no URL and no file)",
+        help="the one source is the NAME of a dataset published in this depot directory (lnet publish): fetch it "
+        "from the sources recorded there",
     )
     p.add_argument(
         "--follow", action="store_true",
