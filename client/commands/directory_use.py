@@ -18,7 +18,6 @@ from lnet.units import parse_duration
 if TYPE_CHECKING:
     import httpx
 
-    from lnet.client.commands.clientio import ClientIO
     from lnet.client.commands.send import SendArgs
     from lnet.client.sending.relay import Relay
     from lnet.directory.entries import DepotRecord
@@ -27,7 +26,7 @@ if TYPE_CHECKING:
 __all__ = ["discovered", "membership_follower", "share_memory", "start_from_overlay_memory"]
 
 
-async def discovered(args: SendArgs, out: CommandOutput, state_dir: Path, io: ClientIO) -> Discovered | Failed | None:
+async def discovered(args: SendArgs, out: CommandOutput, state_dir: Path) -> Discovered | Failed | None:
     """The overlay of the depots file and the directory (None: no directory is named; the depots file alone is
     read as before)."""
     import os
@@ -67,6 +66,10 @@ def membership_follower(
         from lnet.client.wire.depot_client import DepotClient
 
         def joined(record: DepotRecord) -> bool:
+            if record.token_required_for:
+                note(f"depot {record.name} joined, but requires its operator token for "
+                     f"{', '.join(record.token_required_for)}: left out")
+                return False
             if record.max_allocation < relay.config.block_size:
                 note(f"depot {record.name} joined, but lends at most {record.max_allocation} bytes at once, less "
                      f"than a block: left out")

@@ -3,9 +3,10 @@ registered in the directory (docs/directory.md), with the last list seen kept fo
 
 ``merge`` (pure) joins the two: the file's entries come first and keep their tokens; a registered depot is added
 under its name unless the file already names that depot or that URL (the file wins, and a note says so), or it is
-the client's own vertex. ``DirectoryCache`` keeps the last listing in the client's state directory (beside its
-edge memory; 0600). ``discover`` does it all: a listing from the directory, else the cached one with its age (one
-note), else ``DirectoryUnavailable``.
+the client's own vertex, or requires an operator token (directory depots carry none: a depot that needs its token
+is used through the depots file, which gives it). ``DirectoryCache`` keeps the last listing in the client's state
+directory (beside its edge memory; 0600). ``discover`` does it all: a listing from the directory, else the cached
+one with its age (one note), else ``DirectoryUnavailable``.
 
 Every entry read, from the directory or from the cache, is checked (``lnet.directory.entries``): one that is
 malformed or hostile is left out with a note and never stops the command. Directory depots carry no tokens.
@@ -96,6 +97,11 @@ def merge(overlay: Overlay, records: Mapping[str, DepotRecord]) -> tuple[Overlay
             continue
         if url in urls:
             continue  # the file names it under another name (with its token): one vertex, the file's
+        if record.token_required_for:
+            notes.append(f"directory depot {name} requires its operator token for "
+                         f"{', '.join(record.token_required_for)}: left out (name it in the depots file with its "
+                         "token to use it)")
+            continue
         depots[name] = DepotEntry(name, url)
         urls.add(url)
     return replace(overlay, depots=depots), notes

@@ -209,7 +209,7 @@ async def transfer(args: SendArgs, argv: list[str], io: ClientIO, out: CommandOu
     ``finish``. ``argv`` is what the resume hint repeats."""
     out = out or CommandOutput("lnet-send")
     memory_path = args.memory or EdgeMemory.default_path()
-    found = await discovered(args, out, memory_path.parent, io)
+    found = await discovered(args, out, memory_path.parent)
     if isinstance(found, Failed):
         return finish(out, found, as_json=args.json)
     prepared = _prepare(args, found.overlay if found is not None else None)

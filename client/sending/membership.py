@@ -43,10 +43,11 @@ async def follow_directory(
     note: Callable[[str], None],
 ) -> None:
     """Watch until cancelled. ``known``: the names the transfer started with (from the depots file or the
-    directory); ``joined(record)`` makes and adds a client for a depot that registers (False: it cannot serve the
-    transfer)."""
+    directory, used or not); ``joined(record)`` makes and adds a client for a depot that registers (False: it
+    cannot serve the transfer)."""
     backoff = Backoff(first_s=1.0, most_s=WATCH_IDLE_S)
     revision = start_revision
+    gone: set[str] = set()
     said_down = False
     skipped: list[str] = []
     async with EtcdClient(settings) as client:
@@ -58,13 +59,17 @@ async def follow_directory(
                     backoff.reset()
                     said_down = False
                     if change.record is None:
-                        if change.name in relay.clients:
+                        if change.name in relay.clients and change.name not in relay.dead:
                             note(f"depot {change.name} left the directory: routing around it")
                             relay.depot_left(change.name)
-                    elif change.name not in relay.clients or change.name in relay.dead:
+                            gone.add(change.name)
+                    elif change.name not in known or change.name in gone:
+                        # a new depot, or one that left and came back; a depot the transfer started with (left
+                        # out for its limits, or not answering then) is not taken up because its entry changed
                         if joined(change.record):
                             note(f"depot {change.name} joined the directory: a candidate from now on")
-                    known.add(change.name)
+                            known.add(change.name)
+                            gone.discard(change.name)
                     for line in skipped:
                         note(f"directory entry {line} (skipped)")
                     skipped.clear()

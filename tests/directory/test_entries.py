@@ -126,3 +126,26 @@ def test_rewrites_are_paced_and_refreshed() -> None:
     assert pacer.due(300.0, changed=False)
     pacer.forget()
     assert pacer.due(1.0, changed=False)
+
+
+def test_merge_keeps_the_files_depots_and_tokens_and_leaves_out_what_cannot_be_used() -> None:
+    from lnet.client.commands.discover import merge
+    from lnet.client.formats.overlay import Overlay
+
+    overlay = Overlay.parse('here = "me"\n[depots.atl]\nurl = "http://198.51.100.7:6714"\ntoken = "t0123456789abcdef"\n'
+                            '[depots.alias]\nurl = "http://198.51.100.9:6714"\n')
+    records = {
+        "atl": _record(url="http://203.0.113.66:6714"),  # another URL under a name the file has: the file's
+        "svl": _record(name="svl", url="http://198.51.100.8:6714", token_required_for=()),
+        "same": _record(name="same", url="http://198.51.100.9:6714", token_required_for=()),  # the file's URL
+        "gated": _record(name="gated", url="http://198.51.100.10:6714"),  # needs a token it cannot have
+        "me": _record(name="me", url="http://198.51.100.11:6714", token_required_for=()),
+    }
+    merged, notes = merge(overlay, records)
+    assert list(merged.depots) == ["atl", "alias", "svl"]
+    assert merged.depots["atl"].url == "http://198.51.100.7:6714"
+    assert merged.depots["atl"].token == "t0123456789abcdef"
+    assert merged.depots["svl"].token is None
+    assert any("atl" in note and "another URL" in note for note in notes)
+    assert any("gated" in note and "token" in note for note in notes)
+    assert any("'here'" in note for note in notes)
