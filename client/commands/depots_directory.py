@@ -82,10 +82,11 @@ def run_with_directory(args: DepotsArgs, timeout_s: float, *, transport: httpx.A
             found.overlay.source,
         )
         healths = await query_all(asked, timeout_s=timeout_s, transport=transport)
-        if not args.check:
-            names_by_url = {_url_key(entry.url): name for name, entry in found.overlay.depots.items()}
-            healths += [health_from_record(found.records[name], names_by_url, now)
-                        for name in found.overlay.depots if name in found.records and name not in asked.depots]
+        # every registered depot is listed: those not asked (or left out of the overlay, as one that needs a
+        # token the depots file does not give) from their entries
+        names_by_url = {_url_key(entry.url): name for name, entry in found.overlay.depots.items()}
+        healths += [health_from_record(record, names_by_url, now)
+                    for name, record in sorted(found.records.items()) if name not in asked.depots]
         return found, healths
 
     try:
