@@ -283,13 +283,13 @@ def _directory_problems(config: DepotConfig) -> list[str]:
     """The directory's keys checked (``lnet.directory`` is loaded only when a directory is configured)."""
     if not config.directory:
         return []
-    from lnet.directory.entries import check_prefix
+    from lnet.directory.entries import check_prefix, depot_key
     from lnet.directory.etcd import EtcdSettings
     from lnet.directory.registration import MAX_TTL_S
 
     problems = []
     try:
-        check_prefix(config.directory_prefix)
+        depot_key(check_prefix(config.directory_prefix), config.name)
         EtcdSettings(config.directory, config.directory_user, config.directory_password, config.directory_cafile,
                      config.directory_certfile, config.directory_keyfile, config.directory_timeout)
     except ValueError as exc:

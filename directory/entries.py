@@ -68,7 +68,8 @@ def depots_prefix(prefix: str) -> bytes:
 
 def depot_key(prefix: str, name: str) -> bytes:
     if not _NAME.match(name):
-        raise ValueError(f"bad depot name {name!r}")
+        raise ValueError(f"a depot in the directory is named with letters, digits, '.', '_', '-' (at most 64), "
+                         f"not {name[:70]!r}")
     return depots_prefix(prefix) + name.encode()
 
 

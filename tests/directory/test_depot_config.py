@@ -39,6 +39,7 @@ def test_a_wildcard_listen_address_needs_advertise() -> None:
         ({"directory": "http://127.0.0.1:2379", "directory_prefix": "lnet"}, "prefix"),
         ({"directory": "http://127.0.0.1:2379", "directory_user": "atl"}, "password"),
         ({"directory": "http://127.0.0.1:2379", "advertise": "http://atl:6714/path"}, "base URL"),
+        ({"directory": "http://127.0.0.1:2379", "name": "my depot"}, "letters, digits"),
     ],
 )
 def test_bad_directory_settings_are_configuration_errors(overrides: dict[str, str], why: str) -> None:
