@@ -7,6 +7,7 @@ in the background (``lnet.directory.registration``) while the depot serves.
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING
 
 import trio
@@ -24,6 +25,8 @@ if TYPE_CHECKING:
     from .config import DepotConfig
 
 __all__ = ["advertised_url", "register_until_stopped"]
+
+log = logging.getLogger("lnet.depot")
 
 
 def advertised_url(config: DepotConfig, bound_url: str) -> str:
@@ -79,7 +82,14 @@ async def register_until_stopped(depot: Depot, bound_url: str, stopping: trio.Ev
     """Keep the depot's entry in the directory until ``stopping`` is set; then revoke its lease."""
     config = depot.config
     url = advertised_url(config, bound_url)
-    async with EtcdClient(etcd_settings(config)) as client:
+    try:
+        client = EtcdClient(etcd_settings(config))
+    except (OSError, ValueError) as exc:  # a CA or certificate file that cannot be read: said, and served on
+        reason = str(exc)[:300]
+        log.error("directory: cannot register (%s); the depot serves without it", reason)
+        depot.directory_status = lambda: {"state": "off", "last_error": reason}
+        return
+    async with client:
         registration = Registration(
             client,
             depot_key(config.directory_prefix, config.name),

@@ -120,6 +120,9 @@ class Registration:
                 delay = min(_POLL_S, max(0.0, self._renew_at - trio.current_time()))
             except (EtcdUnavailable, EtcdError, EntryError) as exc:
                 delay = self._failed(exc)
+            except Exception as exc:  # noqa: BLE001 - never the owner's failure: said, counted, retried
+                log.error("directory: unexpected %s while registering %s", type(exc).__name__, self.status.key)
+                delay = self._failed(EtcdError(f"{type(exc).__name__}: {exc}"))
             await trio.sleep(delay)
 
     async def _step(self) -> None:

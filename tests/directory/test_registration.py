@@ -127,3 +127,11 @@ async def test_a_depot_started_while_the_directory_is_down_serves_and_registers_
         etcd.start()
         listing = await _until(lambda found: "den" in found.depots, etcd.url, 10)
         assert listing.depots["den"].url == url
+
+
+async def test_a_ca_file_that_cannot_be_read_is_said_and_the_depot_serves(tmp_path: Path) -> None:
+    config = _config(tmp_path, "ca", "https://127.0.0.1:9", directory_cafile=tmp_path / "missing.pem")
+    async with _depot(config) as (url, _):
+        status = await _status(url)
+    assert status["directory"]["state"] == "off"
+    assert "missing.pem" in status["directory"]["last_error"] or "No such file" in status["directory"]["last_error"]
