@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
-from lnet.client.commands import depots
+from lnet.client.commands import datasets, depots
 from lnet.client.commands.output import parse_arguments
 from lnet.client.exits import EXIT_CODES_HELP, ExitCode
 from lnet.client.formats import report
@@ -120,9 +120,9 @@ SUBCOMMANDS: list[Subcommand[Any]] = [
     Subcommand(
         "publish",
         "record where a dataset's replicas are in the depot directory, so that lnet-get NAME finds them",
-        lambda p: _publish_arguments(p),
-        lambda ns: _publish_args(ns),
-        lambda args: _publish(args),
+        datasets.add_publish_arguments,
+        datasets.PublishArgs.from_namespace,
+        datasets.run_publish,
         description="Record NAME's sources (HTTP mirrors that honour Range, or the URL a finished lnet-send "
         "printed) in the depot directory (docs/directory.md) until --expires; lnet-get NAME --directory URL then "
         "fetches from them. A source that carries a capability is readable by whoever etcd's roles let read the "
@@ -140,27 +140,6 @@ SUBCOMMANDS: list[Subcommand[Any]] = [
         "plot. Needs root; --local runs the depot round trip on this machine instead (no root, no emulation).",
     ),
 ]
-
-
-# -- lnet publish (client/commands/datasets.py, loaded when used) ----------------------------------------------
-
-
-def _publish_arguments(p: argparse.ArgumentParser) -> None:
-    from lnet.client.commands.datasets import add_publish_arguments
-
-    add_publish_arguments(p)
-
-
-def _publish_args(ns: argparse.Namespace) -> Any:
-    from lnet.client.commands.datasets import PublishArgs
-
-    return PublishArgs.from_namespace(ns)
-
-
-def _publish(args: Any) -> int:
-    from lnet.client.commands.datasets import run_publish
-
-    return run_publish(args)
 
 
 # -- lnet demo ------------------------------------------------------------------------------------------------
