@@ -92,8 +92,7 @@ def merge(overlay: Overlay, records: Mapping[str, DepotRecord]) -> tuple[Overlay
                 notes.append(f"directory depot {name} ({url}) is named in {overlay.source} with another URL: "
                              "using the file's")
             continue
-        if name == overlay.here:
-            notes.append(f"directory depot {name} has this client's own name ('here'): left out")
+        if name == overlay.here:  # a depot on the client's own host, under its vertex name: the client's vertex
             continue
         if url in urls:
             continue  # the file names it under another name (with its token): one vertex, the file's
