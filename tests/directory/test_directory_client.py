@@ -140,3 +140,68 @@ async def test_a_transfer_hears_of_depots_joining_and_leaving(etcd: EtcdServer, 
         await client.aclose()
     assert any("joined" in note for note in notes)
     assert any("left" in note for note in notes)
+
+
+async def test_lnet_send_uses_a_depot_that_joins_and_routes_around_one_that_leaves(
+    etcd: EtcdServer, tmp_path: Path
+) -> None:
+    """The whole command on real depots: the file comes from a throttled replica (``--source``), so the transfer
+    lasts seconds; d3 registers after 2 s and is used (probed, carrying bytes), d1 stops after 4 s (its lease
+    revoked at once) and is routed around; the file arrives whole."""
+    import re
+    import signal
+    import subprocess
+    import sys
+
+    import httpx
+
+    from ..client.http_replicas import Replica, replicas
+
+    data = os.urandom(12 * MiB)
+    depots = tmp_path / "depots.toml"
+    depots.write_text(f'here = "me"\ndirectory = "{etcd.url}"\n')
+    manifest = tmp_path / "sent.json"
+    with loopback_depots(["d1", "d2"], tmp_path, "--directory", etcd.url) as running:
+        await trio.to_thread.run_sync(_listed, etcd.url, {"d1", "d2"})
+        async with replicas(Replica(data, rate=2e6)) as servers:
+            argv = [sys.executable, "-m", "lnet.client.send", "--source", servers[0].url, "--to", "d2", "--depots",
+                    str(depots), "--memory", str(tmp_path / "m.json"), "--block-size", "256KiB", "--manifest",
+                    str(manifest), "--json", "--no-progress"]
+            late_log = tmp_path / "d3.log"
+            done: list[subprocess.CompletedProcess[bytes]] = []
+            async with trio.open_nursery() as nursery:
+
+                async def send() -> None:
+                    done.append(await trio.run_process(argv, capture_stdout=True, capture_stderr=True, check=False))
+
+                nursery.start_soon(send)
+                await trio.sleep(2)
+                with late_log.open("wb") as log:
+                    late = await trio.lowlevel.open_process(
+                        [sys.executable, "-m", "lnet.depot.cli", "--listen", "127.0.0.1:0", "--name", "d3",
+                         "--data-dir", str(tmp_path / "d3"), "--directory", etcd.url, "--log-level", "warning"],
+                        stdin=subprocess.DEVNULL, stderr=log)
+                await trio.sleep(2)
+                running["d1"].process.send_signal(signal.SIGTERM)
+            try:
+                match = re.search(r"serving on (\S+)", late_log.read_text())
+                assert match is not None
+                async with httpx.AsyncClient() as http:
+                    metrics = (await http.get(match.group(1) + "/metrics")).text
+            finally:
+                late.terminate()
+                with trio.fail_after(20):
+                    await late.wait()
+        out = tmp_path / "out.bin"  # fetched while the destination still runs
+        fetched = await get.run([str(manifest), "-o", str(out), "--no-progress"])
+    sent = done[0]
+    err = sent.stderr.decode()
+    assert sent.returncode == ExitCode.OK, err
+    assert "depot d3 joined the directory" in err
+    # whichever the transfer heard first: the directory's word, or its own copies failing
+    assert "depot d1 left the directory" in err or "depot d1 does not answer" in err
+    received = re.search(r"^lnet_depot_bytes_in_total (\S+)$", metrics, re.MULTILINE)
+    assert received is not None
+    assert float(received.group(1)) > 0  # d3 carried bytes of this transfer (its probes' at least)
+    assert fetched == ExitCode.OK
+    assert out.read_bytes() == data
