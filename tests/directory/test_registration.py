@@ -135,3 +135,22 @@ async def test_a_ca_file_that_cannot_be_read_is_said_and_the_depot_serves(tmp_pa
         status = await _status(url)
     assert status["directory"]["state"] == "off"
     assert "missing.pem" in status["directory"]["last_error"] or "No such file" in status["directory"]["last_error"]
+
+
+async def test_a_depot_is_registered_again_when_the_directory_comes_back_with_its_data(
+    etcd: EtcdServer, tmp_path: Path
+) -> None:
+    async with _depot(_config(tmp_path, "sea", etcd.url)) as (url, _):
+        await _until(lambda found: "sea" in found.depots, etcd.url, 5)
+        etcd.stop()  # the same cluster comes back: its lease was kept, and is renewed again
+        await trio.sleep(2.5)
+        assert (await _status(url))["directory"]["state"] == "retrying"
+        etcd.start()
+        with trio.fail_after(10):
+            while True:
+                status = (await _status(url))["directory"]
+                if status["state"] == "registered":
+                    break
+                await trio.sleep(0.1)
+        assert status["failures"] >= 1
+        assert "sea" in (await _listing(etcd.url)).depots
