@@ -16,7 +16,7 @@ import base64
 import json
 import logging
 import ssl
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -330,7 +330,7 @@ class EtcdClient:
 
     async def watch_prefix(
         self, prefix: bytes, start_revision: int, *, idle_s: float
-    ) -> AsyncIterator[list[WatchEvent]]:
+    ) -> AsyncGenerator[list[WatchEvent], None]:
         """The changes under ``prefix`` from ``start_revision`` on, a batch at a time, until the stream breaks or
         is silent for ``idle_s`` (then it ends: open it again from the last revision seen + 1). Raises
         ``EtcdUnavailable`` when no endpoint answers, ``EtcdError`` when etcd refuses the watch (compacted

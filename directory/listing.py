@@ -7,7 +7,8 @@ caller warns). Keys under the prefix that are not depots' (clients' memory, data
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
+from contextlib import aclosing
 from dataclasses import dataclass, field
 
 from .entries import DepotRecord, EntryError, depots_prefix, parse_depot_record
@@ -54,19 +55,20 @@ async def list_depots(client: EtcdClient, prefix: str) -> Listing:
 
 async def watch_depots(
     client: EtcdClient, prefix: str, start_revision: int, *, idle_s: float, skipped: list[str] | None = None
-) -> AsyncIterator[DepotChange]:
+) -> AsyncGenerator[DepotChange, None]:
     """The depots' changes from ``start_revision`` on, until the watch ends (``EtcdClient.watch_prefix``: silence
     for ``idle_s``, or a broken stream); a malformed entry that appears is reported in ``skipped``, not yielded."""
-    async for batch in client.watch_prefix(depots_prefix(prefix), start_revision, idle_s=idle_s):
-        for event in batch:
-            name = _name(event.key, prefix)
-            if event.value is None:
-                yield DepotChange(name, None, event.revision)
-                continue
-            try:
-                record = parse_depot_record(event.key, event.value, prefix)
-            except EntryError as exc:
-                if skipped is not None:
-                    skipped.append(f"{name!r}: {exc}")
-                continue
-            yield DepotChange(record.name, record, event.revision)
+    async with aclosing(client.watch_prefix(depots_prefix(prefix), start_revision, idle_s=idle_s)) as batches:
+        async for batch in batches:
+            for event in batch:
+                name = _name(event.key, prefix)
+                if event.value is None:
+                    yield DepotChange(name, None, event.revision)
+                    continue
+                try:
+                    record = parse_depot_record(event.key, event.value, prefix)
+                except EntryError as exc:
+                    if skipped is not None:
+                        skipped.append(f"{name!r}: {exc}")
+                    continue
+                yield DepotChange(record.name, record, event.revision)

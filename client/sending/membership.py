@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import random
 from collections.abc import Callable
+from contextlib import aclosing
 from typing import TYPE_CHECKING
 
 import trio
@@ -53,26 +54,27 @@ async def follow_directory(
     async with EtcdClient(settings) as client:
         while True:
             try:
-                async for change in watch_depots(client, prefix, revision + 1, idle_s=WATCH_IDLE_S,
-                                                  skipped=skipped):
-                    revision = max(revision, change.revision)
-                    backoff.reset()
-                    said_down = False
-                    if change.record is None:
-                        if change.name in relay.clients and change.name not in relay.dead:
-                            note(f"depot {change.name} left the directory: routing around it")
-                            relay.depot_left(change.name)
-                            gone.add(change.name)
-                    elif change.name not in known or change.name in gone:
-                        # a new depot, or one that left and came back; a depot the transfer started with (left
-                        # out for its limits, or not answering then) is not taken up because its entry changed
-                        if joined(change.record):
-                            note(f"depot {change.name} joined the directory: a candidate from now on")
-                            known.add(change.name)
-                            gone.discard(change.name)
-                    for line in skipped:
-                        note(f"directory entry {line} (skipped)")
-                    skipped.clear()
+                changes = watch_depots(client, prefix, revision + 1, idle_s=WATCH_IDLE_S, skipped=skipped)
+                async with aclosing(changes):
+                    async for change in changes:
+                        revision = max(revision, change.revision)
+                        backoff.reset()
+                        said_down = False
+                        if change.record is None:
+                            if change.name in relay.clients and change.name not in relay.dead:
+                                note(f"depot {change.name} left the directory: routing around it")
+                                relay.depot_left(change.name)
+                                gone.add(change.name)
+                        elif change.name not in known or change.name in gone:
+                            # a new depot, or one that left and came back; a depot the transfer started with (left
+                            # out for its limits, or not answering then) is not taken up because its entry changed
+                            if joined(change.record):
+                                note(f"depot {change.name} joined the directory: a candidate from now on")
+                                known.add(change.name)
+                                gone.discard(change.name)
+                        for line in skipped:
+                            note(f"directory entry {line} (skipped)")
+                        skipped.clear()
                 delay = 0.0  # silent for WATCH_IDLE_S: open it again at once
             except EtcdUnavailable as exc:
                 if not said_down:
