@@ -150,6 +150,8 @@ class Depot:
         self._http: httpx.AsyncClient | None = None
         self._exit_stack = contextlib.AsyncExitStack()
         self._started_at = 0.0
+        # The directory registration's state for /v1/status (directory_link.py), when one runs
+        self.directory_status: Callable[[], dict[str, Any]] | None = None
         self.app: ASGIApp = self._limits(self._router())
 
     # -- lifecycle ------------------------------------------------------------------------------------------
@@ -631,6 +633,7 @@ class Depot:
                 "links": self.links.summary(now),
                 "fast_path": self.fast_path.active,
                 **({} if self.fast_path.active else {"fast_path_off": self.fast_path.reason}),
+                **({"directory": self.directory_status()} if self.directory_status is not None else {}),
             },
         )
 

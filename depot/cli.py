@@ -98,6 +98,18 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--weather-interval", metavar="TIME", help="time between rounds of weather probes (300s)")
     p.add_argument("--weather-block", metavar="SIZE", help="bytes of each probe push (4MiB)")
+    p.add_argument(
+        "--directory", action="append", metavar="URL",
+        help="register in the depot directory at this etcd endpoint (repeat or comma-separate a cluster's); "
+        "docs/directory.md",
+    )
+    p.add_argument("--advertise", metavar="URL",
+                   help="the URL other hosts reach this depot by (default: the listen address, if not a wildcard)")
+    p.add_argument("--directory-prefix", metavar="PREFIX", help="the directory's key prefix (/lnet/)")
+    p.add_argument("--directory-ttl", metavar="TIME", help="the entry's lease: gone this long after a crash (15s)")
+    p.add_argument("--directory-user", metavar="USER", help="this depot's etcd user")
+    p.add_argument("--directory-password-file", type=Path, metavar="FILE", help="the etcd user's password")
+    p.add_argument("--directory-cafile", metavar="FILE", help="CA bundle that signed etcd's certificate")
     p.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
     p.add_argument(
         "--no-fast-path", dest="fast_path", action="store_const", const=False, default=None,
@@ -115,9 +127,17 @@ def load_config(args: argparse.Namespace, environ: dict[str, str]) -> DepotConfi
             "listen", "name", "capacity", "max_allocation", "max_duration", "operator_token", "data_dir",
             "certfile", "keyfile", "max_concurrent_requests", "copy_timeout", "read_timeout", "graceful_timeout",
             "log_level", "max_lanes", "weather_bytes_per_hour", "weather_interval", "weather_block",
-            "require_token_for", "fast_path",
+            "require_token_for", "fast_path", "advertise", "directory_prefix", "directory_ttl", "directory_user",
+            "directory_cafile",
         )
     }
+    if args.directory is not None:
+        overrides["directory"] = ",".join(args.directory)
+    if args.directory_password_file is not None:
+        try:
+            overrides["directory_password"] = args.directory_password_file.read_text().strip()
+        except OSError as exc:
+            raise ConfigError(f"--directory-password-file: {exc}") from None
     if args.copy_allow is not None:
         overrides["copy_allow"] = ",".join(args.copy_allow)
     overrides["weather_peers"] = args.weather_peer
@@ -145,6 +165,8 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_USAGE
     if args.print_config:
         for key, value in sorted(vars(config).items()):
+            if key == "directory_password" and value is not None:
+                value = "(set)"
             if key == "operator_token" and value is not None:
                 value = value[:4] + "…"
             print(f"{key} = {value!r}")

@@ -104,6 +104,18 @@ class DepotConfig:
     weather_bytes_per_hour: int = 0
     weather_interval: float = 5 * MINUTES
     weather_block: int = 4 * MiB
+    # The depot directory (etcd, docs/directory.md): off unless endpoints are given.
+    directory: tuple[str, ...] = ()
+    advertise: str | None = None
+    directory_prefix: str = "/lnet/"
+    directory_ttl: float = 15 * SECONDS
+    directory_rewrite_interval: float = 10 * SECONDS
+    directory_timeout: float = 5 * SECONDS
+    directory_user: str | None = None
+    directory_password: str | None = field(default=None, repr=False)  # a secret: never in a repr
+    directory_cafile: Path | None = None
+    directory_certfile: Path | None = None
+    directory_keyfile: Path | None = None
 
     def __post_init__(self) -> None:
         problems: list[str] = []
@@ -135,6 +147,7 @@ class DepotConfig:
         if self.operator_token is not None and len(self.operator_token) < 16:
             problems.append("operator_token must be at least 16 characters")
         problems += self._fence_problems()
+        problems += _directory_problems(self)
         if self.log_level.lower() not in ("debug", "info", "warning", "error"):
             problems.append("log_level must be one of debug, info, warning, error")
         try:
@@ -267,6 +280,46 @@ def _flatten_weather(document: dict[str, Any], file: Path) -> dict[str, Any]:
             raise ConfigError(f"{file}: {name} is given twice (as weather.{key} too)")
         table[name] = raw
     return table
+
+
+def _directory_problems(config: DepotConfig) -> list[str]:
+    """The directory's keys checked (``lnet.directory`` is loaded only when a directory is configured)."""
+    if not config.directory:
+        return []
+    from lnet.directory.entries import check_prefix, depot_key
+    from lnet.directory.etcd import EtcdSettings
+    from lnet.directory.registration import MAX_TTL_S
+
+    problems = []
+    try:
+        depot_key(check_prefix(config.directory_prefix), config.name)
+        EtcdSettings(config.directory, config.directory_user, config.directory_password, config.directory_cafile,
+                     config.directory_certfile, config.directory_keyfile, config.directory_timeout)
+    except ValueError as exc:
+        problems.append(str(exc))
+    if not 1 <= config.directory_ttl <= MAX_TTL_S:
+        problems.append(f"directory_ttl must be 1 to {MAX_TTL_S} seconds")
+    if config.directory_rewrite_interval < 1:
+        problems.append("directory_rewrite_interval must be at least 1 second")
+    if config.advertise is None:
+        host = config.listen.rpartition(":")[0].strip("[]")
+        if host in ("", "0.0.0.0", "::"):
+            problems.append(f"listen {config.listen} is a wildcard address: give advertise (--advertise URL), the "
+                            "URL other hosts reach this depot by, to register it in the directory")
+    return problems
+
+
+def _as_endpoints(raw: Any) -> tuple[str, ...]:
+    from lnet.directory.etcd import parse_endpoints
+
+    if not isinstance(raw, str | list | tuple):
+        raise ValueError(f"expected a URL or a list of URLs, got {type(raw).__name__}")
+    endpoints: tuple[str, ...] = parse_endpoints(raw)
+    return endpoints
+
+
+def _as_base_url(raw: Any) -> str:
+    return _peer(_as_str(raw), None).url
 
 
 def _as_str(raw: Any) -> str:
@@ -402,6 +455,17 @@ _CONVERTERS: dict[str, Callable[[Any], Any]] = {
     "weather_bytes_per_hour": parse_size,
     "weather_interval": parse_duration,
     "weather_block": parse_size,
+    "directory": _as_endpoints,
+    "advertise": _as_base_url,
+    "directory_prefix": _as_str,
+    "directory_ttl": parse_duration,
+    "directory_rewrite_interval": parse_duration,
+    "directory_timeout": parse_duration,
+    "directory_user": _as_str,
+    "directory_password": _as_secret,
+    "directory_cafile": _as_path,
+    "directory_certfile": _as_path,
+    "directory_keyfile": _as_path,
 }
 
 

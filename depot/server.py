@@ -129,10 +129,21 @@ async def serve(
     _say_what_is_off(fast, config)
     hc = _hypercorn_config(config)
     _check_bindable(*config.host_port)
+    stopping = trio.Event()  # set at the shutdown trigger: the directory entry goes before the requests drain
+
+    async def trigger() -> None:
+        assert shutdown_trigger is not None
+        await shutdown_trigger()
+        stopping.set()
+
     async with Depot(config, fast_path=fast) as depot, trio.open_nursery() as nursery:
-        binds = await nursery.start(_serve_hypercorn, depot, hc, shutdown_trigger)
+        binds = await nursery.start(_serve_hypercorn, depot, hc, trigger if shutdown_trigger is not None else None)
         url = depot_url(config, binds[0])
         log.info("depot %s listening on %s (capacity %d bytes)", config.name, url, config.capacity)
+        if config.directory:
+            from .directory_link import register_until_stopped
+
+            nursery.start_soon(register_until_stopped, depot, url, stopping)
         task_status.started(url)
     log.info("depot %s stopped; hard allocations are on disk in %s", config.name, config.data_dir)
 

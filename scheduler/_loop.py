@@ -424,6 +424,16 @@ class PathScheduler:
         """A path tried on ceilings was left for a better one: this network's probes were not sharing links
         with the transfer, and ceilings are not tried again in this transfer."""
 
+    def add_vertex(self, vertex: str) -> None:
+        """A depot that joined the overlay during the transfer: a candidate from the next ``tick`` on (probed
+        as any edge the memory does not know), with room for two more explorations."""
+        if vertex in self._among:
+            return
+        self.vertices = (*self.vertices, vertex)
+        self._among = frozenset(self.vertices)
+        if self.config.max_explorations is None:
+            self.max_explorations += 2
+
     # -- what the engine reads ----------------------------------------------------------------------------
 
     @property

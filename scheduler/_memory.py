@@ -194,6 +194,19 @@ class EdgeMemory:
         self._edges[(u, v)] = new
         return new
 
+    def adopt(self, u: str, v: str, record: EdgeEstimate) -> bool:
+        """Take another memory's record of ``u -> v`` (the overlay's shared memory) when this one knows nothing
+        of the edge or knows it from before ``record.measured_at``; True when taken. Its own measurements replace
+        it as for any record."""
+        values = (record.throughput_bps, record.measured_at, record.boost)
+        if not all(math.isfinite(x) for x in values) or record.throughput_bps < 0 or record.samples < 0:
+            raise ValueError(f"not a usable edge record: {record!r}")
+        old = self._edges.get((u, v))
+        if old is not None and old.measured_at >= record.measured_at:
+            return False
+        self._edges[(u, v)] = record
+        return True
+
     def fail(self, u: str, v: str, now: float) -> None:
         """The hop ``u -> v`` failed: its weight is 0 until aging gives it another chance."""
         old = self._edges.get((u, v))

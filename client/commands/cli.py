@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
-from lnet.client.commands import depots
+from lnet.client.commands import datasets, depots
 from lnet.client.commands.output import parse_arguments
 from lnet.client.exits import EXIT_CODES_HELP, ExitCode
 from lnet.client.formats import report
@@ -44,6 +44,13 @@ class Subcommand(Generic[Options]):
 
 # -- lnet report ----------------------------------------------------------------------------------------------
 
+
+
+def _run_depots(args: depots.DepotsArgs) -> int:
+    """``lnet depots``: loads the directory's client (httpx) only once the options are parsed."""
+    from lnet.client.commands.depots_directory import run
+
+    return run(args)
 
 def _report_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("reports", nargs="+", type=Path, metavar="FILE", help="a report lnet-send --report wrote")
@@ -113,9 +120,20 @@ SUBCOMMANDS: list[Subcommand[Any]] = [
         "is the overlay healthy? every depot of the depots file: state, capacity, limits, links",
         depots.add_arguments,
         depots.DepotsArgs.from_namespace,
-        depots.run,
+        _run_depots,
         description=depots.DESCRIPTION,
         epilog=depots.EPILOG,
+    ),
+    Subcommand(
+        "publish",
+        "record where a dataset's replicas are in the depot directory, so that lnet-get NAME finds them",
+        datasets.add_publish_arguments,
+        datasets.PublishArgs.from_namespace,
+        datasets.run_publish,
+        description="Record NAME's sources (HTTP mirrors that honour Range, or the URL a finished lnet-send "
+        "printed) in the depot directory (docs/directory.md) until --expires; lnet-get NAME --directory URL then "
+        "fetches from them. A source that carries a capability is readable by whoever etcd's roles let read the "
+        "datasets.",
     ),
     Subcommand(
         "demo",

@@ -49,7 +49,8 @@ __all__ = [
 DEFAULT_TIMEOUT_S = 5.0
 JSON_KIND = "lnet-depots/1"
 
-State = Literal["ok", "unreachable", "busy", "refused", "not a depot"]
+State = Literal["ok", "registered", "unreachable", "busy", "refused", "not a depot"]
+"""``registered``: listed by the depot directory (its entry is alive), not asked itself (``--check`` asks it)."""
 # What each state means for the exit status: a depot that may answer later, or a depots file to fix.
 _TRY_LATER: frozenset[State] = frozenset({"unreachable", "busy"})
 _FIX_CONFIG: frozenset[State] = frozenset({"refused", "not a depot"})
@@ -298,8 +299,8 @@ def to_json(healths: Sequence[DepotHealth]) -> dict[str, Any]:
     return {
         "kind": JSON_KIND,
         "depots": depots,
-        "healthy": sum(health.state == "ok" for health in healths),
-        "unhealthy": sum(health.state != "ok" for health in healths),
+        "healthy": sum(health.state in ("ok", "registered") for health in healths),
+        "unhealthy": sum(health.state not in ("ok", "registered") for health in healths),
         "exit": int(exit_code(healths)),
     }
 
@@ -320,11 +321,13 @@ def render_table(healths: Sequence[DepotHealth], title: str | None = None) -> Ta
         if health.depot_name is not None and health.depot_name != health.name:
             name.append(f"\n(calls itself {health.depot_name})", style="dim")
         name.append(f"\n{health.url}", style="dim")
-        if health.state != "ok":
+        if health.state not in ("ok", "registered"):
             state = Text(f"{health.state}\n{health.reason or ''}".rstrip(), style="bold red")
             table.add_row(name, state, *(["-"] * 6), "")
             continue
-        state = Text("ok", style="green")
+        state = Text(health.state, style="green")
+        if health.reason:  # a registered depot: how old its entry is
+            state.append(f"\n{health.reason}", style="dim")
         if health.token_required_for:
             state.append(f"\ntoken for {', '.join(health.token_required_for)}", style="dim")
         table.add_row(
@@ -412,6 +415,9 @@ exit status:
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--depots", type=Path, metavar="FILE", help="the depots file (default: $LNET_DEPOTS, then the "
                    "user's config directory)")
+    p.add_argument("--directory", metavar="URL", help="also list every depot registered in this depot directory "
+                   "(etcd; docs/directory.md), from its entry")
+    p.add_argument("--check", action="store_true", help="with a directory: ask its depots for their status too")
     p.add_argument("--json", action="store_true", help=f"print one JSON object ({JSON_KIND}) instead of the table")
     p.add_argument(
         "--timeout", default=f"{DEFAULT_TIMEOUT_S:g}s", metavar="TIME",
@@ -426,10 +432,12 @@ class DepotsArgs:
     depots: Path | None
     json: bool
     timeout: str
+    directory: str | None = None
+    check: bool = False
 
     @classmethod
     def from_namespace(cls, ns: argparse.Namespace) -> DepotsArgs:
-        return cls(ns.depots, ns.json, ns.timeout)
+        return cls(ns.depots, ns.json, ns.timeout, ns.directory, ns.check)
 
 
 def run(args: DepotsArgs, *, transport: httpx.AsyncBaseTransport | None = None) -> int:

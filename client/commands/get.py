@@ -22,7 +22,7 @@ import argparse
 import re
 import sys
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
@@ -88,6 +88,11 @@ def _parser() -> argparse.ArgumentParser:
         "$LNET_DEPOTS or the user's depots file, if there is one)",
     )
     p.add_argument(
+        "--directory", metavar="URL",
+        help="the one source is the NAME of a dataset published in this depot directory (lnet publish): fetch it "
+        "from the sources recorded there",
+    )
+    p.add_argument(
         "--follow", action="store_true",
         help="receive a transfer that lnet-send --follow is still sending (give the URL it printed): writes each "
         "block as it lands, frees it at the depot, ends when the whole file is verified",
@@ -143,11 +148,18 @@ class GetArgs:
     trace: Path | None = None
     follow: bool = False
     wait: float = DEFAULT_WAIT_S
+    directory: str | None = None
 
     @classmethod
     def from_namespace(cls, ns: argparse.Namespace) -> GetArgs:
         return cls(tuple(ns.sources), ns.output, ns.parallel, ns.timeout, ns.depots, ns.json, ns.no_progress,
-                   ReplicaArgs.from_namespace(ns), ns.trace, ns.follow, ns.wait)
+                   ReplicaArgs.from_namespace(ns), ns.trace, ns.follow, ns.wait, ns.directory)
+
+    @property
+    def dataset_name(self) -> bool:
+        """One source that is neither a URL nor a file, with a directory named: a dataset (``lnet publish``)."""
+        return (self.directory is not None and len(self.sources) == 1
+                and not replica_options.is_url(self.sources[0]) and not Path(self.sources[0]).exists())
 
     @property
     def one_depot_url(self) -> bool:
@@ -230,6 +242,16 @@ def _parse(argv: list[str] | None) -> tuple[GetArgs, CommandOutput] | int:
 
 
 async def _get(args: GetArgs, out: CommandOutput, io: ClientIO) -> int:
+    if args.dataset_name:  # its sources from the depot directory, then as if they were given
+        from lnet.client.commands.datasets import resolve_dataset
+
+        found = await resolve_dataset(args.sources[0], args.directory, args.depots, args.timeout)
+        if isinstance(found, Failed):
+            return finish(out, found, as_json=args.json)
+        replica = args.replica
+        if found.sha256 is not None and replica.sha256 is None:
+            replica = replace(replica, sha256=found.sha256)
+        args = replace(args, sources=found.sources, replica=replica, directory=None)
     if args.one_depot_url:
         outcome = await _from_depot_url(args, out, io)
     elif args.follow:

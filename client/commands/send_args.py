@@ -90,6 +90,8 @@ def _parser() -> argparse.ArgumentParser:
                    "while it is sent (default: the temporary directory); removed at the end")
     p.add_argument("--to", required=True, metavar="DEPOT", help="the destination depot's name in the depots file")
     p.add_argument("--depots", type=Path, metavar="FILE", help="the depots file (TOML)")
+    p.add_argument("--directory", metavar="URL",
+                   help="also use the depots registered in this depot directory (etcd; docs/directory.md)")
     p.add_argument("--path", metavar="A,B,...", help="pin the chain of depots (no adaptation); DEST may be omitted")
     p.add_argument(
         "--max-paths", type=int, metavar="N",
@@ -175,6 +177,7 @@ class SendArgs:
     bdp: str | None
     follow: bool = False
     space_wait: str = "10m"
+    directory: str | None = None
 
     @classmethod
     def from_namespace(cls, ns: argparse.Namespace) -> SendArgs:
@@ -182,7 +185,7 @@ class SendArgs:
             ns.file, tuple(ns.source), ns.spool, ns.to, ns.depots, ns.path, ns.max_paths, ns.cold, ns.warm, ns.memory,
             ns.block_size, ns.hash, ns.duration, ns.max_inflight, ns.timeout, ns.manifest, ns.report, ns.restart,
             ns.json, ns.trace, ns.no_progress, ReplicaArgs.from_namespace(ns), tuple(ns.priority or ()),
-            ns.pipeline_depth, ns.bdp, ns.follow, ns.space_wait,
+            ns.pipeline_depth, ns.bdp, ns.follow, ns.space_wait, ns.directory,
         )
 
     @classmethod

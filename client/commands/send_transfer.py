@@ -24,6 +24,12 @@ from rich.console import Console
 
 from lnet.client.commands import replica_options
 from lnet.client.commands.clientio import ClientIO
+from lnet.client.commands.directory_use import (
+    discovered,
+    membership_follower,
+    share_memory,
+    start_from_overlay_memory,
+)
 from lnet.client.commands.outcome import Delivered, Failed, Outcome, TreeSent, finish
 from lnet.client.commands.output import CommandOutput, transfer_progress
 from lnet.client.commands.send_args import DEFAULT_DURATION_S, DEFAULT_HASH, DEFAULT_MAX_PATHS, SendArgs
@@ -40,6 +46,7 @@ from lnet.client.sending.relay import (
     Note,
     PathChanged,
     PathShares,
+    Relay,
     RelayConfig,
     RelayResult,
     SpaceWait,
@@ -201,13 +208,28 @@ async def transfer(args: SendArgs, argv: list[str], io: ClientIO, out: CommandOu
     """Check the arguments, then send a file, a tree or a file from its replicas; the outcome goes to
     ``finish``. ``argv`` is what the resume hint repeats."""
     out = out or CommandOutput("lnet-send")
-    prepared = _prepare(args)
+    memory_path = args.memory or EdgeMemory.default_path()
+    found = await discovered(args, out, memory_path.parent)
+    if isinstance(found, Failed):
+        return finish(out, found, as_json=args.json)
+    prepared = _prepare(args, found.overlay if found is not None else None)
     if isinstance(prepared, Failed):
         return finish(out, prepared, as_json=args.json)
     overlay, relay_config, pinned, plan = prepared
-    memory_path = args.memory or EdgeMemory.default_path()
     memory = EdgeMemory() if args.cold else EdgeMemory.load(memory_path)
+    if not args.cold:
+        await start_from_overlay_memory(found, memory, out.note)
     run = _Send(args, argv, io, out, overlay, relay_config, pinned, memory, memory_path)
+    if found is not None and found.ref is not None and pinned is None:
+        run.membership = membership_follower(found, io.transport, relay_config.timeout_s, out.note)
+    code = await _send_it(run, args, plan)
+    if code == ExitCode.OK:
+        await share_memory(found, overlay.here, memory, memory_path.parent, out.note)
+    return code
+
+
+async def _send_it(run: _Send, args: SendArgs, plan: PlanConfig) -> int:
+    """The file or the tree sent, its outcome finished; the exit code."""
     if args.file is not None and args.file.is_dir():  # a tree: planned and packed here, sent by send()
         name = args.file.resolve().name or "tree"
         manifest_path = args.manifest or Path(f"{name}.manifest.json")
@@ -235,10 +257,11 @@ def _once(make: Callable[[RelayResult], M]) -> Callable[[RelayResult], M]:
     return once
 
 
-def _prepare(args: SendArgs) -> Prepared | Failed:
-    """The arguments checked and turned into what the transfer takes (a usage failure otherwise)."""
+def _prepare(args: SendArgs, overlay: Overlay | None = None) -> Prepared | Failed:
+    """The arguments checked and turned into what the transfer takes (a usage failure otherwise). ``overlay``:
+    the depots file and directory's, when ``discovered`` (else the depots file is read here)."""
     try:
-        overlay = Overlay.load(args.depots)
+        overlay = overlay or Overlay.load(args.depots)
         block_size = parse_size(args.block_size)
         duration = parse_duration(args.duration) if args.duration is not None else DEFAULT_DURATION_S
         timeout = parse_duration(args.timeout)
@@ -306,6 +329,8 @@ class _Send:
         self.args, self.argv, self.io, self.out = args, argv, io, out
         self.overlay, self.relay_config, self.pinned = overlay, relay_config, pinned
         self.memory, self.memory_path = memory, memory_path
+        # Follows the depot directory during the transfer (depots joining and leaving), when one is used
+        self.membership: Callable[[Relay], Awaitable[None]] | None = None
 
     async def with_journal(self, manifest_path: Path, body: Callable[[SendJournal], Awaitable[Outcome]]) -> int:
         """Run ``body`` with the transfer's send journal open (it resumes an interrupted run of this transfer,
@@ -333,7 +358,7 @@ class _Send:
             self.overlay, args.to, self.pinned, self.memory, warm=not args.cold, relay_config=relay_config,
             scheduler_config=scheduler_config(args), timeout_s=self.relay_config.timeout_s, on_event=on_event,
             longest_duration=args.duration is None, journal=journal, transport=self.io.transport,
-            offload=self.io.offload, publish=publish,
+            offload=self.io.offload, publish=publish, membership=self.membership,
         )
 
     def delivered(

@@ -1174,6 +1174,25 @@ class Relay:
         if u != v and not isinstance(exc, NotFound):
             self._tell(HopFailure(edge, now))
 
+    def depot_joined(self, node: str, client: DepotClient) -> None:
+        """A depot that joined the overlay during the transfer (the directory says so: ``membership.py``): the
+        scheduler may probe it and route through it from its next tick on. A pinned transfer keeps its path."""
+        if node == self.here or node == self.dest:
+            return
+        self.clients[node] = client
+        self.dead.discard(node)
+        if self.scheduler is not None:
+            self.scheduler.add_vertex(node)
+
+    def depot_left(self, node: str) -> None:
+        """A depot that left the overlay (its directory entry went): handled as a depot that stopped answering,
+        its blocks re-sent from their nearest holder."""
+        if node in self.dead or node not in self.clients or node == self.dest:
+            return
+        self.dead.add(node)
+        self._pools.pop(node, None)
+        self._tell(DepotFailure(node, self.clock()))
+
     def _nearest(self, block: _Block) -> str:
         """The holder nearest the destination that still has the block (the source, at worst)."""
         while len(block.holders) > 1 and (block.holders[-1][0] in self.dead or block.holders[-1][1] is None):

@@ -270,6 +270,7 @@ async def send(
     transport: httpx.AsyncBaseTransport | None = None,
     offload: Offload | None = None,
     publish: PublishOptions | None = None,
+    membership: Callable[[Relay], Awaitable[None]] | None = None,
 ) -> tuple[RelayResult, PathScheduler | None, list[str]]:
     """Run one transfer; returns the relay's result, the scheduler (None when pinned) and the depots skipped.
     With ``publish``, the transfer keeps its publication at the destination (``lnet.client.sending.publish``:
@@ -409,6 +410,8 @@ async def send(
                     nursery.start_soon(journal.keep_synced, offload)
                 if publisher is not None:
                     nursery.start_soon(publisher.keep_published)
+                if membership is not None:  # depots joining and leaving the directory meanwhile
+                    nursery.start_soon(membership, relay)
                 result = await relay.run()
                 nursery.cancel_scope.cancel()
             if publisher is not None and publish is not None:
@@ -484,6 +487,7 @@ class SendOptions:
     transport: httpx.AsyncBaseTransport | None = None
     offload: Offload | None = None
     publish: PublishOptions | None = None
+    membership: Callable[[Relay], Awaitable[None]] | None = None
 
     async def send(
         self, file: Path | Stream, available: Callable[[int, int], Awaitable[None]] | None = None,
@@ -493,6 +497,7 @@ class SendOptions:
             relay_config=self.relay_config, scheduler_config=self.scheduler_config, timeout_s=self.timeout_s,
             on_event=self.on_event, available=available, longest_duration=self.longest_duration,
             journal=self.journal, transport=self.transport, offload=self.offload, publish=self.publish,
+            membership=self.membership,
         )
 
 

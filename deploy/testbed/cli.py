@@ -63,7 +63,10 @@ def _parser() -> argparse.ArgumentParser:
 
     co = sub.add_parser("compose", help="write docker-compose.yml for a topology; --up / --down on Docker")
     co.add_argument("topology", type=Path)
-    co.add_argument("-o", "--output", type=Path, help="directory (default: deploy/compose/NAME)")
+    co.add_argument("-o", "--output", type=Path,
+                    help="directory (default: deploy/compose/NAME, or NAME-directory with --directory)")
+    co.add_argument("--directory", action="store_true",
+                    help="add a depot directory: an etcd service where every depot registers (docs/directory.md)")
     updown = co.add_mutually_exclusive_group()
     updown.add_argument("--up", action="store_true",
                         help="also build the image if it is not current, and bring the testbed up (containers)")
@@ -150,7 +153,7 @@ def main(argv: list[str] | None = None) -> int:
             return EXIT_OK
         if args.command == "compose":
             topo = Topology.load(args.topology)
-            out = args.output or Path("deploy/compose") / topo.name
+            out = args.output or Path("deploy/compose") / (topo.name + ("-directory" if args.directory else ""))
             if args.down:
                 ensure_engine()
                 left = compose_down(topo, out, remove_image=not args.keep_image)
@@ -161,11 +164,11 @@ def main(argv: list[str] | None = None) -> int:
                       + (f"image {IMAGE} kept" if args.keep_image else "the base image kept"))
                 return EXIT_OK
             if not args.up:
-                for path in write_compose(topo, out):
+                for path in write_compose(topo, out, directory=args.directory):
                     print(f"wrote {path}")
                 return EXIT_OK
             _build(args)
-            bed = compose_up(topo, out)
+            bed = compose_up(topo, out, directory=args.directory)
             print(f"testbed {bed.project} is up ({bed.file}); take it down with: lnet-testbed compose "
                   f"{args.topology} -o {out} --down")
             for h in topo.hosts:

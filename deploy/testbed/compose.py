@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .netns import receive_buffer_bytes
-from .topology import Host, Link, Topology, TopologyError
+from .topology import HOST_PREFIX, Host, Link, Topology, TopologyError
 
 __all__ = [
     "DEPOT_PORT",
@@ -36,6 +36,7 @@ __all__ = [
     "compose_yaml",
     "container_name",
     "depot_command",
+    "directory_url",
     "host_plan",
     "project_name",
     "write_compose",
@@ -51,6 +52,9 @@ DEPOT_DATA_DIR = "/var/lib/lnet/depot"
 NO_NETEM_LINE = ("lnet-testbed: this kernel has no netem (sch_netem), so the links are shaped for rate only (tbf)"
                  " with no delay, jitter or loss")
 READY_LINE = "lnet-testbed: host ready"
+ETCD_PORT = 2379
+ETCD_ADDRESS = f"{LINK_PREFIX}.0.4"  # on link 0's network, beside its two hosts (.2, .3; docker keeps .1)
+TESTBED_NET = f"{HOST_PREFIX}.0/24"  # every host's testbed address
 
 
 @dataclass(frozen=True)
@@ -110,10 +114,46 @@ def container_name(topology: Topology, host: str) -> str:
     return f"{project_name(topology)}-{host}"
 
 
-def depot_command(host: Host) -> list[str]:
-    """The default command of a host's service: an lnet depot on its testbed address."""
+def depot_command(host: Host, *, directory: bool = False) -> list[str]:
+    """The default command of a host's service: an lnet depot on its testbed address (registered in the
+    testbed's depot directory, with ``directory``)."""
+    registered = ["--directory", directory_url()] if directory else []
     return ["lnet-depot", "--listen", f"{host.address}:{DEPOT_PORT}", "--name", host.name, "--data-dir",
-            DEPOT_DATA_DIR, "--log-level", "warning"]
+            DEPOT_DATA_DIR, "--log-level", "warning", *registered]
+
+
+def directory_url() -> str:
+    """The depot directory's etcd, when the testbed has one: its own service on link 0, beside that link's `a`
+    host (docs/directory.md)."""
+    return f"http://{ETCD_ADDRESS}:{ETCD_PORT}"
+
+
+def etcd_service(topology: Topology, image: str) -> list[str]:
+    """The `etcd` service's lines: etcd (Debian's etcd-server, in the image) on link 0's network at
+    ``ETCD_ADDRESS``, routing the testbed addresses through link 0's `a` host, which forwards."""
+    gateway = link_address(0, "a")
+    url = directory_url()
+    peer = f"http://127.0.0.1:{ETCD_PORT + 1}"
+    commands = ["set -e", f"ip route replace {TESTBED_NET} via {gateway}", 'exec "$@"']
+    argv = ["etcd", "--name", "etcd", "--data-dir", "/var/lib/etcd/lnet", "--listen-client-urls", url,
+            "--advertise-client-urls", url, "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
+            "--initial-cluster", f"etcd={peer}", "--log-level", "warn", "--logger", "zap"]
+    out = [
+        "  etcd:",
+        f"    # the depot directory: every depot registers here, clients find them here ({url})",
+        f"    image: {_q(image)}",
+        f"    container_name: {_q(container_name(topology, 'etcd'))}",
+        '    hostname: "etcd"',
+        "    cap_add:",
+        '      - "NET_ADMIN"',
+        "    networks:",
+        f"      {link_network(0)}:",
+        f"        ipv4_address: {_q(ETCD_ADDRESS)}",
+        "    entrypoint:", '      - "sh"', '      - "-c"', f"      - {_q_shell('; '.join(commands))}",
+        '      - "lnet-testbed-start"',
+        "    command:",
+    ]
+    return out + [f"      - {_q_shell(word)}" for word in argv]
 
 
 def _netem_probe() -> list[str]:
@@ -131,7 +171,9 @@ def _sh_quote(s: str) -> str:
     return f"'{s}'"
 
 
-def host_plan(topology: Topology, host: Host) -> HostPlan:
+def host_plan(topology: Topology, host: Host, *, directory: bool = False) -> HostPlan:
+    """``directory``: the testbed has a depot directory (``etcd_service``): every host routes to it, and its depots
+    file names it."""
     if len(topology.links) > MAX_LINKS:
         raise TopologyError(f"{len(topology.links)} links: the compose generator supports at most {MAX_LINKS}")
     index_of = {link.key: i for i, link in enumerate(topology.links)}
@@ -155,7 +197,15 @@ def host_plan(topology: Topology, host: Host) -> HostPlan:
         i = index_of[frozenset((host.name, nxt))]
         via = link_address(i, "a" if topology.links[i].a == nxt else "b")
         commands.append(f"ip route replace {other.address}/32 via {via} src {host.address}")
+    gateway = topology.links[0].a if topology.links else None
+    if directory and gateway is not None and host.name not in (gateway, topology.links[0].b):
+        nxt = topology.next_hop(host.name, gateway)
+        i = index_of[frozenset((host.name, nxt))]
+        via = link_address(i, "a" if topology.links[i].a == nxt else "b")
+        commands.append(f"ip route replace {ETCD_ADDRESS}/32 via {via} src {host.address}")
     depots = [f'here = "{host.name}"']
+    if directory:
+        depots.append(f'directory = "{directory_url()}"')
     for other in topology.hosts:
         if other is not host:
             depots += [f"[depots.{other.name}]", f'url = "http://{other.address}:{DEPOT_PORT}"']
@@ -188,20 +238,25 @@ def _q_shell(s: str) -> str:
     return json.dumps(s.replace("$", "$$"))
 
 
-def compose_yaml(topology: Topology, command: list[str] | None = None, image: str = IMAGE) -> str:
-    """docker-compose.yml for the topology. `command` replaces every service's default (an lnet depot)."""
+def compose_yaml(
+    topology: Topology, command: list[str] | None = None, image: str = IMAGE, *, directory: bool = False
+) -> str:
+    """docker-compose.yml for the topology. `command` replaces every service's default (an lnet depot);
+    ``directory`` adds the `etcd` service of a depot directory, where the depots register."""
+    if directory and not topology.links:
+        raise TopologyError("a depot directory needs a link to sit on")
     project = project_name(topology)
     out = [
         f"# Generated by `lnet-testbed compose` from the topology {topology.name!r}; regenerate, do not edit.",
         f"# Image: `lnet-testbed image` builds {image} (no registry needed). Up and down:",
-        f"#   lnet-testbed compose deploy/topologies/{topology.name}.toml --up / --down",
+        f"#   lnet-testbed compose deploy/topologies/{topology.name}.toml{' --directory' * directory} --up / --down",
         f"#   or docker-compose -p {project} -f THIS_FILE up -d / down (docker compose ... where it is installed)",
         "# Where the kernel has no netem, each service says so in one line on its log and runs rate-only (tbf).",
         "# No top-level `name:` (Debian's docker-compose 1.29 refuses it): the project name is given with -p.",
         "services:",
     ]
     for host in topology.hosts:
-        plan = host_plan(topology, host)
+        plan = host_plan(topology, host, directory=directory)
         out += [
             f"  {host.name}:",
             f"    image: {_q(image)}",
@@ -219,7 +274,9 @@ def compose_yaml(topology: Topology, command: list[str] | None = None, image: st
         out += ["    entrypoint:", '      - "sh"', '      - "-c"', f"      - {_q_shell('; '.join(plan.commands))}",
                 '      - "lnet-testbed-start"']
         out.append("    command:")
-        out += [f"      - {_q_shell(word)}" for word in (command or depot_command(host))]
+        out += [f"      - {_q_shell(word)}" for word in (command or depot_command(host, directory=directory))]
+    if directory:
+        out += etcd_service(topology, image)
     out.append("networks:")
     for i, link in enumerate(topology.links):
         out += [
@@ -236,10 +293,10 @@ def compose_yaml(topology: Topology, command: list[str] | None = None, image: st
 
 
 def write_compose(topology: Topology, out_dir: str | os.PathLike[str], command: list[str] | None = None,
-                  image: str = IMAGE) -> list[Path]:
+                  image: str = IMAGE, *, directory: bool = False) -> list[Path]:
     """Write docker-compose.yml into `out_dir`; returns the files written."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     path = out / "docker-compose.yml"
-    path.write_text(compose_yaml(topology, command, image))
+    path.write_text(compose_yaml(topology, command, image, directory=directory))
     return [path]

@@ -67,11 +67,11 @@ def leftovers(project: str) -> dict[str, list[str]]:
 
 
 def compose_up(topology: Topology, out_dir: Path, *, command: list[str] | None = None, image: str = IMAGE,
-               log: Log = print) -> ComposeBed:
+               log: Log = print, directory: bool = False) -> ComposeBed:
     """Write the compose file into `out_dir` and bring it up (the image must exist); wait until every host is
     ready (links shaped, routes set; with the default command, its depot serving). On failure, takes down what
     came up and raises EngineError with the failing host's log."""
-    file = write_compose(topology, out_dir, command, image)[0]
+    file = write_compose(topology, out_dir, command, image, directory=directory)[0]
     project = project_name(topology)
     if docker(["image", "inspect", image], check=False, timeout_s=60).returncode != 0:
         raise EngineError(f"no image {image}: build it first with `lnet-testbed image`")

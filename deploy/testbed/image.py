@@ -40,7 +40,7 @@ __all__ = ["BASE_PACKAGES", "BASE_REPOSITORY", "CACHE_DIR", "BuiltImage", "Image
            "build_image", "debootstrap_base", "host_suite", "repository_root", "source_digest", "source_files"]
 
 BASE_REPOSITORY = "lnet-testbed-base"
-BASE_PACKAGES = ("python3", "python3-venv", "iproute2")
+BASE_PACKAGES = ("python3", "python3-venv", "iproute2", "etcd-server")  # etcd: the depot directory's service
 CACHE_DIR = Path(os.environ.get("LNET_TESTBED_CACHE", "/var/cache/lnet-testbed"))
 VENV = "/opt/lnet"
 PATH = f"{VENV}/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
