@@ -23,6 +23,7 @@ from ._memory import (
     EdgeMemory,
 )
 from ._paths import adds_enough, extend_set, keeps_adding, set_total, trial_keeps
+from ._state import Ceilings, Exploration, LoopState, Memory, News, Scouts
 from ._widest import THROUGHPUT, NoPathError, path_throughput, widest_path, widest_widths
 
 __all__ = [
@@ -384,7 +385,8 @@ class PathScheduler:
         self.explorations = 0
         self._among = frozenset(self.vertices)
         self._confirmed: set[Edge] = set()
-        self._memory_discredited = False
+        self._state = LoopState.first(probes=self.config.probes_per_round > 0)
+        """How it explores, whether it trusts the memory, a path tried on ceilings, scouts due, news (``_state``)."""
         self._attempt: _Attempt | None = None
         self._history: list[PathAttempt] = []
         self._edge_since: dict[Edge, float] = {}
@@ -399,30 +401,17 @@ class PathScheduler:
         self._crowded: list[Edge] = []
         """Deep probes that slowed a hop of the set sharing an end with them: no deep probe shares an end with
         one again in this transfer (that end's access link is full, and a deep probe there takes from the set)."""
-        self._probing = self.config.probes_per_round > 0
-        self._probe_answered = False
         self._last_evaluation = -math.inf
-        self._probe_news = False  # a probe finished since the last look for an early move
-        self._broken = False
         self._pending_drops: list[str] = []
         # The path set beside the primary (``_attempt``): issue 12, theory of operation 12.
         self._extras: list[_Attempt] = []
         self._changed_at = -math.inf
         """When the set last changed: nothing but a failure is judged for ``min_attempt_s`` after."""
         self._trial: _Trial | None = None
-        self._scouting = False
-        """A cold start's scouts are to join once its first path is measured (``_scout``)."""
         self._bans: dict[Path, _Ban] = {}
         """Paths that joined and did not add (or stopped adding), with their predicted width when they left."""
         self._now = -math.inf
         """The time of the latest ``tick`` (bans settle by it)."""
-        self._hoping: Path | None = None
-        """The path tried on ceilings (``_hopeful_path``), while it runs."""
-        self._hope_left: Path | None = None
-        """The path the transfer left for ``_hoping``: the one it must beat."""
-        self._ceilings_failed = False
-        """A path tried on ceilings was left for a better one: this network's probes were not sharing links
-        with the transfer, and ceilings are not tried again in this transfer."""
 
     # -- what the engine reads ----------------------------------------------------------------------------
 
@@ -448,7 +437,7 @@ class PathScheduler:
     @property
     def probing(self) -> bool:
         """Whether the loop explores with probes (else by moving the transfer, as the seed does)."""
-        return self._probing
+        return self._state.probing
 
     @property
     def last_evaluation(self) -> float:
@@ -458,7 +447,7 @@ class PathScheduler:
     @property
     def memory_discredited(self) -> bool:
         """Whether this transfer found the remembered estimates wrong and stopped trusting them."""
-        return self._memory_discredited
+        return self._state.memory is Memory.DISCREDITED
 
     def graph(self, *, with_aging: bool = True) -> nx.DiGraph:
         """What this transfer believes, in its own bytes/s: the memory's per-stream mesh times ``streams``, less
@@ -466,7 +455,7 @@ class PathScheduler:
         graph = self.memory.to_graph(self.vertices, with_aging=with_aging)
         streams = self.config.streams
         for u, v, attrs in graph.edges(data=True):
-            if self._memory_discredited and (u, v) not in self._confirmed:
+            if self.memory_discredited and (u, v) not in self._confirmed:
                 attrs.pop(THROUGHPUT, None)
             elif THROUGHPUT in attrs:
                 attrs[THROUGHPUT] *= streams
@@ -488,7 +477,7 @@ class PathScheduler:
             # a warm start runs every path the memory predicts to add from its first second; a cold one scouts
             # once its first path has been measured
             if not self._join(now) and self.config.cold_scouts and _has_unknown(self._measured_graph(), path):
-                self._scouting = True
+                self._state = self._state.scouts_due()
         return self._with_set(Switch(path, predicted, "start", self._probes(now)))
 
     def measure(self, event: Event) -> None:
@@ -504,8 +493,7 @@ class PathScheduler:
                 self._probe_baseline.pop(edge, None)
                 self._deep.discard(edge)
                 if self._probe_since.pop(edge, None) is not None:
-                    self._probe_answered = True
-                    self._probe_news = True
+                    self._state = self._state.heard().with_news(News.PROBE_ENDED)
             case DepotFailure(depot=depot, at=at):
                 for other in self.vertices:
                     if other != depot:
@@ -526,24 +514,24 @@ class PathScheduler:
                 self._reevaluate(now, failure=True)
             path = self._attempt.path
             return self._with_set(DropDepot(depot, path, path_throughput(self.graph(), path)))
-        if self._broken:
+        if News.HOP_FAILED in self._state.news:
             return self._with_set(self._reevaluate(now, failure=True))
-        if self._scouting and not _has_unknown(self._measured_graph(), self._attempt.path):
-            self._scouting = False
+        if self._state.scouts is Scouts.DUE and not _has_unknown(self._measured_graph(), self._attempt.path):
+            self._state = self._state.scouts_done()
             if self._scout(now):
                 return self._with_set(replace(self._set_switch(now, "join"), probes=self._probes(now)))
         # The loop looks every reevaluate_s, and also as soon as the path has run min_attempt_s: a move that waited
         # for the attempt to be judgeable is not held back to the next look as well.
         judgeable = self._changed_at + self.config.min_attempt_s
         if now - self._last_evaluation < self.config.reevaluate_s and not self._last_evaluation < judgeable <= now:
-            if self._probe_news:
+            if News.PROBE_ENDED in self._state.news:
                 # A probe just finished: a path it shows clearly wider is taken now, not at the next evaluation.
-                self._probe_news = False
+                self._state = self._state.without(News.PROBE_ENDED)
                 if (early := self._early_move(now)) is not None:
                     return self._with_set(early)
             return self._with_set(Keep(self._attempt.path, self._probes(now)))
         self._last_evaluation = now
-        self._probe_news = False
+        self._state = self._state.without(News.PROBE_ENDED)
         self.memory.age_stale_weights(
             now,
             after_s=self.config.age_after_s,
@@ -597,7 +585,7 @@ class PathScheduler:
             flow.bytes += nbytes
             flow.seconds += seconds
         if probe:
-            self._probe_answered = True
+            self._state = self._state.heard()
         # A path's hop warms up while the transfer runs on it; a probe's warm-up is the engine's (probe_s).
         since = self._edge_since.get(edge)
         if since is not None and not probe and began < since + self.config.warmup_s:
@@ -613,7 +601,7 @@ class PathScheduler:
                 rate = nbytes / seconds
                 low = known.throughput_bps * (1 - self.config.memory_mismatch)
                 if not low <= rate <= known.throughput_bps / (1 - self.config.memory_mismatch):
-                    self._memory_discredited = True
+                    self._state = self._state.discredit()
                     self.memory.forget(u, v)
             self._confirmed.add(edge)
         ceiling = hoped
@@ -666,29 +654,29 @@ class PathScheduler:
         self.memory.fail(*edge, at)
         self._confirmed.add(edge)
         if edge in self._probe_since:
-            self._probe_answered = True
+            self._state = self._state.heard()
         if edge in self._edge_since:
-            self._broken = True
+            self._state = self._state.with_news(News.HOP_FAILED)
 
     def _choose(self) -> tuple[Path, float, SwitchReason] | None:
         """The path the loop wants now, its prediction and why; None to keep the current one."""
         # With probes, the transfer moves on measured weights only; aging's second chances are probed first.
-        graph = self.graph(with_aging=not self._probing)
+        graph = self.graph(with_aging=not self.probing)
         current = self._attempt.path if self._attempt is not None else None
         current_predicted = -math.inf if current is None else path_throughput(graph, current)
         reason: SwitchReason = "better"
-        if self._probing:
+        if self.probing:
             best = self._best_known(graph)  # probes explore; the transfer stays on measured ground
             measured_better = best != current and path_throughput(graph, best) > current_predicted * (
                 1 + self.config.hysteresis
             )
-            if current is not None and current == self._hoping and not measured_better:
+            hope = self._state.hope
+            if current is not None and hope is not None and current == hope.path and not measured_better:
                 # The path tried on ceilings is measured ground now. It gained what the ceilings promised over
                 # the path it left, or the ceilings were not shared links and are not tried again.
-                left = path_throughput(graph, self._hope_left) if self._hope_left else 0.0
-                if not path_throughput(graph, current) > left * (1 + self.config.hysteresis):
-                    self._ceilings_failed = True
-                self._hoping = None
+                left = path_throughput(graph, hope.left) if hope.left else 0.0
+                held = path_throughput(graph, current) > left * (1 + self.config.hysteresis)
+                self._state = self._state.hope_over(spent=not held)
             # A first decision may start on ceilings too (a warm start from a memory of floors).
             hopeful = None if measured_better and current is not None else self._hopeful_path(graph, best, current)
             if (
@@ -716,7 +704,7 @@ class PathScheduler:
         than the current one (both on measured figures alone, so no exploration and no ceiling is hurried). A
         path on trial (tried on ceilings, or a set whose newcomers are being judged) runs its whole attempt: its
         own samples are what the trial waits for. With probes only; the seed's way explores by moving."""
-        if not self._probing or self._extras or self._trial is not None or self._hoping is not None:
+        if not self.probing or self._extras or self._trial is not None or self._state.hope is not None:
             return None
         assert self._attempt is not None
         graph = self._measured_graph()
@@ -794,7 +782,7 @@ class PathScheduler:
     def _with_ceilings(self, graph: nx.DiGraph) -> nx.DiGraph | None:
         """``graph`` with every floor (an estimate with a ceiling) raised to its ceiling; None if there is none,
         or once a path tried on ceilings has not held."""
-        if self._ceilings_failed:
+        if self._state.ceilings is Ceilings.SPENT:
             return None
         raised = None
         streams = self.config.streams
@@ -802,7 +790,7 @@ class PathScheduler:
             entry = self.memory.entry(u, v)
             if THROUGHPUT not in attrs or entry is None or entry.ceiling_bps is None or entry.failed:
                 continue
-            if self._memory_discredited and (u, v) not in self._confirmed:
+            if self.memory_discredited and (u, v) not in self._confirmed:
                 continue
             if raised is None:
                 raised = graph.copy()
@@ -822,7 +810,7 @@ class PathScheduler:
         the set is the answer (the next waits ``min_attempt_s``). On a failure only the first two, and broken
         extras leave."""
         assert self._attempt is not None
-        self._broken = False
+        self._state = self._state.without(News.HOP_FAILED)
         self._last_evaluation = now
         lost = self._drop_broken(now) if failure else False
         if not failure and (undone := self._judge_trial(now)) is not None:
@@ -853,13 +841,13 @@ class PathScheduler:
         if exploring:
             self.explorations += 1
         old = self._attempt
-        if old is not None and old.path == self._hoping and path != self._hoping:
+        hoping = self._state.hoping
+        if old is not None and old.path == hoping and path != hoping:
             # The path tried on ceilings did not hold: they were not shared links (a failure says nothing).
-            self._ceilings_failed = self._ceilings_failed or reason != "failure"
-            self._hoping = None
-        if exploring and self._probing:
-            self._hoping = path  # with probes, the transfer explores only on ceilings
-            self._hope_left = old.path if old is not None else None
+            self._state = self._state.hope_over(spent=reason != "failure")
+        if exploring and self.probing:
+            # with probes, the transfer explores only on ceilings
+            self._state = self._state.hope_on(path, old.path if old is not None else None)
         promoted = next((extra for extra in self._extras if extra.path == path), None)
         if promoted is not None:
             self._extras.remove(promoted)
@@ -950,7 +938,7 @@ class PathScheduler:
         return bool(broken)
 
     def _measured_graph(self) -> nx.DiGraph:
-        return self.graph(with_aging=not self._probing)
+        return self.graph(with_aging=not self.probing)
 
     def _judge_trial(self, now: float) -> Switch | None:
         """The newcomers joined together ``min_attempt_s`` ago: those that did not add rate (``_paths.trial_keeps``:
@@ -1101,14 +1089,14 @@ class PathScheduler:
         chosen and then count as 0 so that the next round looks past them. Edges already being probed count as 0
         from the start, and so do unknown edges the transfer itself is measuring.
         """
-        if not self._probing or self._attempt is None:
+        if not self.probing or self._attempt is None:
             return ()
         # A probe reports after its own warm-up and at least two copies: give it the time the engine may take
         # (up to 3 x probe_s) before deciding that the engine does not probe at all.
         overdue = any(now - t >= 3 * self.config.probe_s for t in self._probe_since.values())
-        if overdue and not self._probe_answered:
+        if overdue and self._state.exploration is Exploration.PROBES_UNHEARD:
             # The engine does not probe: explore by moving the transfer, as the seed does.
-            self._probing = False
+            self._state = self._state.unheard()
             self._probe_since.clear()
             return ()
         for edge in [e for e, t in self._probe_since.items() if now - t >= 3 * self.config.probe_s]:
@@ -1372,7 +1360,7 @@ class PathScheduler:
 
     def _unverified(self, edge: Edge) -> bool:
         entry = self.memory.entry(*edge)
-        return entry is None or entry.aged or (self._memory_discredited and edge not in self._confirmed)
+        return entry is None or entry.aged or (self.memory_discredited and edge not in self._confirmed)
 
 
 def _shares_an_end(edge: Edge, others: Sequence[Edge]) -> bool:
