@@ -313,11 +313,10 @@ from ._loop import (
     SchedulerConfig,
     Switch,
     SwitchReason,
-    edges_of,
 )
 from ._memory import Edge, EdgeEstimate, EdgeMemory, Overlap
 from ._paths import adds_enough, extra_path, keeps_adding, path_set, set_total
-from ._widest import THROUGHPUT, NoPathError, path_throughput, widest_path
+from ._widest import THROUGHPUT, NoPathError, edges_of, path_throughput, widest_path
 
 __all__ = [
     "THROUGHPUT",

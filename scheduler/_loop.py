@@ -7,11 +7,10 @@ operation in ``lnet.scheduler``'s docstring.
 
 from __future__ import annotations
 
-import itertools
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal, TypeVar
+from typing import Literal, TypeVar
 
 import networkx as nx
 
@@ -22,9 +21,10 @@ from ._memory import (
     Edge,
     EdgeMemory,
 )
-from ._paths import adds_enough, extend_set, keeps_adding, set_total, trial_keeps
+from ._paths import extend_set, keeps_adding, set_total, trial_keeps
+from ._probing import SHARED_DROP, ProbePlan
 from ._state import Ceilings, Exploration, LoopState, Memory, News, Scouts
-from ._widest import THROUGHPUT, NoPathError, path_throughput, widest_path, widest_widths
+from ._widest import THROUGHPUT, NoPathError, edges_of, has_unknown, measured_only, path_throughput, widest_path
 
 __all__ = [
     "Decision",
@@ -45,8 +45,6 @@ __all__ = [
 
 Path = tuple[str, ...]
 
-SHARED_DROP = 0.1
-"""How much slower a hop of the path must run while a probe runs for the two to count as sharing a link."""
 FAIR_SHARE_GAP = 0.2
 """Streams that meet on a full link get about the same rate each. A probe whose stream got this much less than the
 slowed hop's streams was limited by something else (its own window, loss, another link): its figure stands."""
@@ -347,11 +345,6 @@ class _Trial:
     """The set's measured total just before they joined (at a warm start, the memory's figure for the primary)."""
 
 
-def edges_of(path: Sequence[str]) -> list[Edge]:
-    """The hops of a path, in order."""
-    return list(zip(path, path[1:], strict=False))
-
-
 class PathScheduler:
     """Chooses and re-chooses the chain of depots for one transfer from ``src`` to ``dst``.
 
@@ -390,17 +383,8 @@ class PathScheduler:
         self._attempt: _Attempt | None = None
         self._history: list[PathAttempt] = []
         self._edge_since: dict[Edge, float] = {}
-        self._probe_since: dict[Edge, float] = {}
-        self._probe_baseline: dict[Edge, dict[Edge, float]] = {}
-        self._shallow: set[Edge] = set()
-        """Edges whose latest figure is a one-stream probe's: what more streams would get is not known."""
-        self._deep: set[Edge] = set()
-        """Edges being probed deep (``Keep.deep``)."""
-        self._deepened: set[Edge] = set()
-        """Edges probed deep in this transfer: one deep probe each."""
-        self._crowded: list[Edge] = []
-        """Deep probes that slowed a hop of the set sharing an end with them: no deep probe shares an end with
-        one again in this transfer (that end's access link is full, and a deep probe there takes from the set)."""
+        self._probe_plan = ProbePlan(self)
+        """Which edges to probe next, and the probes running (``_probing``)."""
         self._last_evaluation = -math.inf
         self._pending_drops: list[str] = []
         # The path set beside the primary (``_attempt``): issue 12, theory of operation 12.
@@ -476,7 +460,7 @@ class PathScheduler:
         if self.config.max_paths > 1:
             # a warm start runs every path the memory predicts to add from its first second; a cold one scouts
             # once its first path has been measured
-            if not self._join(now) and self.config.cold_scouts and _has_unknown(self._measured_graph(), path):
+            if not self._join(now) and self.config.cold_scouts and has_unknown(self._measured_graph(), path):
                 self._state = self._state.scouts_due()
         return self._with_set(Switch(path, predicted, "start", self._probes(now)))
 
@@ -490,9 +474,7 @@ class PathScheduler:
             case HopFailure(edge=edge, at=at):
                 self._failed(edge, at)
             case ProbeDone(edge=edge):
-                self._probe_baseline.pop(edge, None)
-                self._deep.discard(edge)
-                if self._probe_since.pop(edge, None) is not None:
+                if self._probe_plan.ended(edge):
                     self._state = self._state.heard().with_news(News.PROBE_ENDED)
             case DepotFailure(depot=depot, at=at):
                 for other in self.vertices:
@@ -516,7 +498,7 @@ class PathScheduler:
             return self._with_set(DropDepot(depot, path, path_throughput(self.graph(), path)))
         if News.HOP_FAILED in self._state.news:
             return self._with_set(self._reevaluate(now, failure=True))
-        if self._state.scouts is Scouts.DUE and not _has_unknown(self._measured_graph(), self._attempt.path):
+        if self._state.scouts is Scouts.DUE and not has_unknown(self._measured_graph(), self._attempt.path):
             self._state = self._state.scouts_done()
             if self._scout(now):
                 return self._with_set(replace(self._set_switch(now, "join"), probes=self._probes(now)))
@@ -560,14 +542,15 @@ class PathScheduler:
         starved: bool = False,
     ) -> None:
         began = at - seconds if began is None else began
-        probe = edge in self._probe_since
-        deep = edge in self._deep
+        probes = self._probe_plan
+        probe = edge in probes.since
+        deep = edge in probes.deep
         if probe and not deep and streams is not None and streams < self.config.min_streams:
-            self._shallow.add(edge)
+            probes.shallow.add(edge)
         else:
-            self._shallow.discard(edge)  # the transfer's own hops, and deep probes, measured more than one stream
-        if deep and self._slowed_beside(edge):
-            self._crowded.append(edge)
+            probes.shallow.discard(edge)  # the transfer's own hops, and deep probes, measured more than one stream
+        if deep and probes.slowed_beside(edge):
+            probes.crowded.append(edge)
         hoped = None
         depth_rule = False
         if streams is not None and streams < self.config.streams:
@@ -630,7 +613,7 @@ class PathScheduler:
         was held back by something of its own, and its figure stands with no ceiling. The loop may try a path
         on ceilings, as an exploration (``_hopeful_path``); the transfer's own samples then replace them.
         """
-        baseline = self._probe_baseline.get(edge, {})
+        baseline = self._probe_plan.baseline.get(edge, {})
         streams = self.config.streams
         probe = nbytes / seconds
         freed = probe
@@ -653,7 +636,7 @@ class PathScheduler:
     def _failed(self, edge: Edge, at: float) -> None:
         self.memory.fail(*edge, at)
         self._confirmed.add(edge)
-        if edge in self._probe_since:
+        if edge in self._probe_plan.since:
             self._state = self._state.heard()
         if edge in self._edge_since:
             self._state = self._state.with_news(News.HOP_FAILED)
@@ -682,12 +665,12 @@ class PathScheduler:
             if (
                 hopeful is not None
                 and hopeful[1] > current_predicted * (1 + HOPE_HYSTERESIS * self.config.hysteresis)
-                and not self._probes_may_beat(hopeful[1])
+                and not self._probe_plan.may_beat(hopeful[1])
             ):
                 return hopeful[0], hopeful[1], "explore"
         else:
             best = tuple(widest_path(graph, self.src, self.dst))
-            if _has_unknown(graph, best):
+            if has_unknown(graph, best):
                 reason = "explore"
                 if self.explorations >= self.max_explorations:
                     best, reason = self._best_known(graph), "settle"
@@ -710,7 +693,7 @@ class PathScheduler:
         graph = self._measured_graph()
         best = self._best_known(graph)
         current = self._attempt.path
-        if best == current or _has_unknown(graph, current) or _has_unknown(graph, best):
+        if best == current or has_unknown(graph, current) or has_unknown(graph, best):
             return None  # (nothing measured end to end makes the direct path "best", unmeasured)
         predicted = path_throughput(graph, best)
         # Against the better of what the current path was chosen for and what it measures now: a path whose own
@@ -744,41 +727,6 @@ class PathScheduler:
             return None
         return path, predicted
 
-    def _probes_may_beat(self, width: float) -> bool:
-        """Whether a probe running now may still show a measured path wider than ``width`` by the hysteresis:
-        the widest way to its edge's tail that avoids its head, and on from its head that avoids its tail, over
-        the measured weights with the probed edges at their hopes (infinitely fast), both clear that.
-
-        A path tried on ceilings costs a whole attempt (``min_attempt_s``) to judge, a probe ends within a
-        few seconds: measurements come before hopes. On the emulated ``lossy`` topology a cold start tried the
-        direct link's neighbour on its ceiling for 10 s while the chain's last probes, due 4 s later, ran.
-        Only ways the running probes can complete count: an unknown edge that no probe is measuring needs a
-        probe of its own, and the question is asked again when one runs. Counting those infinitely fast too,
-        every probe near an unmeasured edge held the trial back for good: on the emulated Abilene a 96 MiB cold
-        start never tried the chain on its ceiling (19 Mbit/s against the 14-16 it ran at), because Washington
-        -> Kansas City, being probed, had an unmeasured way on, Kansas City -> Sunnyvale, and such probes ran
-        one after another."""
-        running = [edge for edge in self._probe_since if self._unverified(edge)]
-        if not running:
-            return False
-        hopes = _known(self.graph(), without=running)
-        hopes.add_edges_from(running)  # no weight: infinitely fast
-        backward = hopes.reverse(copy=False)
-        threshold = width * (1 + self.config.hysteresis)
-        return any(
-            self._ways_around(hopes, backward, edge) > threshold
-            for edge in running
-            if edge[1] != self.src and edge[0] != self.dst
-        )
-
-    def _ways_around(self, graph: nx.DiGraph, backward: nx.DiGraph, edge: Edge) -> float:
-        """The narrower of the widest way from the source to ``edge``'s tail that avoids its head and the widest
-        way on from its head to the destination that avoids its tail (``backward``: ``graph`` reversed)."""
-        u, v = edge
-        way_in = widest_widths(nx.restricted_view(graph, [v], []), self.src).get(u, 0.0)
-        way_on = widest_widths(nx.restricted_view(backward, [u], []), self.dst).get(v, 0.0)
-        return min(way_in, way_on)
-
     def _with_ceilings(self, graph: nx.DiGraph) -> nx.DiGraph | None:
         """``graph`` with every floor (an estimate with a ceiling) raised to its ceiling; None if there is none,
         or once a path tried on ceilings has not held."""
@@ -799,7 +747,7 @@ class PathScheduler:
 
     def _best_known(self, graph: nx.DiGraph) -> Path:
         try:
-            return tuple(widest_path(_known(graph), self.src, self.dst))
+            return tuple(widest_path(measured_only(graph), self.src, self.dst))
         except NoPathError:
             # Nothing measured end to end: the direct path is the one that needs no depot.
             return (self.src, self.dst)
@@ -873,7 +821,7 @@ class PathScheduler:
         """The decision with the whole set and its predicted rates, when more than one path may run, and with its
         deep probes."""
         if not isinstance(decision, DropDepot) and decision.probes:
-            decision = replace(decision, deep=tuple(edge for edge in decision.probes if edge in self._deep))
+            decision = replace(decision, deep=tuple(edge for edge in decision.probes if edge in self._probe_plan.deep))
         if self.config.max_paths == 1 or self._attempt is None:
             return decision
         paths = self.current_paths
@@ -1045,7 +993,7 @@ class PathScheduler:
 
     def _scout(self, now: float) -> bool:
         """A cold start's scouts (theory of operation, 14): beside the first path, up to ``max_paths`` - 2 paths
-        through one depot each, the widest by the round trips' guesses (``_apply_priors``), join on one trial
+        through one depot each, the widest by the round trips' guesses (``ProbePlan.apply_priors``), join on one trial
         (one depot each: they are edge-disjoint, and a guess over many hops is a guess many times over). They join
         once every hop of the first path has reported, so that the trial has that path's rate alone to judge them
         by: a scout that takes its rate from the first path (one physical route under both) leaves, banned. What
@@ -1055,7 +1003,7 @@ class PathScheduler:
         if not self.rtt_s or len(self._extras) + 2 >= self.config.max_paths or self._trial is not None:
             return False  # no guesses to rank them by, or the set is full or on trial already
         guessed = self.graph()
-        self._apply_priors(guessed)
+        self._probe_plan.apply_priors(guessed)
         taken = {edge for path in self.current_paths for edge in edges_of(path)} | self._banned_edges()
 
         def guess(u: str, v: str) -> float:
@@ -1082,300 +1030,17 @@ class PathScheduler:
         return True
 
     def _probes(self, now: float) -> tuple[Edge, ...]:
-        """Edges worth measuring now: unknown or aged ones on the optimistic paths that could beat the best known.
-
-        Repeatedly take the widest path, unknown edges counting as infinitely fast and aged ones at their raised
-        weight; if it could beat the best measured path by the hysteresis margin, its unknown and aged edges are
-        chosen and then count as 0 so that the next round looks past them. Edges already being probed count as 0
-        from the start, and so do unknown edges the transfer itself is measuring.
-        """
+        """Edges worth probing now (``ProbePlan.choose``); none when the loop explores by moving. A probe that has
+        not reported in ``3 x probe_s`` when none ever did means the engine does not probe: the loop then
+        explores by moving the transfer, as the seed does."""
         if not self.probing or self._attempt is None:
             return ()
-        # A probe reports after its own warm-up and at least two copies: give it the time the engine may take
-        # (up to 3 x probe_s) before deciding that the engine does not probe at all.
-        overdue = any(now - t >= 3 * self.config.probe_s for t in self._probe_since.values())
-        if overdue and self._state.exploration is Exploration.PROBES_UNHEARD:
-            # The engine does not probe: explore by moving the transfer, as the seed does.
+        if self._probe_plan.overdue(now) and self._state.exploration is Exploration.PROBES_UNHEARD:
             self._state = self._state.unheard()
-            self._probe_since.clear()
+            self._probe_plan.since.clear()
             return ()
-        for edge in [e for e, t in self._probe_since.items() if now - t >= 3 * self.config.probe_s]:
-            del self._probe_since[edge]  # the engine never said it was done: its place is free again
-            self._probe_baseline.pop(edge, None)
-            self._deep.discard(edge)
-        free = self.config.probes_per_round - len(self._probe_since)
-        if free <= 0:
-            return ()
-        measured = self.graph(with_aging=False)
-        known = self._best_known(measured)
-        bar = 0.0 if _has_unknown(measured, known) else path_throughput(measured, known)
-        graph = self.graph()
-        on_set = self._set_edges()
-        for edge in on_set:
-            graph.edges[edge].setdefault(THROUGHPUT, 0.0)  # the transfer measures them: no guess, no probe
-        self._apply_priors(graph)
-        graph = self._with_ceilings(graph) or graph  # a floor may hide a wide path: probe the rest of it
-        optimistic = graph.copy()  # edges being probed at their hopes: a chain through one may be worth the rest
-        for edge in self._probe_since:
-            if self._unverified(edge):
-                graph.edges[edge][THROUGHPUT] = 0.0
-        chosen: list[Edge] = []
-        # A running probe ends before any probe started now could: an edge waiting only for running probes keeps
-        # its ends from narrower candidates, which would hold them for probe_s more.
-        running = list(self._probe_since)
-        reserved: list[Edge] = []
-        while len(chosen) < free:
-            path = self._next_to_probe(graph)
-            wanted = [edge for edge in edges_of(path) if edge not in self._probe_since and self._unverified(edge)]
-            wanted = [edge for edge in wanted if edge not in chosen]
-            if not wanted and self._lower_ceilings(graph, path, measured):
-                continue  # a path wide only on ceilings is for _choose to try; look past it for edges to probe
-            if not wanted or not path_throughput(graph, path) > bar * (1 + self.config.hysteresis):
-                break
-            for edge in wanted:
-                busy = [*self._probe_since, *chosen, *reserved]
-                if len(chosen) < free and not _shares_an_end(edge, busy):
-                    chosen.append(edge)
-                elif _shares_an_end(edge, running) and not _shares_an_end(edge, [*chosen, *reserved]):
-                    reserved.append(edge)
-                graph.edges[edge][THROUGHPUT] = 0.0  # chosen, or waiting for a probe at the same end to finish
-        if len(chosen) < free and self.config.max_paths == 1:
-            chosen += self._middle_probes(optimistic, bar, free - len(chosen), [*chosen, *reserved])
-        if len(chosen) < free and len(self._extras) + 1 < self.config.max_paths:
-            chosen += self._extra_probes(graph, measured, free - len(chosen), chosen)
-        if self.config.deep_probes and len(chosen) < free and not chosen and not reserved:
-            chosen += self._deep_probes(measured, bar, free, [*self._probe_since])
-        self._probe_since.update((edge, now) for edge in chosen)
-        for edge in chosen:
-            # What the set's hops ran at before the probe started: a hop that slows down while it runs shares
-            # a link with it.
-            self._probe_baseline[edge] = {
-                hop: entry.throughput_bps
-                for hop in on_set
-                if hop != edge
-                and (entry := self.memory.entry(*hop)) is not None and not entry.failed and entry.samples > 0
-            }
-        return tuple(chosen)
-
-    def _may_deepen(self, edge: Edge) -> bool:
-        """Whether ``edge`` is worth a deep probe: known from one stream only, not probed deep yet, and sharing no
-        end with a deep probe that slowed the set (``_crowded``)."""
-        if edge not in self._shallow or edge in self._deepened or self._unverified(edge):
-            return False
-        return not _shares_an_end(edge, self._crowded)
-
-    def _slowed_beside(self, edge: Edge) -> bool:
-        """Whether a hop of the set that shares an end with ``edge`` runs ``SHARED_DROP`` slower than when the probe
-        of ``edge`` started."""
-        baseline = self._probe_baseline.get(edge, {})
-        for hop, before in baseline.items():
-            entry = self.memory.entry(*hop)
-            if _shares_an_end(hop, [edge]) and entry is not None and entry.throughput_bps < before * (1 - SHARED_DROP):
-                return True
-        return False
-
-    def _deep_probes(self, measured: nx.DiGraph, bar: float, free: int, busy: list[Edge]) -> list[Edge]:
-        """Once no unknown or aged edge is worth a probe: edges known from one stream only whose path, were they to
-        carry ``streams`` of that stream, could beat the best measured path by the hysteresis (theory of
-        operation, 13), widest first, none sharing an end with another probe."""
-        graph = _known(measured)
-        self._scaling_hopes(graph)
-        for edge in self._probe_since:
-            if graph.has_edge(*edge):
-                graph.edges[edge][THROUGHPUT] = 0.0
-        chosen: list[Edge] = []
-        while len(chosen) < free:
-            try:
-                path = widest_path(graph, self.src, self.dst)
-            except NoPathError:
-                break
-            if not path_throughput(graph, path) > bar * (1 + self.config.hysteresis):
-                break
-            wanted = [edge for edge in edges_of(path) if self._may_deepen(edge)]
-            if not wanted:
-                break
-            for edge in wanted:
-                if len(chosen) < free and not _shares_an_end(edge, [*busy, *chosen]):
-                    chosen.append(edge)
-                    self._deep.add(edge)
-                    self._deepened.add(edge)
-                graph.edges[edge][THROUGHPUT] = 0.0
-        return chosen
-
-    def _scaling_hopes(self, graph: nx.DiGraph) -> None:
-        """Raise every edge known only from a one-stream probe, and not yet probed deep, to ``streams`` of that
-        stream: what it carries if nothing but its streams' own limits (window, loss) held it (theory of
-        operation, 13). For choosing probes only."""
-        for edge in self._shallow - self._deepened:
-            entry = self.memory.entry(*edge)
-            if entry is None or entry.failed or not graph.has_edge(*edge) or THROUGHPUT not in graph.edges[edge]:
-                continue
-            one = entry.throughput_bps * self.config.streams  # the probe's one stream (per-stream figures x streams)
-            graph.edges[edge][THROUGHPUT] = max(graph.edges[edge][THROUGHPUT], one * self.config.streams)
-
-    def _next_to_probe(self, graph: nx.DiGraph) -> Path:
-        """The widest path; of paths as wide, the one whose narrowest guessed edge (unknown or aged, at its prior)
-        is widest, then the one with the fewest such edges, then the fewest hops.
-
-        On a backbone every way into the destination ends on one of a few edges, so many ways tie at that edge's
-        width. A guess far above the tie is likelier to hold than one just above it, and a path one probe from
-        known is done sooner than one needing three (theory of operation, "Exploration")."""
-        path = widest_path(graph, self.src, self.dst)
-        width = path_throughput(graph, path)
-        guesses = nx.DiGraph()
-        guesses.add_nodes_from(graph)
-        for u, v, attrs in graph.edges(data=True):
-            if attrs.get(THROUGHPUT, math.inf) >= width:
-                unverified = self._unverified((u, v))
-                guess = attrs.get(THROUGHPUT) if unverified else None  # None: known, no limit at this stage
-                guesses.add_edge(u, v, guessed=unverified, **{THROUGHPUT: guess})
-
-        def guessed(u: str, v: str) -> int:
-            return 1 if guesses.edges[u, v]["guessed"] else 0
-
-        return tuple(widest_path(guesses, self.src, self.dst, cost=guessed))
-
-    def _middle_probes(self, optimistic: nx.DiGraph, bar: float, free: int, chosen: Sequence[Edge]) -> list[Edge]:
-        """Up to ``free`` more unknown or aged edges to probe beside ``chosen`` and the probes running, sharing no
-        end with them, through which a way from the source to the destination could beat ``bar`` by the
-        hysteresis: the widest way to the edge's tail that avoids its head, the edge, the widest way on from its
-        head that avoids its tail (``optimistic``: edges being probed at their hopes), widest first.
-
-        The path-by-path search looks past a path by counting its edges as 0, which hides every other path
-        through them: with a probe running on a chain's last edge, the chain's middle edge waited for it to end
-        (on the emulated ``lossy`` topology a cold start measured the chain's middle edge 20 s in, three probes
-        after its first). One path only: a set of paths (issue 12) is probed path by path."""
-        threshold = bar * (1 + self.config.hysteresis)
-        busy = [*self._probe_since, *chosen]
-        into = widest_widths(optimistic, self.src)
-        backward = optimistic.reverse(copy=False)
-        onward = widest_widths(backward, self.dst)
-        ranked: list[tuple[float, Edge]] = []
-        for u, v, attrs in optimistic.edges(data=True):
-            edge = (u, v)
-            if v == self.src or u == self.dst or edge in busy or _shares_an_end(edge, busy):
-                continue
-            # A first bound, cheap: the ways in and out may cross (then no simple path is that wide).
-            width = min(into.get(u, 0.0), attrs.get(THROUGHPUT, math.inf), onward.get(v, 0.0))
-            if width > threshold and self._unverified(edge):
-                ranked.append((width, edge))
-        ranked.sort(key=lambda item: -item[0])  # stable: ties in the graph's order
-        more: list[Edge] = []
-        for width, group in itertools.groupby(ranked, key=lambda item: item[0]):
-            tied = [edge for _, edge in group]
-            if len(tied) > 1:  # as wide: the fewest probes from a measured way first
-                tied.sort(key=lambda edge: self._probes_needed(optimistic, edge, width))
-            for u, v in tied:
-                if len(more) == free:
-                    return more
-                if _shares_an_end((u, v), [*busy, *more]):
-                    continue
-                if min(width, self._ways_around(optimistic, backward, (u, v))) > threshold:
-                    more.append((u, v))
-        return more
-
-    def _probes_needed(self, graph: nx.DiGraph, edge: Edge, width: float) -> float:
-        """How many unknown or aged edges, ``edge`` included, the way through ``edge`` with the fewest of them has
-        among those at least ``width`` wide (edges being probed count as known: their probes are running)."""
-
-        def cost(u: str, v: str, attrs: dict[str, Any]) -> float | None:
-            if attrs.get(THROUGHPUT, math.inf) < width:
-                return None
-            return 1.0 if (u, v) not in self._probe_since and self._unverified((u, v)) else 0.0
-
-        u, v = edge
-        try:
-            into = nx.shortest_path_length(graph, self.src, u, weight=cost)
-            onward = nx.shortest_path_length(graph, v, self.dst, weight=cost)
-        except nx.NetworkXNoPath:
-            return math.inf
-        return float(into) + 1.0 + float(onward)
-
-    def _lower_ceilings(self, graph: nx.DiGraph, path: Sequence[str], measured: nx.DiGraph) -> bool:
-        """Put the edges of ``path`` raised to their ceilings back at their floors; whether there was one."""
-        lowered = False
-        for edge in edges_of(path):
-            floor = measured.edges[edge].get(THROUGHPUT)
-            if floor is not None and graph.edges[edge].get(THROUGHPUT, math.inf) > floor:
-                graph.edges[edge][THROUGHPUT] = floor
-                lowered = True
-        return lowered
-
-    def _extra_probes(self, graph: nx.DiGraph, measured: nx.DiGraph, free: int, chosen: list[Edge]) -> list[Edge]:
-        """Unknown or aged edges of the optimistic paths, edge-disjoint from the set and avoiding banned edges,
-        that could join it (predicted to add the margin of the set's measured total)."""
-        residual = graph.copy()
-        residual.remove_edges_from([*self._set_edges(), *self._banned_edges()])
-        total = set_total(measured, self.current_paths)
-        more: list[Edge] = []
-        while len(more) < free:
-            try:
-                path = widest_path(residual, self.src, self.dst)
-            except NoPathError:
-                break
-            wanted = [
-                edge
-                for edge in edges_of(path)
-                if edge not in self._probe_since and edge not in chosen and edge not in more and self._unverified(edge)
-            ]
-            if not wanted or not adds_enough(path_throughput(residual, path), total, self.config.path_margin):
-                break
-            for edge in wanted[: free - len(more)]:
-                more.append(edge)
-                residual.edges[edge][THROUGHPUT] = 0.0
-        return more
-
-    def _apply_priors(self, graph: nx.DiGraph) -> None:
-        """Give unknown edges an optimistic guess from round-trip times, so that exploration goes first where
-        a fast chain most likely is, not breadth-first through every two-hop path.
-
-        A stream's rate falls with its round trip (window over RTT; loss-limited TCP too), and the client's
-        round trips bound every other: ``rtt(u, v) >= |rtt(src, v) - rtt(src, u)|``. The guess for an unknown
-        edge is ``K / that bound``, with ``K`` the largest rate x bound among measured edges: as fast as the
-        best-placed measured edge would be at that distance. Depots in the direction of the destination thus
-        look promising, ones behind the source do not. Without round trips (or before any edge is measured)
-        unknown edges stay infinitely fast.
-        """
-        rtt = self.rtt_s
-        floor = min(rtt.values(), default=0.0) / 4
-
-        def bound(u: str, v: str) -> float | None:
-            if u not in rtt and u != self.src or v not in rtt and v != self.src:
-                return None
-            return max(abs(rtt.get(v, 0.0) - rtt.get(u, 0.0)), floor, 1e-4)
-
-        scale, measured = 0.0, False
-        for u, v, attrs in graph.edges(data=True):
-            if THROUGHPUT in attrs and (entry := self.memory.entry(u, v)) and entry.samples:
-                measured = True
-                if (b := bound(u, v)) is not None:
-                    scale = max(scale, attrs[THROUGHPUT] * b)
-        if scale <= 0:
-            if measured:
-                return  # measured edges without round trips: a guess would not be comparable with them
-            scale = 1.0  # nothing measured yet: the guesses only rank the unknown edges among themselves
-        for u, v, attrs in graph.edges(data=True):
-            if THROUGHPUT not in attrs and (b := bound(u, v)) is not None:
-                attrs[THROUGHPUT] = scale / b
+        return self._probe_plan.choose(now)
 
     def _unverified(self, edge: Edge) -> bool:
         entry = self.memory.entry(*edge)
         return entry is None or entry.aged or (self.memory_discredited and edge not in self._confirmed)
-
-
-def _shares_an_end(edge: Edge, others: Sequence[Edge]) -> bool:
-    """Whether ``edge`` leaves the host another of ``others`` leaves, or enters the host another enters: two probes
-    there would share that host's access link, the likeliest shared bottleneck, and each see what the other left."""
-    return any(edge[0] == other[0] or edge[1] == other[1] for other in others)
-
-
-def _known(graph: nx.DiGraph, *, without: Sequence[Edge] = ()) -> nx.DiGraph:
-    """``graph`` with only its measured edges (those with a weight), less ``without``."""
-    known = nx.DiGraph()
-    known.add_nodes_from(graph)
-    known.add_edges_from((u, v, a) for u, v, a in graph.edges(data=True) if THROUGHPUT in a and (u, v) not in without)
-    return known
-
-
-def _has_unknown(graph: nx.DiGraph, path: Sequence[str]) -> bool:
-    return any(THROUGHPUT not in graph.edges[u, v] for u, v in edges_of(path))
