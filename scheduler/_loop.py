@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Literal, TypeVar
 
 import networkx as nx
@@ -21,7 +21,7 @@ from ._memory import (
     Edge,
     EdgeMemory,
 )
-from ._paths import extend_set, keeps_adding, set_total, trial_keeps
+from ._pathset import PathAttempt, PathSet, _Attempt, _Flow
 from ._probing import SHARED_DROP, ProbePlan
 from ._state import Ceilings, Exploration, LoopState, Memory, News, Scouts
 from ._widest import THROUGHPUT, NoPathError, edges_of, has_unknown, measured_only, path_throughput, widest_path
@@ -109,7 +109,7 @@ class SchedulerConfig:
     (theory of operation, 13). False: one stream a probe, as before 2026-11-28 (for comparisons)."""
     cold_scouts: bool = True
     """With ``max_paths`` > 1, a start that knows nothing of its first path runs, beside it once it has reported, the
-    one-depot paths the round trips rank widest (``_scout``): the transfer's own blocks measure them (theory of
+    one-depot paths the round trips rank widest (``PathSet.scout``): the transfer's own blocks measure them (theory of
     operation, 14).
     False: a cold start runs one path and learns the others by probes alone, as before 2026-11-28."""
     max_paths: int = 1
@@ -277,73 +277,6 @@ Decision = Keep | Switch | DropDepot
 _D = TypeVar("_D", bound=Keep | Switch | DropDepot)
 
 
-@dataclass(frozen=True, slots=True)
-class PathAttempt:
-    """A period during which the transfer used one path: a row of the seed's Table 1. With several paths at once
-    (``max_paths``), each has its own, and they overlap in time."""
-
-    path: Path
-    start: float
-    end: float | None
-    """None while the attempt is still going on."""
-    throughput_bps: float
-    """Achieved, predicted the way paths are: ``streams`` times the slowest hop's per-stream rate during the
-    attempt; 0.0 if a hop never reported."""
-    reason: SwitchReason
-
-
-@dataclass(slots=True)
-class _Flow:
-    bytes: int = 0
-    seconds: float = 0.0
-
-
-@dataclass(slots=True)
-class _Attempt:
-    path: Path
-    start: float
-    reason: SwitchReason
-    predicted: float = math.inf
-    """What the path was predicted to carry when it was chosen."""
-    flows: dict[Edge, _Flow] = field(default_factory=dict)
-
-    def throughput(self, streams: int) -> float:
-        rates = []
-        for edge in zip(self.path, self.path[1:], strict=False):
-            flow = self.flows.get(edge)
-            if flow is None or flow.seconds <= 0:
-                return 0.0
-            rates.append(streams * flow.bytes / flow.seconds)
-        return min(rates, default=0.0)
-
-    def freeze(self, end: float | None, streams: int) -> PathAttempt:
-        return PathAttempt(self.path, self.start, end, self.throughput(streams), self.reason)
-
-
-@dataclass(slots=True)
-class _Ban:
-    """A path that joined the set and did not add (or stopped adding), kept out until it is predicted wider.
-
-    ``width`` is its predicted rate when it left, raised to the highest seen during the ``min_attempt_s`` after:
-    the blocks it still had in flight report after it left, and a figure from them is no news of the path.
-    """
-
-    since: float
-    width: float
-    beside: Path
-    """The primary when it left: what the memory keeps it beside (``_remember_ban``)."""
-
-
-@dataclass(slots=True)
-class _Trial:
-    """Paths that joined the set together and have not yet shown that they add rate."""
-
-    predicted: dict[Path, float]
-    """Each newcomer and its predicted rate when it joined; one leaves the trial when it leaves the set."""
-    since: float
-    baseline: float
-    """The set's measured total just before they joined (at a warm start, the memory's figure for the primary)."""
-
 
 class PathScheduler:
     """Chooses and re-chooses the chain of depots for one transfer from ``src`` to ``dst``.
@@ -388,12 +321,10 @@ class PathScheduler:
         self._last_evaluation = -math.inf
         self._pending_drops: list[str] = []
         # The path set beside the primary (``_attempt``): issue 12, theory of operation 12.
-        self._extras: list[_Attempt] = []
+        self._set = PathSet(self)
+        """The paths beside the primary, their trial and the bans (``_pathset``)."""
         self._changed_at = -math.inf
         """When the set last changed: nothing but a failure is judged for ``min_attempt_s`` after."""
-        self._trial: _Trial | None = None
-        self._bans: dict[Path, _Ban] = {}
-        """Paths that joined and did not add (or stopped adding), with their predicted width when they left."""
         self._now = -math.inf
         """The time of the latest ``tick`` (bans settle by it)."""
 
@@ -408,13 +339,13 @@ class PathScheduler:
         """The whole set in use, the primary (``current_path``) first; empty before ``start``."""
         if self._attempt is None:
             return ()
-        return (self._attempt.path, *(extra.path for extra in self._extras))
+        return (self._attempt.path, *(extra.path for extra in self._set.extras))
 
     @property
     def attempts(self) -> list[PathAttempt]:
         """Every path attempt so far in the order they began, the current ones (with ``end`` None) last among
         equals. With several paths at once they overlap in time."""
-        current = [] if self._attempt is None else [self._attempt, *self._extras]
+        current = [] if self._attempt is None else [self._attempt, *self._set.extras]
         frozen = [*self._history, *(a.freeze(None, self.config.streams) for a in current)]
         return sorted(frozen, key=lambda a: a.start)
 
@@ -460,7 +391,7 @@ class PathScheduler:
         if self.config.max_paths > 1:
             # a warm start runs every path the memory predicts to add from its first second; a cold one scouts
             # once its first path has been measured
-            if not self._join(now) and self.config.cold_scouts and has_unknown(self._measured_graph(), path):
+            if not self._set.join(now) and self.config.cold_scouts and has_unknown(self._measured_graph(), path):
                 self._state = self._state.scouts_due()
         return self._with_set(Switch(path, predicted, "start", self._probes(now)))
 
@@ -489,7 +420,7 @@ class PathScheduler:
         if self._attempt is None:
             raise RuntimeError("call start() first")
         self._now = now
-        self._settle_bans()
+        self._set.settle_bans()
         if self._pending_drops:
             depot = self._pending_drops.pop(0)
             if any(depot in path for path in self.current_paths):
@@ -500,7 +431,7 @@ class PathScheduler:
             return self._with_set(self._reevaluate(now, failure=True))
         if self._state.scouts is Scouts.DUE and not has_unknown(self._measured_graph(), self._attempt.path):
             self._state = self._state.scouts_done()
-            if self._scout(now):
+            if self._set.scout(now):
                 return self._with_set(replace(self._set_switch(now, "join"), probes=self._probes(now)))
         # The loop looks every reevaluate_s, and also as soon as the path has run min_attempt_s: a move that waited
         # for the attempt to be judgeable is not held back to the next look as well.
@@ -562,7 +493,7 @@ class PathScheduler:
             if probe and not deep and self.config.min_streams > streams:
                 hoped = nbytes / seconds * self.config.min_streams / self.config.streams
             seconds *= self.config.streams / streams
-        owner = self._owner(edge)
+        owner = self._set.owner(edge)
         if owner is not None:
             flow = owner.flows.setdefault(edge, _Flow())
             flow.bytes += nbytes
@@ -618,7 +549,7 @@ class PathScheduler:
         probe = nbytes / seconds
         freed = probe
         ceiling = probe
-        for hop in self._set_edges() - {edge}:
+        for hop in self._set.edges() - {edge}:
             entry = self.memory.entry(*hop)
             if entry is None or entry.failed or entry.samples == 0:
                 continue
@@ -687,7 +618,7 @@ class PathScheduler:
         than the current one (both on measured figures alone, so no exploration and no ceiling is hurried). A
         path on trial (tried on ceilings, or a set whose newcomers are being judged) runs its whole attempt: its
         own samples are what the trial waits for. With probes only; the seed's way explores by moving."""
-        if not self.probing or self._extras or self._trial is not None or self._state.hope is not None:
+        if not self.probing or self._set.extras or self._set.trial is not None or self._state.hope is not None:
             return None
         assert self._attempt is not None
         graph = self._measured_graph()
@@ -760,11 +691,11 @@ class PathScheduler:
         assert self._attempt is not None
         self._state = self._state.without(News.HOP_FAILED)
         self._last_evaluation = now
-        lost = self._drop_broken(now) if failure else False
-        if not failure and (undone := self._judge_trial(now)) is not None:
-            return undone
+        lost = self._set.drop_broken(now) if failure else False
+        if not failure and self._set.judge_trial(now):
+            return self._set_switch(now, "drop")
         choice = self._choose()
-        if choice is not None and not failure and not self._set_would_gain(choice[0]):
+        if choice is not None and not failure and not self._set.would_gain(choice[0]):
             choice = None
         if choice is not None:
             path, predicted, reason = choice
@@ -772,13 +703,13 @@ class PathScheduler:
                 now, path, predicted, "failure" if failure else reason, exploring=reason == "explore"
             )
             if failure:
-                self._drop_broken(now)  # a broken primary moved aside for an extra is dropped too
+                self._set.drop_broken(now)  # a broken primary moved aside for an extra is dropped too
             return switch
         if failure:
             return self._set_switch(now, "failure") if lost else Keep(self._attempt.path)
-        if self._drop_idle(now):
+        if self._set.drop_idle(now):
             return self._set_switch(now, "drop")
-        if self._join(now):
+        if self._set.join(now):
             return self._set_switch(now, "join")
         return Keep(self._attempt.path)
 
@@ -796,20 +727,20 @@ class PathScheduler:
         if exploring and self.probing:
             # with probes, the transfer explores only on ceilings
             self._state = self._state.hope_on(path, old.path if old is not None else None)
-        promoted = next((extra for extra in self._extras if extra.path == path), None)
+        promoted = next((extra for extra in self._set.extras if extra.path == path), None)
         if promoted is not None:
-            self._extras.remove(promoted)
+            self._set.extras.remove(promoted)
             if old is not None:
-                self._extras.insert(0, old)
+                self._set.extras.insert(0, old)
             self._attempt = promoted
         else:
-            for ended in [old, *self._extras]:
+            for ended in [old, *self._set.extras]:
                 if ended is not None:
                     self._history.append(ended.freeze(now, self.config.streams))
-            self._extras = []
-            self._trial = None
+            self._set.extras = []
+            self._set.trial = None
             self._attempt = _Attempt(path, now, reason, predicted)
-        self._recall_bans(now)
+        self._set.recall_bans(now)
         # A hop the new set keeps is already warm.
         self._edge_since = {edge: self._edge_since.get(edge, now) for p in self.current_paths for edge in edges_of(p)}
         self._changed_at = now
@@ -837,197 +768,8 @@ class PathScheduler:
         primary = self._attempt.path
         return Switch(primary, path_throughput(self._measured_graph(), primary), reason)
 
-    def _set_would_gain(self, primary: Path) -> bool:
-        """Whether moving the primary to ``primary`` is worth it for the whole set. A path of the set (a swap) or
-        a set of one: always (the single-path rules decided). Otherwise the move ends the other paths, so the set
-        built greedily from the new primary must be predicted ``hysteresis`` above the current set's total: a new
-        primary a little wider than the old one is no reason to stop a second path."""
-        if not self._extras or primary in self.current_paths:
-            return True
-        graph = self._measured_graph()
-        config, banned = self.config, self._banned_edges()
-        extras = extend_set(graph, self.src, self.dst, [primary], config.max_paths, config.path_margin, banned)
-        candidate = [primary, *extras]
-        current = set_total(graph, self.current_paths)
-        return set_total(graph, candidate) > current * (1 + self.config.hysteresis)
-
-    def _set_edges(self) -> set[Edge]:
-        return {edge for path in self.current_paths for edge in edges_of(path)}
-
-    def _owner(self, edge: Edge) -> _Attempt | None:
-        """The attempt of the set whose path has ``edge`` (at most one: the set is edge-disjoint)."""
-        if edge not in self._edge_since or self._attempt is None:
-            return None
-        return next((a for a in (self._attempt, *self._extras) if edge in edges_of(a.path)), None)
-
-    def _leave(self, now: float, extra: _Attempt, *, ban: bool) -> None:
-        self._extras.remove(extra)
-        self._history.append(extra.freeze(now, self.config.streams))
-        for edge in edges_of(extra.path):
-            self._edge_since.pop(edge, None)
-        if self._trial is not None:
-            self._trial.predicted.pop(extra.path, None)
-            if not self._trial.predicted:
-                self._trial = None
-        if ban:
-            assert self._attempt is not None  # an extra leaves a set that has a primary
-            ban_ = self._bans[extra.path] = _Ban(now, self._ban_width(extra.path) or 0.0, self._attempt.path)
-            self._remember_ban(extra.path, ban_)
-
-    def _drop_broken(self, now: float) -> bool:
-        """Extras with a failed hop leave (no ban: the failure's weight of 0 keeps them out until aging)."""
-        broken = [
-            extra
-            for extra in self._extras
-            if any((entry := self.memory.entry(*edge)) is not None and entry.failed for edge in edges_of(extra.path))
-        ]
-        for extra in broken:
-            self._leave(now, extra, ban=False)
-        return bool(broken)
-
     def _measured_graph(self) -> nx.DiGraph:
         return self.graph(with_aging=not self.probing)
-
-    def _judge_trial(self, now: float) -> Switch | None:
-        """The newcomers joined together ``min_attempt_s`` ago: those that did not add rate (``_paths.trial_keeps``:
-        half the margin of the set's measured total before they joined, net of what they took from the others)
-        shared a bottleneck with the set, or were no news. They leave, banned until predicted wider; the rest stay."""
-        trial = self._trial
-        if trial is None or now - trial.since < self.config.min_attempt_s:
-            return None
-        self._trial = None
-        newcomers = [extra for extra in self._extras if extra.path in trial.predicted]
-        if not newcomers:
-            return None
-        graph = self._measured_graph()
-        total = set_total(graph, self.current_paths)
-        rates = []
-        for newcomer in newcomers:
-            rate = path_throughput(graph, newcomer.path)
-            if any(edge not in newcomer.flows for edge in edges_of(newcomer.path)):
-                # A hop that never reported since the join: what the graph says of it is still the probe's figure.
-                total -= rate
-                rate = 0.0
-            rates.append(rate)
-        predicted = [trial.predicted[newcomer.path] for newcomer in newcomers]
-        keep = trial_keeps(trial.baseline, total - sum(rates), rates, predicted, self.config.path_margin)
-        leaving = [newcomer for newcomer, kept in zip(newcomers, keep, strict=True) if not kept]
-        for newcomer in leaving:
-            self._leave(now, newcomer, ban=True)
-        return self._set_switch(now, "drop") if leaving else None
-
-    def _drop_idle(self, now: float) -> bool:
-        """Extras whose measured rate fell below half the margin of the others' leave, banned like a failed
-        trial (what made them slow, often the set itself, will not change while they are out)."""
-        graph = self._measured_graph()
-        dropped = False
-        for extra in list(self._extras):
-            rate = path_throughput(graph, extra.path)
-            others = set_total(graph, self.current_paths) - rate
-            if not keeps_adding(rate, others, self.config.path_margin):
-                self._leave(now, extra, ban=True)
-                dropped = True
-        return dropped
-
-    def _ban_width(self, path: Path) -> float | None:
-        """A banned path's predicted rate from the memory, aging included (a failed hop counts 0); None when one
-        of its edges is unknown (forgotten)."""
-        weights = [entry.weight if (entry := self.memory.entry(*edge)) is not None else None for edge in edges_of(path)]
-        return None if None in weights else min(w for w in weights if w is not None)
-
-    def _banned_edges(self) -> set[Edge]:
-        """The edges of banned paths, after lifting the bans of paths now predicted more than the margin wider
-        than when they left (a new measurement, aging, a recovery), or with an edge forgotten. A lower figure
-        never lifts a ban: it makes the path no more worth a trial. Reports that arrive in the first
-        ``min_attempt_s`` after the path left (its last blocks) only raise the width it is held to."""
-        margin = self.config.path_margin
-        for path, ban in list(self._bans.items()):
-            width = self._ban_width(path)
-            settled = self._now - ban.since > self.config.min_attempt_s
-            if width is None or (settled and width > ban.width * (1 + margin)):
-                del self._bans[path]
-                self.memory.forget_overlap(path)
-        return {edge for path in self._bans for edge in edges_of(path)}
-
-    def _settle_bans(self) -> None:
-        """At every tick: paths that left in the last ``min_attempt_s`` are held to the widest figure seen since."""
-        for path, ban in self._bans.items():
-            width = self._ban_width(path)
-            if width is not None and self._now - ban.since <= self.config.min_attempt_s and width > ban.width:
-                ban.width = width
-                self._remember_ban(path, ban)
-
-    def _recall_bans(self, now: float) -> None:
-        """What earlier transfers learnt beside the primary (``_remember_ban``), as this transfer's bans: once, when
-        the primary is chosen."""
-        assert self._attempt is not None
-        for record in self.memory.overlaps(self._attempt.path, now=now, max_age_s=self.config.age_after_s):
-            self._bans.setdefault(record.path, _Ban(record.at, record.width_bps, record.beside))
-
-    def _remember_ban(self, path: Path, ban: _Ban) -> None:
-        """Keep a ban in the memory beside the primary, for later transfers: a warm start over the same primary
-        then does not pay the trial again (on the testbed's shared bottleneck, a path crossing it twice held
-        the set to half its rate for the trial's 10 s, every warm start). It is kept ``age_after_s``, the time
-        after which a weight gets its second chance, and lifted in the memory when it is lifted here."""
-        self.memory.note_overlap(path, ban.beside, ban.width, ban.since)
-
-    def _join(self, now: float) -> bool:
-        """Add every path the measured graph predicts to add, greedily (``_paths.extend_set``: the widest path
-        edge-disjoint from the set and from banned paths, while it adds the margin of the growing set's total), up
-        to ``max_paths``, all at once on one trial (``_judge_trial``)."""
-        if len(self._extras) + 1 >= self.config.max_paths or self._trial is not None:
-            return False
-        graph = self._measured_graph()
-        paths = self.current_paths
-        joined = extend_set(
-            graph, self.src, self.dst, paths, self.config.max_paths, self.config.path_margin, self._banned_edges()
-        )
-        if not joined:
-            return False
-        for path in joined:
-            self._extras.append(_Attempt(path, now, "join"))
-            self._edge_since.update((edge, now) for edge in edges_of(path))
-        predicted = {path: path_throughput(graph, path) for path in joined}
-        self._trial = _Trial(predicted, now, set_total(graph, paths))
-        return True
-
-    def _scout(self, now: float) -> bool:
-        """A cold start's scouts (theory of operation, 14): beside the first path, up to ``max_paths`` - 2 paths
-        through one depot each, the widest by the round trips' guesses (``ProbePlan.apply_priors``), join on one trial
-        (one depot each: they are edge-disjoint, and a guess over many hops is a guess many times over). They join
-        once every hop of the first path has reported, so that the trial has that path's rate alone to judge them
-        by: a scout that takes its rate from the first path (one physical route under both) leaves, banned. What
-        they carry is measured as the transfer's own blocks, at its depth, on every hop at once: far more than
-        probes learn in the same seconds. A scout that adds less than the margin later leaves like any extra
-        (``_drop_idle``), and the end game takes the blocks a slow one holds at the end (client.md)."""
-        if not self.rtt_s or len(self._extras) + 2 >= self.config.max_paths or self._trial is not None:
-            return False  # no guesses to rank them by, or the set is full or on trial already
-        guessed = self.graph()
-        self._probe_plan.apply_priors(guessed)
-        taken = {edge for path in self.current_paths for edge in edges_of(path)} | self._banned_edges()
-
-        def guess(u: str, v: str) -> float:
-            attrs = guessed.get_edge_data(u, v) or {}
-            return -1.0 if (u, v) in taken else float(attrs.get(THROUGHPUT, -1.0))
-
-        ranked = sorted(
-            ((min(guess(self.src, d), guess(d, self.dst)), d) for d in self.vertices if d not in (self.src, self.dst)),
-            key=lambda pair: (-pair[0], self.vertices.index(pair[1])),
-        )
-        scouts: list[Path] = []
-        # One place of the set stays free for what measurement finds: a scout that stays (it adds) would otherwise
-        # hold its place against a better path found later (the loop never swaps an extra that adds).
-        for width, depot in ranked[: self.config.max_paths - 2 - len(self._extras)]:
-            if width > 0:
-                scouts.append((self.src, depot, self.dst))
-        if not scouts:
-            return False
-        baseline = set_total(self._measured_graph(), self.current_paths)  # the first path alone
-        for path in scouts:
-            self._extras.append(_Attempt(path, now, "join"))
-            self._edge_since.update((edge, now) for edge in edges_of(path))
-        self._trial = _Trial({path: path_throughput(guessed, path) for path in scouts}, now, baseline)
-        return True
 
     def _probes(self, now: float) -> tuple[Edge, ...]:
         """Edges worth probing now (``ProbePlan.choose``); none when the loop explores by moving. A probe that has

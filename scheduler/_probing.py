@@ -88,7 +88,7 @@ class ProbePlan:
         known = self.loop._best_known(measured)
         bar = 0.0 if has_unknown(measured, known) else path_throughput(measured, known)
         graph = self.loop.graph()
-        on_set = self.loop._set_edges()
+        on_set = self.loop._set.edges()
         for edge in on_set:
             graph.edges[edge].setdefault(THROUGHPUT, 0.0)  # the transfer measures them: no guess, no probe
         self.apply_priors(graph)
@@ -119,7 +119,7 @@ class ProbePlan:
                 graph.edges[edge][THROUGHPUT] = 0.0  # chosen, or waiting for a probe at the same end to finish
         if len(chosen) < free and self.loop.config.max_paths == 1:
             chosen += self._middle_probes(optimistic, bar, free - len(chosen), [*chosen, *reserved])
-        if len(chosen) < free and len(self.loop._extras) + 1 < self.loop.config.max_paths:
+        if len(chosen) < free and len(self.loop._set.extras) + 1 < self.loop.config.max_paths:
             chosen += self._extra_probes(graph, measured, free - len(chosen), chosen)
         if self.loop.config.deep_probes and len(chosen) < free and not chosen and not reserved:
             chosen += self._deep_probes(measured, bar, free, [*self.since])
@@ -319,7 +319,7 @@ class ProbePlan:
         """Unknown or aged edges of the optimistic paths, edge-disjoint from the set and avoiding banned edges,
         that could join it (predicted to add the margin of the set's measured total)."""
         residual = graph.copy()
-        residual.remove_edges_from([*self.loop._set_edges(), *self.loop._banned_edges()])
+        residual.remove_edges_from([*self.loop._set.edges(), *self.loop._set.banned_edges()])
         total = set_total(measured, self.loop.current_paths)
         more: list[Edge] = []
         while len(more) < free:
