@@ -13,15 +13,20 @@ meters and the path meters run on), and ``at``, the wall clock the events and th
 **The block ledger.** A ``Block`` is one block of the file and, while it travels, one copy of it: its holders
 (the source, then each depot it reached, the allocation there opaque to the engine), its attempts, the path it
 counts on, and, in the end game, its second copies (``twins``). ``admit`` puts a block on its way, ``tag`` moves
-what it counts on from one path to another (``outstanding``, the path's ``PathMeter``), ``arrived`` counts it
-delivered (on its path while that is in the set, else on the primary), ``won`` says which other copies to cut off.
+what it counts on from one path to another (``outstanding``, the path's ``PathMeter``), ``reached`` records a hop
+and names the holder two depots back, which may now let the block go (a block is held by two depots at once
+while it moves, so that one lost with a depot is re-sent from the nearest holder, ``nearest``), ``arrived``
+counts it delivered (on its path while that is in the set, else on the primary) and names its other copies, to
+cut off.
 
 **Routing.** A new block takes the path of the set that would deliver it soonest (``assign``: the MDTP rule,
 ``striping.soonest``, the paths through no failed depot first); until its first hop has room it may move to
 another that would now deliver it sooner (``reconsider``). On its way it follows its own path while that is in
 the set and clear of failed depots; from the source, the path a new block would take; from a depot, the rest of
 the path of the set the depot is on (the primary first); else the widest way on from there
-(``widest_from``, the shell's question to the scheduler), or the rest of the primary (``route_for``).
+(``widest_from``, the shell's question to the scheduler), or the rest of the primary (``route_for``). ``step``
+gives a block's next hop from where it is (``NextHop``), or says it has none (``Stuck``: the shell re-sends it
+from its nearest holder).
 
 **Windows.** Each hop's depth is seed 002's ``ceil(3 * BDP / block) - 1`` within ``[min_inflight,
 max_inflight]`` (``inflight_for``), the bandwidth the hop's busy-time rate (``EdgeMeter``) and the delay its
@@ -47,12 +52,14 @@ __all__ = [
     "CopyMark",
     "EdgeMeter",
     "HopSample",
+    "NextHop",
     "PathChanged",
     "PathRun",
     "PathSample",
     "PathShares",
     "RelayEngine",
     "RelayRules",
+    "Stuck",
     "TimelinePoint",
     "inflight_for",
 ]
@@ -307,6 +314,22 @@ class PathRun:
 # -- the engine ---------------------------------------------------------------------------------------------
 
 
+@dataclass(frozen=True, slots=True)
+class NextHop:
+    """Carry the block from ``u`` to ``v``; ``route`` is its way on from ``u``."""
+
+    u: str
+    v: str
+    route: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Stuck:
+    """The block has no way on from where it is (``reason``): it is re-sent from its nearest holder."""
+
+    reason: str
+
+
 @dataclass(eq=False)
 class Block(Generic[A]):
     """One block of the file and, while it travels, one copy of it."""
@@ -345,6 +368,7 @@ class RelayEngine(Generic[A]):
     ) -> None:
         self.here, self.dest, self.rules = here, dest, rules
         self.widest_from = widest_from
+        self.pinned = pinned is not None
         self.path: Route = tuple(pinned) if pinned is not None else ()
         """The primary path."""
         self.paths: tuple[Route, ...] = (self.path,) if pinned is not None else ()
@@ -553,6 +577,38 @@ class RelayEngine(Generic[A]):
             return None
         route = self.route_for(block, u, now)
         return route[1] if len(route) > 1 else None
+
+    def restart(self, block: Block[A], start: str) -> None:
+        """``block`` goes on from ``start``: the holders past it are dead or unusable."""
+        while block.holders and block.holders[-1][0] != start:
+            block.holders.pop()
+
+    def step(self, block: Block[A], route: Sequence[str], now: float) -> NextHop | Stuck:
+        """The next hop of ``block`` from where it is, ``route`` its way so far. A block follows its own path while
+        that is in the set; else the path of the set it is on (so a switch moves every block that has not yet left
+        a depot of the new path); a block held by a depot off every path of the set goes on by the widest way the
+        scheduler knows from there (pinned: along ``route``)."""
+        u = block.holders[-1][0]
+        if not self.pinned or self.on_a_path(u):
+            # On its path: the rest of it. Left behind by a switch: the widest way on from where it is now, not the
+            # old path's next hop (which may be the degraded edge the switch left).
+            route = self.route_for(block, u, now)
+        if u not in route or route.index(u) + 1 >= len(route):
+            return Stuck(f"no way on from {u}")
+        v = route[route.index(u) + 1]
+        if v in self.dead or u in self.dead:
+            return Stuck(f"{u} -> {v} goes through a failed depot")
+        return NextHop(u, v, tuple(route))
+
+    def reached(self, block: Block[A], v: str, alloc: A) -> tuple[str, A | None] | None:
+        """``block`` reached ``v``, held there in ``alloc``. A block is held by two depots at once while it moves:
+        returns the holder two back, which may now let it go (``passed_on`` once it has), if there is one."""
+        block.holders.append((v, alloc))
+        return block.holders[-3] if len(block.holders) >= 3 else None
+
+    def passed_on(self, block: Block[A]) -> None:
+        """The holder ``reached`` named has let ``block`` go."""
+        block.holders[-3] = (block.holders[-3][0], None)
 
     def nearest(self, block: Block[A]) -> str:
         """The holder nearest the destination that still has the block (the source, at worst)."""

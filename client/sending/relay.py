@@ -61,6 +61,7 @@ from lnet.client.engines.relay_core import (
     PathSample,
     PathShares,
     RelayEngine,
+    Stuck,
     TimelinePoint,
     inflight_for,
 )
@@ -769,33 +770,24 @@ class Relay:
             self._scopes.pop(twin, None)
             self.engine.second_copy_over(twin)
 
-    async def _walk(self, block: Block[Allocation], route: list[str], fd: int) -> None:
-        """Move ``block`` from its nearest live holder (``route[0]``) to the destination.
-
-        A block follows its own path while that is in the set; else the path of the set it is on (so a switch
-        moves every block that has not yet left a depot of the new path); a block held by a depot off every
-        path of the set goes on by the widest way the scheduler knows from there (pinned: along ``route``)."""
+    async def _walk(self, block: Block[Allocation], route: Sequence[str], fd: int) -> None:
+        """Move ``block`` from its nearest live holder (``route[0]``) to the destination, hop by hop as the engine
+        routes it (``RelayEngine.step``)."""
         if self.dest in self.dead:
             raise TransferFailed(f"the destination {self.dest} does not answer any more")
-        while block.holders and block.holders[-1][0] != route[0]:
-            block.holders.pop()  # holders past the point we restart from are dead or unusable
-        while (u := block.holders[-1][0]) != self.dest:
-            if self.scheduler is not None or self.engine.on_a_path(u):
-                # On its path: the rest of it. Left behind by a switch: the widest way on from where it is now,
-                # not the old path's next hop (which may be the degraded edge the switch left).
-                route = self.engine.route_for(block, u, trio.current_time())
-            if u not in route or route.index(u) + 1 >= len(route):
-                raise _HopFailed(f"no way on from {u}")
-            v = route[route.index(u) + 1]
-            if v in self.dead or u in self.dead:
-                raise _HopFailed(f"{u} -> {v} goes through a failed depot")
-            target = await self._hop(block, u, v, fd)
+        self.engine.restart(block, route[0])
+        while block.holders[-1][0] != self.dest:
+            step = self.engine.step(block, route, trio.current_time())
+            if isinstance(step, Stuck):
+                raise _HopFailed(step.reason)
+            route = step.route
+            target = await self._hop(block, step.u, step.v, fd)
             if target is None:
                 continue  # the path changed while the block waited for the hop: plan again from here
-            block.holders.append((v, target))
-            if len(block.holders) >= 3:
-                await self._pass_on(block.holders[-3])
-                block.holders[-3] = (block.holders[-3][0], None)
+            behind = self.engine.reached(block, step.v, target)
+            if behind is not None:
+                await self._pass_on(behind)
+                self.engine.passed_on(block)
         await self._verify_at_destination(block)
 
     async def _hop(self, block: Block[Allocation], u: str, v: str, fd: int) -> Allocation | None:

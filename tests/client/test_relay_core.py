@@ -8,7 +8,15 @@ from dataclasses import dataclass
 
 import pytest
 
-from lnet.client.engines.relay_core import Block, PathChanged, PathShares, RelayEngine, inflight_for
+from lnet.client.engines.relay_core import (
+    Block,
+    NextHop,
+    PathChanged,
+    PathShares,
+    RelayEngine,
+    Stuck,
+    inflight_for,
+)
 
 MiB = 1024 * 1024
 HERE, DST = "here", "dst"
@@ -179,6 +187,43 @@ def test_the_next_hop_is_none_off_every_path() -> None:
     relay.admit(b, now=0.0)
     assert relay.next_hop(b, "a", now=0.0) == "b"
     assert relay.next_hop(b, "z", now=0.0) is None
+
+
+def test_a_block_steps_along_its_path_and_is_held_by_two_depots_at_once() -> None:
+    long_way = (HERE, "a", "b", DST)
+    relay = engine(long_way, widest={})
+    b = block(0)
+    relay.admit(b, now=0.0)
+    route: tuple[str, ...] = long_way
+    passed = []
+    for alloc in ("alloc-a", "alloc-b", "alloc-d"):
+        step = relay.step(b, route, now=1.0)
+        assert isinstance(step, NextHop)
+        route = step.route
+        behind = relay.reached(b, step.v, alloc)
+        if behind is not None:
+            passed.append(behind)
+            relay.passed_on(b)
+    # each holder may let go once the block is two depots further on (the source holds no allocation); the last
+    # depot before the destination, once the destination has verified it (the shell's part)
+    assert passed == [(HERE, None), ("a", "alloc-a")]
+    assert b.holders == [(HERE, None), ("a", None), ("b", "alloc-b"), (DST, "alloc-d")]
+
+
+def test_a_block_through_a_failed_depot_is_stuck_and_restarts_from_its_nearest_holder() -> None:
+    pinned = (HERE, "a", "b", DST)
+    relay = RelayEngine[str](HERE, DST, Rules(), pinned=pinned)
+    b = block(0)
+    relay.admit(b, now=0.0)
+    b.holders += [("a", "alloc-a"), ("b", "alloc-b")]
+    relay.dead.add("b")
+    assert relay.step(b, pinned, now=1.0) == Stuck("no way on from b")  # the rest of its path leaves b out
+    relay.restart(b, relay.nearest(b))
+    assert b.holders == [(HERE, None), ("a", "alloc-a")]
+    off_path = relay.step(b, ["a", "c"], now=1.0)  # on the pinned path: its rest, without the failed depot
+    assert off_path == NextHop("a", DST, ("a", DST))
+    b.holders.append(("z", "alloc-z"))  # off the pinned path: along the route it was given, which ends there
+    assert relay.step(b, ["a", "z"], now=1.0) == Stuck("no way on from z")
 
 
 # -- the ledger ---------------------------------------------------------------------------------------------
