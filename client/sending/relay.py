@@ -66,6 +66,7 @@ from lnet.client.engines.relay_core import (
     inflight_for,
 )
 from lnet.client.formats.manifest import HASH_ALGORITHMS, block_hasher, hash_bytes
+from lnet.client.sending.probes import EdgeProbes
 from lnet.client.wire.depot_client import Allocation, DepotClient, DepotUnreachable
 from lnet.depot.clock import TrioWallClock
 from lnet.depot.protocol import DepotError, DepotFull, NotFound, TooLarge, innermost
@@ -462,10 +463,6 @@ class _ReadBuffers:
 
 DRAIN_AT_ONCE = 8
 """Frees a pool has in flight at once when the transfer ends (``_Pool.drain``)."""
-DEEP_GAIN = 1.25
-"""A deep probe goes one level deeper (twice the copies at once) while a level carries this much more than the one
-before: twice the streams on an edge held back by their own windows nearly double it, on a full link they add
-nothing."""
 FULL_POLL_FIRST_S = 0.02
 FULL_POLL_MAX_S = 1.0
 """How soon, and at most how far apart, a full depot is asked again for an allocation (``_Pool.take``)."""
@@ -589,10 +586,8 @@ class Relay:
         """Each copy's carry, while it runs: cut off when another copy of the block arrives first."""
         # Names this transfer's copy lanes at the depots; random so that two transfers never share one.
         self._lane = secrets.token_hex(8)
-        self._probe_blocks: dict[str, Allocation] = {}
         self._blocks_to_send: int | None = None  # set by run(): the blocks this run sends
-        self._probe_locks: dict[str, trio.Lock] = {}
-        self._payload = b""
+        self._probe_runs = EdgeProbes(self)
         self._pools: dict[str, _Pool] = {}
         self._probing: set[Edge] = set()
         self._records: dict[int, BlockRecord] = {}
@@ -682,7 +677,7 @@ class Relay:
                 async with trio.open_nursery() as nursery:  # every depot's pool at once
                     for pool in self._pools.values():
                         nursery.start_soon(pool.drain)
-                    for holder in self._probe_blocks.items():
+                    for holder in self._probe_runs.blocks.items():
                         nursery.start_soon(self._release, holder)
         elapsed = trio.current_time() - self._started
         engine = self.engine
@@ -1014,15 +1009,15 @@ class Relay:
 
     async def _probe(self, edge: Edge, deep: bool = False) -> None:
         """Measure ``edge`` beside the transfer the way the transfer would use it, and tell the scheduler when done;
-        ``deep``: with more copies at once while they add rate (``_run_deep_probe``).
+        ``deep``: with more copies at once while they add rate (``EdgeProbes.deep``).
 
         Best effort: a probe's failure is news about the edge, never the transfer's failure."""
         made: list[tuple[str, Allocation]] = []
         try:
             if deep and self.config.adaptive:
-                await self._run_deep_probe(edge, made)
+                await self._probe_runs.deep(edge, made)
             else:
-                await self._run_probe(edge, made)
+                await self._probe_runs.one_stream(edge, made)
         except Exception as exc:  # noqa: BLE001 - whatever went wrong, the transfer goes on
             cause = innermost(exc)
             if isinstance(cause, DepotError | DepotUnreachable):
@@ -1037,113 +1032,6 @@ class Relay:
             self._tell(ProbeDone(edge, self.clock()))
             if not self._probing:
                 self._probes_idle.set()
-
-    async def _run_probe(self, edge: Edge, made: list[tuple[str, Allocation]]) -> None:
-        """One stream of copies of one block of the transfer's size, back to back on one connection, for the
-        scheduler's ``probe_s`` and at least two copies. The first ran on a cold connection (slow start) and is
-        not reported unless it is the only one; the rest are, timed as the transfer's are (the depot's own push
-        time), so the figure is comparable with the path's."""
-        u, v = edge
-        size = self.config.probe_bytes or self.config.block_size
-        probe_s = self.scheduler.config.probe_s if self.scheduler is not None else self.config.probe_s
-        source = None if u == self.here else await self._probe_source(u, size)
-        target = await self.clients[v].allocate_one(size, self._hold(v))
-        self._allocated([target])
-        made.append((v, target))
-        samples: list[float] = []
-        started = trio.current_time()
-        # A copy still going at twice the probe's time is cut off: an edge that slow is slow, whatever it is.
-        with trio.move_on_after(2 * probe_s):
-            while not self._done.is_set() and (len(samples) < 2 or trio.current_time() < started + probe_s):
-                samples.append(await self._probe_copy(edge, source, target, size))
-        if self._done.is_set():
-            return
-        one = 1.0 if self.config.adaptive else None  # as the flushes say streams
-        if not samples:
-            # Not one copy in twice the probe's time: tell the scheduler the most this edge can be doing.
-            self._tell(Measurement(edge, size, trio.current_time() - started, self.clock(), one))
-            return
-        learnt = samples[1:] or samples
-        self._tell(Measurement(edge, size * len(learnt), sum(learnt), self.clock(), one))
-        if v not in self._probe_blocks and v != self.dest:
-            # Keep the block where it landed: the source of the next probe out of v, with no write from here.
-            self._probe_blocks[v] = target
-            made.remove((v, target))
-
-    async def _run_deep_probe(self, edge: Edge, made: list[tuple[str, Allocation]]) -> None:
-        """Copies of one block at 1, 2, 4, ... at once (up to ``max_inflight``), each level two copies a stream,
-        deeper while a level carries ``DEEP_GAIN`` times the one before: an edge held back by its streams' own
-        window or loss grows with them, a full link does not. The best level's second copies are reported with
-        its depth as ``streams`` (the first copy of each stream may have run on a cold connection), so the
-        scheduler learns what the edge carries at the depth that fills it (theory of operation, 13). Bounded by
-        twice the probe's time, like a one-stream probe; a level cut off by it is not reported."""
-        u, v = edge
-        size = self.config.probe_bytes or self.config.block_size
-        probe_s = self.scheduler.config.probe_s if self.scheduler is not None else self.config.probe_s
-        source = None if u == self.here else await self._probe_source(u, size)
-        targets: list[Allocation] = []
-        best: tuple[float, int, list[float]] | None = None  # (aggregate, depth, the second copies' seconds)
-
-        async def stream(target: Allocation, seconds: list[float]) -> None:
-            await self._probe_copy(edge, source, target, size)  # on a connection that may be cold
-            seconds.append(await self._probe_copy(edge, source, target, size))
-
-        with trio.move_on_after(2 * probe_s):
-            depth = 1
-            while not self._done.is_set():
-                while len(targets) < depth:
-                    target = await self.clients[v].allocate_one(size, self._hold(v))
-                    self._allocated([target])
-                    made.append((v, target))
-                    targets.append(target)
-                seconds: list[float] = []
-                async with trio.open_nursery() as nursery:
-                    for target in targets[:depth]:
-                        nursery.start_soon(stream, target, seconds)
-                aggregate = sum(size / t for t in seconds if t > 0)
-                if best is not None and aggregate < best[0] * DEEP_GAIN:
-                    best = max(best, (aggregate, depth, seconds))
-                    break
-                best = (aggregate, depth, seconds)
-                if depth >= self.config.max_inflight:
-                    break
-                depth = min(2 * depth, self.config.max_inflight)
-        if self._done.is_set():
-            return
-        if best is None:
-            # Not one level in twice the probe's time: tell the scheduler the most this edge can be doing.
-            self._tell(Measurement(edge, size, 2 * probe_s, self.clock(), 1.0))
-            return
-        _, depth, seconds = best
-        self._tell(Measurement(edge, size * len(seconds), sum(seconds), self.clock(), float(depth)))
-
-    async def _probe_copy(self, edge: Edge, source: Allocation | None, target: Allocation, size: int) -> float:
-        """One probe copy over ``edge`` into ``target``: a write from here when ``source`` is None, else the depot's
-        copy of ``source``; its seconds, the depot's own push time where it reports one."""
-        u, v = edge
-        begun = trio.current_time()
-        if source is None:
-            await self.clients[v].write(target.write, self._probe_payload(size), offset=0)
-            return trio.current_time() - begun
-        copied = await self.clients[u].copy(source.read, target.write_url, dest_offset=0)
-        return copied.seconds if copied.seconds > 0 else trio.current_time() - begun
-
-    async def _probe_source(self, node: str, size: int) -> Allocation:
-        """A block of ``size`` held at ``node`` to copy from: one a probe left there, else written now."""
-        # Probes out of one depot may start together: one writes the block, the others wait and use it.
-        async with self._probe_locks.setdefault(node, trio.Lock()):
-            held = self._probe_blocks.get(node)
-            if held is None:
-                held = await self.clients[node].allocate_one(size, self._hold(node))
-                self._allocated([held])
-                self._probe_blocks[node] = held
-                await self.clients[node].write(held.write, self._probe_payload(size))
-        return held
-
-    def _probe_payload(self, size: int) -> bytes:
-        if len(self._payload) != size:
-            self._payload = os.urandom(size)
-        return self._payload
 
     # -- plumbing ---------------------------------------------------------------------------------------------
 
