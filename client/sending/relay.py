@@ -42,7 +42,6 @@ report. One path is the case of a set of one: everything above reduces to the si
 from __future__ import annotations
 
 import contextlib
-import math
 import os
 import secrets
 from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Container, Mapping, Sequence
@@ -67,11 +66,11 @@ from lnet.client.engines.relay_core import (
 )
 from lnet.client.formats.manifest import HASH_ALGORITHMS, block_hasher, hash_bytes
 from lnet.client.sending.probes import EdgeProbes
+from lnet.client.sending.trace import trace_decision, trace_event
 from lnet.client.wire.depot_client import Allocation, DepotClient, DepotUnreachable
 from lnet.depot.clock import TrioWallClock
 from lnet.depot.protocol import DepotError, DepotFull, NotFound, TooLarge, innermost
 from lnet.scheduler import (
-    THROUGHPUT,
     Decision,
     DepotFailure,
     DropDepot,
@@ -1130,56 +1129,15 @@ class Relay:
         self.on_event(SpaceWait(node, waiting, self.clock()))
 
     def _trace_event(self, event: Measurement | HopFailure | DepotFailure | ProbeDone) -> None:
-        if not self.config.trace:
-            return
-        t = round(trio.current_time() - self._started, 3)
-        if isinstance(event, Measurement):
-            data: dict[str, Any] = {"t": t, "edge": list(event.edge), "bytes": event.bytes,
-                                    "seconds": round(event.seconds, 4), "streams": event.streams,
-                                    "probe": event.edge in self._probing,
-                                    "mbps_per_stream": round(event.bytes * 8 / event.seconds / 1e6, 3),
-                                    "began": None if event.began is None else round(t - (event.at - event.began), 3),
-                                    "starved": event.starved}
-            self.on_event(Traced("measure", data, event.at))
-        elif isinstance(event, DepotFailure):
-            self.on_event(Traced("failure", {"t": t, "depot": event.depot}, event.at))
-        else:
-            kind = "probe-done" if isinstance(event, ProbeDone) else "failure"
-            self.on_event(Traced(kind, {"t": t, "edge": list(event.edge)}, event.at))
+        if self.config.trace:
+            kind, data = trace_event(event, self._since_start(), probing=self._probing)
+            self.on_event(Traced(kind, data, event.at))
 
     def _trace_decision(self, decision: Decision, now: float) -> None:
-        """A tick's decision, when it changes something or asks for probes, and the weights at every
-        re-evaluation (what the scheduler compared)."""
-        if not self.config.trace or self.scheduler is None:
-            return
-        evaluated = self.scheduler.last_evaluation == now
-        if isinstance(decision, Keep) and not decision.probes and not evaluated:
-            return
-        data: dict[str, Any] = {
-            "t": round(trio.current_time() - self._started, 3), "decision": type(decision).__name__,
-            "paths": [list(p) for p in decision.all_paths],
-            "probes": [] if isinstance(decision, DropDepot) else [list(e) for e in decision.probes],
-            "deep": [] if isinstance(decision, DropDepot) else [list(e) for e in decision.deep],
-        }
-        if isinstance(decision, Switch):
-            predicted = decision.predicted_bps * 8 / 1e6
-            data.update(reason=decision.reason,
-                        predicted_mbps=round(predicted, 3) if math.isfinite(predicted) else None)
-            if decision.reason == "start":  # what orders the first probes (theory of operation, 10)
-                data["rtt_ms"] = {v: round(rtt * 1000, 2) for v, rtt in self.scheduler.rtt_s.items()}
-        if evaluated:
-            graph = self.scheduler.graph(with_aging=False)
-            data["weights_mbps"] = {f"{u}>{v}": round(a[THROUGHPUT] * 8 / 1e6, 3)
-                                    for u, v, a in graph.edges(data=True) if THROUGHPUT in a}
-            # Floors with a ceiling: what a path tried on ceilings counts them at (theory of operation, 9).
-            streams = self.scheduler.config.streams
-            data["ceilings_mbps"] = {
-                f"{u}>{v}": round(entry.ceiling_bps * streams * 8 / 1e6, 3)
-                for u, v, a in graph.edges(data=True)
-                if THROUGHPUT in a
-                and (entry := self.scheduler.memory.entry(u, v)) is not None and entry.ceiling_bps is not None
-            }
-        self.on_event(Traced("decision", data, now))
+        if self.config.trace and self.scheduler is not None:
+            data = trace_decision(decision, self.scheduler, now, self._since_start())
+            if data is not None:
+                self.on_event(Traced("decision", data, now))
 
 
 def block_spans(size: int, block_size: int) -> list[tuple[int, int]]:
