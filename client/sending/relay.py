@@ -44,7 +44,7 @@ from __future__ import annotations
 import contextlib
 import os
 import secrets
-from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Container, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -64,8 +64,9 @@ from lnet.client.engines.relay_core import (
     TimelinePoint,
     inflight_for,
 )
-from lnet.client.formats.manifest import HASH_ALGORITHMS, block_hasher, hash_bytes
+from lnet.client.formats.manifest import HASH_ALGORITHMS, hash_bytes
 from lnet.client.sending.probes import EdgeProbes
+from lnet.client.sending.reading import Lease, Offload, ReadBuffers, WholeHash
 from lnet.client.sending.trace import trace_decision, trace_event
 from lnet.client.wire.depot_client import Allocation, DepotClient, DepotUnreachable
 from lnet.depot.clock import TrioWallClock
@@ -94,6 +95,7 @@ __all__ = [
     "EdgeMeter",
     "BlockDamaged",
     "Note",
+    "Offload",
     "Traced",
     "PathChanged",
     "PathRun",
@@ -112,7 +114,6 @@ __all__ = [
 
 Edge = tuple[str, str]
 Route = tuple[str, ...]
-Offload = Callable[..., Awaitable[Any]]
 MiB = 1024 * 1024
 
 
@@ -427,39 +428,6 @@ class _Pool:
                 nursery.start_soon(free, alloc)
 
 
-class _Lease:
-    """A block's read buffer while someone uses it: the write that sends it, the whole-file hash that keeps it.
-    Back to its pool when the last user is done; a view of it must not be used after that."""
-
-    def __init__(self, pool: _ReadBuffers, buffer: bytearray) -> None:
-        self._pool, self.buffer, self._users = pool, buffer, 1
-
-    def hold(self) -> None:
-        self._users += 1
-
-    def done(self) -> None:
-        self._users -= 1
-        if self._users == 0:
-            self._pool.put(self.buffer)
-
-
-class _ReadBuffers:
-    """Block buffers that the file's blocks are read into, used again and again: a fresh ``bytes`` of a block's
-    size per block cost lnet-send the kernel's page faults and zeroing of every page (``os.pread`` was a sixth
-    of its samples in the chain; docs/depot.md). At most ``keep`` idle buffers are kept."""
-
-    def __init__(self, size: int, keep: int) -> None:
-        self.size, self.keep = size, keep
-        self._idle: list[bytearray] = []
-
-    def take(self) -> _Lease:
-        return _Lease(self, self._idle.pop() if self._idle else bytearray(self.size))
-
-    def put(self, buffer: bytearray) -> None:
-        if len(self._idle) < self.keep:
-            self._idle.append(buffer)
-
-
 DRAIN_AT_ONCE = 8
 """Frees a pool has in flight at once when the transfer ends (``_Pool.drain``)."""
 FULL_POLL_FIRST_S = 0.02
@@ -467,73 +435,9 @@ FULL_POLL_MAX_S = 1.0
 """How soon, and at most how far apart, a full depot is asked again for an allocation (``_Pool.take``)."""
 
 _HASH_AHEAD_BYTES = 128 * MiB
-"""Bytes of blocks read ahead of the whole-file hash's position that it keeps for later (``_WholeHash``)."""
+"""Bytes of blocks read ahead of the whole-file hash's position that it keeps for later (``WholeHash``)."""
 _PROBE_GRACE_S = 0.1
 """How long a finished transfer waits for its probes to end on their own before cutting them off."""
-
-
-class _WholeHash:
-    """The whole-file hash, fed the bytes each block was read with for sending: one read of every byte and two
-    hash updates (the block's, this one), instead of a second pass over the file.
-
-    It hashes in file order; blocks are read nearly in order but not exactly (several at once, in worker
-    threads), so a block read ahead of the hash's position is kept here until the hash gets to it, up to
-    ``ahead_bytes`` (the block the hash waits for is always kept). A block beyond that, or one this run does
-    not send (``skipped``: delivered by an earlier run), the hash reads again itself when it gets to it. A block
-    read again after a failure is not offered twice: its bytes were checked against the first read's hash."""
-
-    def __init__(self, algorithm: str, spans: Sequence[tuple[int, int]], ahead_bytes: int) -> None:
-        self._hasher = block_hasher(algorithm)
-        self._spans = spans
-        self._ahead = ahead_bytes
-        self._kept: dict[int, tuple[bytes | memoryview, _Lease | None]] = {}
-        self._kept_bytes = 0
-        self._offered: set[int] = set()
-        self._next = 0
-        self._wake = trio.Event()
-        self.reread = 0
-        """Blocks the hash read itself (not kept, or not sent)."""
-
-    def offer(self, index: int, data: bytes | memoryview, lease: _Lease | None = None) -> None:
-        """Block ``index`` was read for sending: these are its bytes (in ``lease``'s buffer, which is held while
-        they are kept)."""
-        if index < self._next or index in self._offered:
-            return
-        self._offered.add(index)
-        if index == self._next or self._kept_bytes + len(data) <= self._ahead:
-            if lease is not None:
-                lease.hold()
-            self._kept[index] = (data, lease)
-            self._kept_bytes += len(data)
-        if index == self._next:
-            self._wake.set()
-
-    async def run(
-        self, skipped: Container[int], read: Callable[[int, int], bytes], offload: Offload,
-        available: Callable[[int, int], Awaitable[None]] | None,
-    ) -> str:
-        """The hex digest, once every block was offered or read here (``read`` runs through ``offload``)."""
-        for index, (offset, length) in enumerate(self._spans):
-            self._next = index
-            while index not in self._offered and index not in skipped:
-                self._wake = trio.Event()
-                await self._wake.wait()
-            kept = self._kept.pop(index, None)
-            if kept is None:
-                self.reread += 1
-                if available is not None:
-                    await available(offset, offset + length)
-                await offload(self._hasher.update, await offload(read, offset, length))
-            else:
-                data, lease = kept
-                self._kept_bytes -= len(data)
-                try:
-                    await offload(self._hasher.update, data)
-                finally:
-                    if lease is not None:
-                        lease.done()
-            self._offered.discard(index)
-        return str(self._hasher.hexdigest())
 
 
 class Relay:
@@ -594,8 +498,8 @@ class Relay:
         self._resends = 0
         self._started = 0.0
         self._file_hash = ""
-        self._whole: _WholeHash | None = None
-        self._buffers = _ReadBuffers(self.config.block_size, self.config.max_inflight)
+        self._whole: WholeHash | None = None
+        self._buffers = ReadBuffers(self.config.block_size, self.config.max_inflight)
         self._done = trio.Event()
         self._file_hashed = trio.Event()
         self._probes_idle = trio.Event()
@@ -648,7 +552,7 @@ class Relay:
                 raise ValueError(f"block {index} given as delivered is not a block of {self.source}")
         self._records.update(self._already)
         self._blocks_to_send = sum(1 for block in blocks if block.index not in self._already)
-        self._whole = _WholeHash(self.config.hash_algorithm, spans, _HASH_AHEAD_BYTES)
+        self._whole = WholeHash(self.config.hash_algorithm, spans, _HASH_AHEAD_BYTES)
         fd = self._fd = -1 if isinstance(self.source, Stream) else os.open(self.source, os.O_RDONLY)
         try:
             async with trio.open_nursery() as nursery:
@@ -802,7 +706,7 @@ class Relay:
             try:
                 if u == self.here:
                     data: bytes | memoryview
-                    lease: _Lease | None = None
+                    lease: Lease | None = None
                     if isinstance(self.source, Stream) or block.length > self._buffers.size:
                         data, digest = await self._offload(
                             _read_span_and_hash, self._reader(), block.offset, block.length, self.config.hash_algorithm,
@@ -885,8 +789,8 @@ class Relay:
         for holder in block.holders[:-1]:
             await self._pass_on(holder)
 
-    async def _hash_whole_file(self, whole: _WholeHash) -> None:
-        """The whole-file hash, from the bytes the blocks were read with (``_WholeHash``)."""
+    async def _hash_whole_file(self, whole: WholeHash) -> None:
+        """The whole-file hash, from the bytes the blocks were read with (``WholeHash``)."""
         self._file_hash = await whole.run(self._already, self._reader(), self._offload, self._available)
         self._file_hashed.set()
 
