@@ -3,6 +3,10 @@
 It owns no thread, socket or clock. The transfer engine feeds it events (``measure``) and asks it what to do
 (``tick``), as often as it likes; the loop itself enforces its re-evaluation interval. See the theory of
 operation in ``lnet.scheduler``'s docstring.
+
+This module chooses the primary path and turns each judgement into a decision. Its state is one value
+(``_state.LoopState``); which edges to probe is ``_probing.ProbePlan``'s, and the paths beside the primary, their
+trial and the bans are ``_pathset.PathSet``'s.
 """
 
 from __future__ import annotations
