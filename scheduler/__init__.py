@@ -290,10 +290,10 @@ Where lnet departs from the seed, and why
    times its round trip to every depot before the first decision (``rtt_s``), and rule 11's priors rank unknown
    edges by them. A cold start with ``max_paths`` > 1 (its first path has an edge it knows nothing of) runs
    that path alone until every hop of it has reported, then, beside it, up to ``max_paths`` - 2 paths through
-   one depot each, the widest by those guesses (``_scout``; one place stays free for what measurement finds):
+   one depot each, the widest by those guesses (``PathSet.scout``; one place stays free for what measurement finds):
    the transfer's own blocks measure them, at its depth, on every hop at once, where a probe measures one edge
    with one stream. They join on one trial whose baseline is the first path alone, so one that takes its rate
-   from that path leaves, banned; one that adds less than the margin later leaves by rule 12 (``_drop_idle``);
+   from that path leaves, banned; one that adds less than the margin later leaves by rule 12 (``PathSet.drop_idle``);
    at the end the relay's end game takes the blocks a slow one holds. ``SchedulerConfig.cold_scouts=False``
    starts on one path, to compare (``bench/scheduler.py --no-cold-scouts``).
 """
@@ -313,11 +313,10 @@ from ._loop import (
     SchedulerConfig,
     Switch,
     SwitchReason,
-    edges_of,
 )
 from ._memory import Edge, EdgeEstimate, EdgeMemory, Overlap
 from ._paths import adds_enough, extra_path, keeps_adding, path_set, set_total
-from ._widest import THROUGHPUT, NoPathError, path_throughput, widest_path
+from ._widest import THROUGHPUT, NoPathError, edges_of, path_throughput, widest_path
 
 __all__ = [
     "THROUGHPUT",

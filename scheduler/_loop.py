@@ -3,15 +3,18 @@
 It owns no thread, socket or clock. The transfer engine feeds it events (``measure``) and asks it what to do
 (``tick``), as often as it likes; the loop itself enforces its re-evaluation interval. See the theory of
 operation in ``lnet.scheduler``'s docstring.
+
+This module chooses the primary path and turns each judgement into a decision. Its state is one value
+(``_state.LoopState``); which edges to probe is ``_probing.ProbePlan``'s, and the paths beside the primary, their
+trial and the bans are ``_pathset.PathSet``'s.
 """
 
 from __future__ import annotations
 
-import itertools
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
-from typing import Any, Literal, TypeVar
+from dataclasses import dataclass, replace
+from typing import Literal, TypeVar
 
 import networkx as nx
 
@@ -22,8 +25,10 @@ from ._memory import (
     Edge,
     EdgeMemory,
 )
-from ._paths import adds_enough, extend_set, keeps_adding, set_total, trial_keeps
-from ._widest import THROUGHPUT, NoPathError, path_throughput, widest_path, widest_widths
+from ._pathset import PathAttempt, PathSet, _Attempt, _Flow
+from ._probing import SHARED_DROP, ProbePlan
+from ._state import Ceilings, Exploration, LoopState, Memory, News, Scouts
+from ._widest import THROUGHPUT, NoPathError, edges_of, has_unknown, measured_only, path_throughput, widest_path
 
 __all__ = [
     "Decision",
@@ -44,8 +49,6 @@ __all__ = [
 
 Path = tuple[str, ...]
 
-SHARED_DROP = 0.1
-"""How much slower a hop of the path must run while a probe runs for the two to count as sharing a link."""
 FAIR_SHARE_GAP = 0.2
 """Streams that meet on a full link get about the same rate each. A probe whose stream got this much less than the
 slowed hop's streams was limited by something else (its own window, loss, another link): its figure stands."""
@@ -110,7 +113,7 @@ class SchedulerConfig:
     (theory of operation, 13). False: one stream a probe, as before 2026-11-28 (for comparisons)."""
     cold_scouts: bool = True
     """With ``max_paths`` > 1, a start that knows nothing of its first path runs, beside it once it has reported, the
-    one-depot paths the round trips rank widest (``_scout``): the transfer's own blocks measure them (theory of
+    one-depot paths the round trips rank widest (``PathSet.scout``): the transfer's own blocks measure them (theory of
     operation, 14).
     False: a cold start runs one path and learns the others by probes alone, as before 2026-11-28."""
     max_paths: int = 1
@@ -278,78 +281,6 @@ Decision = Keep | Switch | DropDepot
 _D = TypeVar("_D", bound=Keep | Switch | DropDepot)
 
 
-@dataclass(frozen=True, slots=True)
-class PathAttempt:
-    """A period during which the transfer used one path: a row of the seed's Table 1. With several paths at once
-    (``max_paths``), each has its own, and they overlap in time."""
-
-    path: Path
-    start: float
-    end: float | None
-    """None while the attempt is still going on."""
-    throughput_bps: float
-    """Achieved, predicted the way paths are: ``streams`` times the slowest hop's per-stream rate during the
-    attempt; 0.0 if a hop never reported."""
-    reason: SwitchReason
-
-
-@dataclass(slots=True)
-class _Flow:
-    bytes: int = 0
-    seconds: float = 0.0
-
-
-@dataclass(slots=True)
-class _Attempt:
-    path: Path
-    start: float
-    reason: SwitchReason
-    predicted: float = math.inf
-    """What the path was predicted to carry when it was chosen."""
-    flows: dict[Edge, _Flow] = field(default_factory=dict)
-
-    def throughput(self, streams: int) -> float:
-        rates = []
-        for edge in zip(self.path, self.path[1:], strict=False):
-            flow = self.flows.get(edge)
-            if flow is None or flow.seconds <= 0:
-                return 0.0
-            rates.append(streams * flow.bytes / flow.seconds)
-        return min(rates, default=0.0)
-
-    def freeze(self, end: float | None, streams: int) -> PathAttempt:
-        return PathAttempt(self.path, self.start, end, self.throughput(streams), self.reason)
-
-
-@dataclass(slots=True)
-class _Ban:
-    """A path that joined the set and did not add (or stopped adding), kept out until it is predicted wider.
-
-    ``width`` is its predicted rate when it left, raised to the highest seen during the ``min_attempt_s`` after:
-    the blocks it still had in flight report after it left, and a figure from them is no news of the path.
-    """
-
-    since: float
-    width: float
-    beside: Path
-    """The primary when it left: what the memory keeps it beside (``_remember_ban``)."""
-
-
-@dataclass(slots=True)
-class _Trial:
-    """Paths that joined the set together and have not yet shown that they add rate."""
-
-    predicted: dict[Path, float]
-    """Each newcomer and its predicted rate when it joined; one leaves the trial when it leaves the set."""
-    since: float
-    baseline: float
-    """The set's measured total just before they joined (at a warm start, the memory's figure for the primary)."""
-
-
-def edges_of(path: Sequence[str]) -> list[Edge]:
-    """The hops of a path, in order."""
-    return list(zip(path, path[1:], strict=False))
-
 
 class PathScheduler:
     """Chooses and re-chooses the chain of depots for one transfer from ``src`` to ``dst``.
@@ -384,45 +315,22 @@ class PathScheduler:
         self.explorations = 0
         self._among = frozenset(self.vertices)
         self._confirmed: set[Edge] = set()
-        self._memory_discredited = False
+        self._state = LoopState.first(probes=self.config.probes_per_round > 0)
+        """How it explores, whether it trusts the memory, a path tried on ceilings, scouts due, news (``_state``)."""
         self._attempt: _Attempt | None = None
         self._history: list[PathAttempt] = []
         self._edge_since: dict[Edge, float] = {}
-        self._probe_since: dict[Edge, float] = {}
-        self._probe_baseline: dict[Edge, dict[Edge, float]] = {}
-        self._shallow: set[Edge] = set()
-        """Edges whose latest figure is a one-stream probe's: what more streams would get is not known."""
-        self._deep: set[Edge] = set()
-        """Edges being probed deep (``Keep.deep``)."""
-        self._deepened: set[Edge] = set()
-        """Edges probed deep in this transfer: one deep probe each."""
-        self._crowded: list[Edge] = []
-        """Deep probes that slowed a hop of the set sharing an end with them: no deep probe shares an end with
-        one again in this transfer (that end's access link is full, and a deep probe there takes from the set)."""
-        self._probing = self.config.probes_per_round > 0
-        self._probe_answered = False
+        self._probe_plan = ProbePlan(self)
+        """Which edges to probe next, and the probes running (``_probing``)."""
         self._last_evaluation = -math.inf
-        self._probe_news = False  # a probe finished since the last look for an early move
-        self._broken = False
         self._pending_drops: list[str] = []
         # The path set beside the primary (``_attempt``): issue 12, theory of operation 12.
-        self._extras: list[_Attempt] = []
+        self._set = PathSet(self)
+        """The paths beside the primary, their trial and the bans (``_pathset``)."""
         self._changed_at = -math.inf
         """When the set last changed: nothing but a failure is judged for ``min_attempt_s`` after."""
-        self._trial: _Trial | None = None
-        self._scouting = False
-        """A cold start's scouts are to join once its first path is measured (``_scout``)."""
-        self._bans: dict[Path, _Ban] = {}
-        """Paths that joined and did not add (or stopped adding), with their predicted width when they left."""
         self._now = -math.inf
         """The time of the latest ``tick`` (bans settle by it)."""
-        self._hoping: Path | None = None
-        """The path tried on ceilings (``_hopeful_path``), while it runs."""
-        self._hope_left: Path | None = None
-        """The path the transfer left for ``_hoping``: the one it must beat."""
-        self._ceilings_failed = False
-        """A path tried on ceilings was left for a better one: this network's probes were not sharing links
-        with the transfer, and ceilings are not tried again in this transfer."""
 
     def add_vertex(self, vertex: str) -> None:
         """A depot that joined the overlay during the transfer: a candidate from the next ``tick`` on (probed
@@ -445,20 +353,20 @@ class PathScheduler:
         """The whole set in use, the primary (``current_path``) first; empty before ``start``."""
         if self._attempt is None:
             return ()
-        return (self._attempt.path, *(extra.path for extra in self._extras))
+        return (self._attempt.path, *(extra.path for extra in self._set.extras))
 
     @property
     def attempts(self) -> list[PathAttempt]:
         """Every path attempt so far in the order they began, the current ones (with ``end`` None) last among
         equals. With several paths at once they overlap in time."""
-        current = [] if self._attempt is None else [self._attempt, *self._extras]
+        current = [] if self._attempt is None else [self._attempt, *self._set.extras]
         frozen = [*self._history, *(a.freeze(None, self.config.streams) for a in current)]
         return sorted(frozen, key=lambda a: a.start)
 
     @property
     def probing(self) -> bool:
         """Whether the loop explores with probes (else by moving the transfer, as the seed does)."""
-        return self._probing
+        return self._state.probing
 
     @property
     def last_evaluation(self) -> float:
@@ -468,7 +376,7 @@ class PathScheduler:
     @property
     def memory_discredited(self) -> bool:
         """Whether this transfer found the remembered estimates wrong and stopped trusting them."""
-        return self._memory_discredited
+        return self._state.memory is Memory.DISCREDITED
 
     def graph(self, *, with_aging: bool = True) -> nx.DiGraph:
         """What this transfer believes, in its own bytes/s: the memory's per-stream mesh times ``streams``, less
@@ -476,7 +384,7 @@ class PathScheduler:
         graph = self.memory.to_graph(self.vertices, with_aging=with_aging)
         streams = self.config.streams
         for u, v, attrs in graph.edges(data=True):
-            if self._memory_discredited and (u, v) not in self._confirmed:
+            if self.memory_discredited and (u, v) not in self._confirmed:
                 attrs.pop(THROUGHPUT, None)
             elif THROUGHPUT in attrs:
                 attrs[THROUGHPUT] *= streams
@@ -497,8 +405,8 @@ class PathScheduler:
         if self.config.max_paths > 1:
             # a warm start runs every path the memory predicts to add from its first second; a cold one scouts
             # once its first path has been measured
-            if not self._join(now) and self.config.cold_scouts and _has_unknown(self._measured_graph(), path):
-                self._scouting = True
+            if not self._set.join(now) and self.config.cold_scouts and has_unknown(self._measured_graph(), path):
+                self._state = self._state.scouts_due()
         return self._with_set(Switch(path, predicted, "start", self._probes(now)))
 
     def measure(self, event: Event) -> None:
@@ -511,11 +419,8 @@ class PathScheduler:
             case HopFailure(edge=edge, at=at):
                 self._failed(edge, at)
             case ProbeDone(edge=edge):
-                self._probe_baseline.pop(edge, None)
-                self._deep.discard(edge)
-                if self._probe_since.pop(edge, None) is not None:
-                    self._probe_answered = True
-                    self._probe_news = True
+                if self._probe_plan.ended(edge):
+                    self._state = self._state.heard().with_news(News.PROBE_ENDED)
             case DepotFailure(depot=depot, at=at):
                 for other in self.vertices:
                     if other != depot:
@@ -529,31 +434,31 @@ class PathScheduler:
         if self._attempt is None:
             raise RuntimeError("call start() first")
         self._now = now
-        self._settle_bans()
+        self._set.settle_bans()
         if self._pending_drops:
             depot = self._pending_drops.pop(0)
             if any(depot in path for path in self.current_paths):
                 self._reevaluate(now, failure=True)
             path = self._attempt.path
             return self._with_set(DropDepot(depot, path, path_throughput(self.graph(), path)))
-        if self._broken:
+        if News.HOP_FAILED in self._state.news:
             return self._with_set(self._reevaluate(now, failure=True))
-        if self._scouting and not _has_unknown(self._measured_graph(), self._attempt.path):
-            self._scouting = False
-            if self._scout(now):
+        if self._state.scouts is Scouts.DUE and not has_unknown(self._measured_graph(), self._attempt.path):
+            self._state = self._state.scouts_done()
+            if self._set.scout(now):
                 return self._with_set(replace(self._set_switch(now, "join"), probes=self._probes(now)))
         # The loop looks every reevaluate_s, and also as soon as the path has run min_attempt_s: a move that waited
         # for the attempt to be judgeable is not held back to the next look as well.
         judgeable = self._changed_at + self.config.min_attempt_s
         if now - self._last_evaluation < self.config.reevaluate_s and not self._last_evaluation < judgeable <= now:
-            if self._probe_news:
+            if News.PROBE_ENDED in self._state.news:
                 # A probe just finished: a path it shows clearly wider is taken now, not at the next evaluation.
-                self._probe_news = False
+                self._state = self._state.without(News.PROBE_ENDED)
                 if (early := self._early_move(now)) is not None:
                     return self._with_set(early)
             return self._with_set(Keep(self._attempt.path, self._probes(now)))
         self._last_evaluation = now
-        self._probe_news = False
+        self._state = self._state.without(News.PROBE_ENDED)
         self.memory.age_stale_weights(
             now,
             after_s=self.config.age_after_s,
@@ -582,14 +487,15 @@ class PathScheduler:
         starved: bool = False,
     ) -> None:
         began = at - seconds if began is None else began
-        probe = edge in self._probe_since
-        deep = edge in self._deep
+        probes = self._probe_plan
+        probe = edge in probes.since
+        deep = edge in probes.deep
         if probe and not deep and streams is not None and streams < self.config.min_streams:
-            self._shallow.add(edge)
+            probes.shallow.add(edge)
         else:
-            self._shallow.discard(edge)  # the transfer's own hops, and deep probes, measured more than one stream
-        if deep and self._slowed_beside(edge):
-            self._crowded.append(edge)
+            probes.shallow.discard(edge)  # the transfer's own hops, and deep probes, measured more than one stream
+        if deep and probes.slowed_beside(edge):
+            probes.crowded.append(edge)
         hoped = None
         depth_rule = False
         if streams is not None and streams < self.config.streams:
@@ -601,13 +507,13 @@ class PathScheduler:
             if probe and not deep and self.config.min_streams > streams:
                 hoped = nbytes / seconds * self.config.min_streams / self.config.streams
             seconds *= self.config.streams / streams
-        owner = self._owner(edge)
+        owner = self._set.owner(edge)
         if owner is not None:
             flow = owner.flows.setdefault(edge, _Flow())
             flow.bytes += nbytes
             flow.seconds += seconds
         if probe:
-            self._probe_answered = True
+            self._state = self._state.heard()
         # A path's hop warms up while the transfer runs on it; a probe's warm-up is the engine's (probe_s).
         since = self._edge_since.get(edge)
         if since is not None and not probe and began < since + self.config.warmup_s:
@@ -623,7 +529,7 @@ class PathScheduler:
                 rate = nbytes / seconds
                 low = known.throughput_bps * (1 - self.config.memory_mismatch)
                 if not low <= rate <= known.throughput_bps / (1 - self.config.memory_mismatch):
-                    self._memory_discredited = True
+                    self._state = self._state.discredit()
                     self.memory.forget(u, v)
             self._confirmed.add(edge)
         ceiling = hoped
@@ -652,12 +558,12 @@ class PathScheduler:
         was held back by something of its own, and its figure stands with no ceiling. The loop may try a path
         on ceilings, as an exploration (``_hopeful_path``); the transfer's own samples then replace them.
         """
-        baseline = self._probe_baseline.get(edge, {})
+        baseline = self._probe_plan.baseline.get(edge, {})
         streams = self.config.streams
         probe = nbytes / seconds
         freed = probe
         ceiling = probe
-        for hop in self._set_edges() - {edge}:
+        for hop in self._set.edges() - {edge}:
             entry = self.memory.entry(*hop)
             if entry is None or entry.failed or entry.samples == 0:
                 continue
@@ -675,41 +581,41 @@ class PathScheduler:
     def _failed(self, edge: Edge, at: float) -> None:
         self.memory.fail(*edge, at)
         self._confirmed.add(edge)
-        if edge in self._probe_since:
-            self._probe_answered = True
+        if edge in self._probe_plan.since:
+            self._state = self._state.heard()
         if edge in self._edge_since:
-            self._broken = True
+            self._state = self._state.with_news(News.HOP_FAILED)
 
     def _choose(self) -> tuple[Path, float, SwitchReason] | None:
         """The path the loop wants now, its prediction and why; None to keep the current one."""
         # With probes, the transfer moves on measured weights only; aging's second chances are probed first.
-        graph = self.graph(with_aging=not self._probing)
+        graph = self.graph(with_aging=not self.probing)
         current = self._attempt.path if self._attempt is not None else None
         current_predicted = -math.inf if current is None else path_throughput(graph, current)
         reason: SwitchReason = "better"
-        if self._probing:
+        if self.probing:
             best = self._best_known(graph)  # probes explore; the transfer stays on measured ground
             measured_better = best != current and path_throughput(graph, best) > current_predicted * (
                 1 + self.config.hysteresis
             )
-            if current is not None and current == self._hoping and not measured_better:
+            hope = self._state.hope
+            if current is not None and hope is not None and current == hope.path and not measured_better:
                 # The path tried on ceilings is measured ground now. It gained what the ceilings promised over
                 # the path it left, or the ceilings were not shared links and are not tried again.
-                left = path_throughput(graph, self._hope_left) if self._hope_left else 0.0
-                if not path_throughput(graph, current) > left * (1 + self.config.hysteresis):
-                    self._ceilings_failed = True
-                self._hoping = None
+                left = path_throughput(graph, hope.left) if hope.left else 0.0
+                held = path_throughput(graph, current) > left * (1 + self.config.hysteresis)
+                self._state = self._state.hope_over(spent=not held)
             # A first decision may start on ceilings too (a warm start from a memory of floors).
             hopeful = None if measured_better and current is not None else self._hopeful_path(graph, best, current)
             if (
                 hopeful is not None
                 and hopeful[1] > current_predicted * (1 + HOPE_HYSTERESIS * self.config.hysteresis)
-                and not self._probes_may_beat(hopeful[1])
+                and not self._probe_plan.may_beat(hopeful[1])
             ):
                 return hopeful[0], hopeful[1], "explore"
         else:
             best = tuple(widest_path(graph, self.src, self.dst))
-            if _has_unknown(graph, best):
+            if has_unknown(graph, best):
                 reason = "explore"
                 if self.explorations >= self.max_explorations:
                     best, reason = self._best_known(graph), "settle"
@@ -726,13 +632,13 @@ class PathScheduler:
         than the current one (both on measured figures alone, so no exploration and no ceiling is hurried). A
         path on trial (tried on ceilings, or a set whose newcomers are being judged) runs its whole attempt: its
         own samples are what the trial waits for. With probes only; the seed's way explores by moving."""
-        if not self._probing or self._extras or self._trial is not None or self._hoping is not None:
+        if not self.probing or self._set.extras or self._set.trial is not None or self._state.hope is not None:
             return None
         assert self._attempt is not None
         graph = self._measured_graph()
         best = self._best_known(graph)
         current = self._attempt.path
-        if best == current or _has_unknown(graph, current) or _has_unknown(graph, best):
+        if best == current or has_unknown(graph, current) or has_unknown(graph, best):
             return None  # (nothing measured end to end makes the direct path "best", unmeasured)
         predicted = path_throughput(graph, best)
         # Against the better of what the current path was chosen for and what it measures now: a path whose own
@@ -766,45 +672,10 @@ class PathScheduler:
             return None
         return path, predicted
 
-    def _probes_may_beat(self, width: float) -> bool:
-        """Whether a probe running now may still show a measured path wider than ``width`` by the hysteresis:
-        the widest way to its edge's tail that avoids its head, and on from its head that avoids its tail, over
-        the measured weights with the probed edges at their hopes (infinitely fast), both clear that.
-
-        A path tried on ceilings costs a whole attempt (``min_attempt_s``) to judge, a probe ends within a
-        few seconds: measurements come before hopes. On the emulated ``lossy`` topology a cold start tried the
-        direct link's neighbour on its ceiling for 10 s while the chain's last probes, due 4 s later, ran.
-        Only ways the running probes can complete count: an unknown edge that no probe is measuring needs a
-        probe of its own, and the question is asked again when one runs. Counting those infinitely fast too,
-        every probe near an unmeasured edge held the trial back for good: on the emulated Abilene a 96 MiB cold
-        start never tried the chain on its ceiling (19 Mbit/s against the 14-16 it ran at), because Washington
-        -> Kansas City, being probed, had an unmeasured way on, Kansas City -> Sunnyvale, and such probes ran
-        one after another."""
-        running = [edge for edge in self._probe_since if self._unverified(edge)]
-        if not running:
-            return False
-        hopes = _known(self.graph(), without=running)
-        hopes.add_edges_from(running)  # no weight: infinitely fast
-        backward = hopes.reverse(copy=False)
-        threshold = width * (1 + self.config.hysteresis)
-        return any(
-            self._ways_around(hopes, backward, edge) > threshold
-            for edge in running
-            if edge[1] != self.src and edge[0] != self.dst
-        )
-
-    def _ways_around(self, graph: nx.DiGraph, backward: nx.DiGraph, edge: Edge) -> float:
-        """The narrower of the widest way from the source to ``edge``'s tail that avoids its head and the widest
-        way on from its head to the destination that avoids its tail (``backward``: ``graph`` reversed)."""
-        u, v = edge
-        way_in = widest_widths(nx.restricted_view(graph, [v], []), self.src).get(u, 0.0)
-        way_on = widest_widths(nx.restricted_view(backward, [u], []), self.dst).get(v, 0.0)
-        return min(way_in, way_on)
-
     def _with_ceilings(self, graph: nx.DiGraph) -> nx.DiGraph | None:
         """``graph`` with every floor (an estimate with a ceiling) raised to its ceiling; None if there is none,
         or once a path tried on ceilings has not held."""
-        if self._ceilings_failed:
+        if self._state.ceilings is Ceilings.SPENT:
             return None
         raised = None
         streams = self.config.streams
@@ -812,7 +683,7 @@ class PathScheduler:
             entry = self.memory.entry(u, v)
             if THROUGHPUT not in attrs or entry is None or entry.ceiling_bps is None or entry.failed:
                 continue
-            if self._memory_discredited and (u, v) not in self._confirmed:
+            if self.memory_discredited and (u, v) not in self._confirmed:
                 continue
             if raised is None:
                 raised = graph.copy()
@@ -821,7 +692,7 @@ class PathScheduler:
 
     def _best_known(self, graph: nx.DiGraph) -> Path:
         try:
-            return tuple(widest_path(_known(graph), self.src, self.dst))
+            return tuple(widest_path(measured_only(graph), self.src, self.dst))
         except NoPathError:
             # Nothing measured end to end: the direct path is the one that needs no depot.
             return (self.src, self.dst)
@@ -832,13 +703,13 @@ class PathScheduler:
         the set is the answer (the next waits ``min_attempt_s``). On a failure only the first two, and broken
         extras leave."""
         assert self._attempt is not None
-        self._broken = False
+        self._state = self._state.without(News.HOP_FAILED)
         self._last_evaluation = now
-        lost = self._drop_broken(now) if failure else False
-        if not failure and (undone := self._judge_trial(now)) is not None:
-            return undone
+        lost = self._set.drop_broken(now) if failure else False
+        if not failure and self._set.judge_trial(now):
+            return self._set_switch(now, "drop")
         choice = self._choose()
-        if choice is not None and not failure and not self._set_would_gain(choice[0]):
+        if choice is not None and not failure and not self._set.would_gain(choice[0]):
             choice = None
         if choice is not None:
             path, predicted, reason = choice
@@ -846,13 +717,13 @@ class PathScheduler:
                 now, path, predicted, "failure" if failure else reason, exploring=reason == "explore"
             )
             if failure:
-                self._drop_broken(now)  # a broken primary moved aside for an extra is dropped too
+                self._set.drop_broken(now)  # a broken primary moved aside for an extra is dropped too
             return switch
         if failure:
             return self._set_switch(now, "failure") if lost else Keep(self._attempt.path)
-        if self._drop_idle(now):
+        if self._set.drop_idle(now):
             return self._set_switch(now, "drop")
-        if self._join(now):
+        if self._set.join(now):
             return self._set_switch(now, "join")
         return Keep(self._attempt.path)
 
@@ -863,27 +734,27 @@ class PathScheduler:
         if exploring:
             self.explorations += 1
         old = self._attempt
-        if old is not None and old.path == self._hoping and path != self._hoping:
+        hoping = self._state.hoping
+        if old is not None and old.path == hoping and path != hoping:
             # The path tried on ceilings did not hold: they were not shared links (a failure says nothing).
-            self._ceilings_failed = self._ceilings_failed or reason != "failure"
-            self._hoping = None
-        if exploring and self._probing:
-            self._hoping = path  # with probes, the transfer explores only on ceilings
-            self._hope_left = old.path if old is not None else None
-        promoted = next((extra for extra in self._extras if extra.path == path), None)
+            self._state = self._state.hope_over(spent=reason != "failure")
+        if exploring and self.probing:
+            # with probes, the transfer explores only on ceilings
+            self._state = self._state.hope_on(path, old.path if old is not None else None)
+        promoted = next((extra for extra in self._set.extras if extra.path == path), None)
         if promoted is not None:
-            self._extras.remove(promoted)
+            self._set.extras.remove(promoted)
             if old is not None:
-                self._extras.insert(0, old)
+                self._set.extras.insert(0, old)
             self._attempt = promoted
         else:
-            for ended in [old, *self._extras]:
+            for ended in [old, *self._set.extras]:
                 if ended is not None:
                     self._history.append(ended.freeze(now, self.config.streams))
-            self._extras = []
-            self._trial = None
+            self._set.extras = []
+            self._set.trial = None
             self._attempt = _Attempt(path, now, reason, predicted)
-        self._recall_bans(now)
+        self._set.recall_bans(now)
         # A hop the new set keeps is already warm.
         self._edge_since = {edge: self._edge_since.get(edge, now) for p in self.current_paths for edge in edges_of(p)}
         self._changed_at = now
@@ -895,7 +766,7 @@ class PathScheduler:
         """The decision with the whole set and its predicted rates, when more than one path may run, and with its
         deep probes."""
         if not isinstance(decision, DropDepot) and decision.probes:
-            decision = replace(decision, deep=tuple(edge for edge in decision.probes if edge in self._deep))
+            decision = replace(decision, deep=tuple(edge for edge in decision.probes if edge in self._probe_plan.deep))
         if self.config.max_paths == 1 or self._attempt is None:
             return decision
         paths = self.current_paths
@@ -911,493 +782,21 @@ class PathScheduler:
         primary = self._attempt.path
         return Switch(primary, path_throughput(self._measured_graph(), primary), reason)
 
-    def _set_would_gain(self, primary: Path) -> bool:
-        """Whether moving the primary to ``primary`` is worth it for the whole set. A path of the set (a swap) or
-        a set of one: always (the single-path rules decided). Otherwise the move ends the other paths, so the set
-        built greedily from the new primary must be predicted ``hysteresis`` above the current set's total: a new
-        primary a little wider than the old one is no reason to stop a second path."""
-        if not self._extras or primary in self.current_paths:
-            return True
-        graph = self._measured_graph()
-        config, banned = self.config, self._banned_edges()
-        extras = extend_set(graph, self.src, self.dst, [primary], config.max_paths, config.path_margin, banned)
-        candidate = [primary, *extras]
-        current = set_total(graph, self.current_paths)
-        return set_total(graph, candidate) > current * (1 + self.config.hysteresis)
-
-    def _set_edges(self) -> set[Edge]:
-        return {edge for path in self.current_paths for edge in edges_of(path)}
-
-    def _owner(self, edge: Edge) -> _Attempt | None:
-        """The attempt of the set whose path has ``edge`` (at most one: the set is edge-disjoint)."""
-        if edge not in self._edge_since or self._attempt is None:
-            return None
-        return next((a for a in (self._attempt, *self._extras) if edge in edges_of(a.path)), None)
-
-    def _leave(self, now: float, extra: _Attempt, *, ban: bool) -> None:
-        self._extras.remove(extra)
-        self._history.append(extra.freeze(now, self.config.streams))
-        for edge in edges_of(extra.path):
-            self._edge_since.pop(edge, None)
-        if self._trial is not None:
-            self._trial.predicted.pop(extra.path, None)
-            if not self._trial.predicted:
-                self._trial = None
-        if ban:
-            assert self._attempt is not None  # an extra leaves a set that has a primary
-            ban_ = self._bans[extra.path] = _Ban(now, self._ban_width(extra.path) or 0.0, self._attempt.path)
-            self._remember_ban(extra.path, ban_)
-
-    def _drop_broken(self, now: float) -> bool:
-        """Extras with a failed hop leave (no ban: the failure's weight of 0 keeps them out until aging)."""
-        broken = [
-            extra
-            for extra in self._extras
-            if any((entry := self.memory.entry(*edge)) is not None and entry.failed for edge in edges_of(extra.path))
-        ]
-        for extra in broken:
-            self._leave(now, extra, ban=False)
-        return bool(broken)
-
     def _measured_graph(self) -> nx.DiGraph:
-        return self.graph(with_aging=not self._probing)
-
-    def _judge_trial(self, now: float) -> Switch | None:
-        """The newcomers joined together ``min_attempt_s`` ago: those that did not add rate (``_paths.trial_keeps``:
-        half the margin of the set's measured total before they joined, net of what they took from the others)
-        shared a bottleneck with the set, or were no news. They leave, banned until predicted wider; the rest stay."""
-        trial = self._trial
-        if trial is None or now - trial.since < self.config.min_attempt_s:
-            return None
-        self._trial = None
-        newcomers = [extra for extra in self._extras if extra.path in trial.predicted]
-        if not newcomers:
-            return None
-        graph = self._measured_graph()
-        total = set_total(graph, self.current_paths)
-        rates = []
-        for newcomer in newcomers:
-            rate = path_throughput(graph, newcomer.path)
-            if any(edge not in newcomer.flows for edge in edges_of(newcomer.path)):
-                # A hop that never reported since the join: what the graph says of it is still the probe's figure.
-                total -= rate
-                rate = 0.0
-            rates.append(rate)
-        predicted = [trial.predicted[newcomer.path] for newcomer in newcomers]
-        keep = trial_keeps(trial.baseline, total - sum(rates), rates, predicted, self.config.path_margin)
-        leaving = [newcomer for newcomer, kept in zip(newcomers, keep, strict=True) if not kept]
-        for newcomer in leaving:
-            self._leave(now, newcomer, ban=True)
-        return self._set_switch(now, "drop") if leaving else None
-
-    def _drop_idle(self, now: float) -> bool:
-        """Extras whose measured rate fell below half the margin of the others' leave, banned like a failed
-        trial (what made them slow, often the set itself, will not change while they are out)."""
-        graph = self._measured_graph()
-        dropped = False
-        for extra in list(self._extras):
-            rate = path_throughput(graph, extra.path)
-            others = set_total(graph, self.current_paths) - rate
-            if not keeps_adding(rate, others, self.config.path_margin):
-                self._leave(now, extra, ban=True)
-                dropped = True
-        return dropped
-
-    def _ban_width(self, path: Path) -> float | None:
-        """A banned path's predicted rate from the memory, aging included (a failed hop counts 0); None when one
-        of its edges is unknown (forgotten)."""
-        weights = [entry.weight if (entry := self.memory.entry(*edge)) is not None else None for edge in edges_of(path)]
-        return None if None in weights else min(w for w in weights if w is not None)
-
-    def _banned_edges(self) -> set[Edge]:
-        """The edges of banned paths, after lifting the bans of paths now predicted more than the margin wider
-        than when they left (a new measurement, aging, a recovery), or with an edge forgotten. A lower figure
-        never lifts a ban: it makes the path no more worth a trial. Reports that arrive in the first
-        ``min_attempt_s`` after the path left (its last blocks) only raise the width it is held to."""
-        margin = self.config.path_margin
-        for path, ban in list(self._bans.items()):
-            width = self._ban_width(path)
-            settled = self._now - ban.since > self.config.min_attempt_s
-            if width is None or (settled and width > ban.width * (1 + margin)):
-                del self._bans[path]
-                self.memory.forget_overlap(path)
-        return {edge for path in self._bans for edge in edges_of(path)}
-
-    def _settle_bans(self) -> None:
-        """At every tick: paths that left in the last ``min_attempt_s`` are held to the widest figure seen since."""
-        for path, ban in self._bans.items():
-            width = self._ban_width(path)
-            if width is not None and self._now - ban.since <= self.config.min_attempt_s and width > ban.width:
-                ban.width = width
-                self._remember_ban(path, ban)
-
-    def _recall_bans(self, now: float) -> None:
-        """What earlier transfers learnt beside the primary (``_remember_ban``), as this transfer's bans: once, when
-        the primary is chosen."""
-        assert self._attempt is not None
-        for record in self.memory.overlaps(self._attempt.path, now=now, max_age_s=self.config.age_after_s):
-            self._bans.setdefault(record.path, _Ban(record.at, record.width_bps, record.beside))
-
-    def _remember_ban(self, path: Path, ban: _Ban) -> None:
-        """Keep a ban in the memory beside the primary, for later transfers: a warm start over the same primary
-        then does not pay the trial again (on the testbed's shared bottleneck, a path crossing it twice held
-        the set to half its rate for the trial's 10 s, every warm start). It is kept ``age_after_s``, the time
-        after which a weight gets its second chance, and lifted in the memory when it is lifted here."""
-        self.memory.note_overlap(path, ban.beside, ban.width, ban.since)
-
-    def _join(self, now: float) -> bool:
-        """Add every path the measured graph predicts to add, greedily (``_paths.extend_set``: the widest path
-        edge-disjoint from the set and from banned paths, while it adds the margin of the growing set's total), up
-        to ``max_paths``, all at once on one trial (``_judge_trial``)."""
-        if len(self._extras) + 1 >= self.config.max_paths or self._trial is not None:
-            return False
-        graph = self._measured_graph()
-        paths = self.current_paths
-        joined = extend_set(
-            graph, self.src, self.dst, paths, self.config.max_paths, self.config.path_margin, self._banned_edges()
-        )
-        if not joined:
-            return False
-        for path in joined:
-            self._extras.append(_Attempt(path, now, "join"))
-            self._edge_since.update((edge, now) for edge in edges_of(path))
-        predicted = {path: path_throughput(graph, path) for path in joined}
-        self._trial = _Trial(predicted, now, set_total(graph, paths))
-        return True
-
-    def _scout(self, now: float) -> bool:
-        """A cold start's scouts (theory of operation, 14): beside the first path, up to ``max_paths`` - 2 paths
-        through one depot each, the widest by the round trips' guesses (``_apply_priors``), join on one trial
-        (one depot each: they are edge-disjoint, and a guess over many hops is a guess many times over). They join
-        once every hop of the first path has reported, so that the trial has that path's rate alone to judge them
-        by: a scout that takes its rate from the first path (one physical route under both) leaves, banned. What
-        they carry is measured as the transfer's own blocks, at its depth, on every hop at once: far more than
-        probes learn in the same seconds. A scout that adds less than the margin later leaves like any extra
-        (``_drop_idle``), and the end game takes the blocks a slow one holds at the end (client.md)."""
-        if not self.rtt_s or len(self._extras) + 2 >= self.config.max_paths or self._trial is not None:
-            return False  # no guesses to rank them by, or the set is full or on trial already
-        guessed = self.graph()
-        self._apply_priors(guessed)
-        taken = {edge for path in self.current_paths for edge in edges_of(path)} | self._banned_edges()
-
-        def guess(u: str, v: str) -> float:
-            attrs = guessed.get_edge_data(u, v) or {}
-            return -1.0 if (u, v) in taken else float(attrs.get(THROUGHPUT, -1.0))
-
-        ranked = sorted(
-            ((min(guess(self.src, d), guess(d, self.dst)), d) for d in self.vertices if d not in (self.src, self.dst)),
-            key=lambda pair: (-pair[0], self.vertices.index(pair[1])),
-        )
-        scouts: list[Path] = []
-        # One place of the set stays free for what measurement finds: a scout that stays (it adds) would otherwise
-        # hold its place against a better path found later (the loop never swaps an extra that adds).
-        for width, depot in ranked[: self.config.max_paths - 2 - len(self._extras)]:
-            if width > 0:
-                scouts.append((self.src, depot, self.dst))
-        if not scouts:
-            return False
-        baseline = set_total(self._measured_graph(), self.current_paths)  # the first path alone
-        for path in scouts:
-            self._extras.append(_Attempt(path, now, "join"))
-            self._edge_since.update((edge, now) for edge in edges_of(path))
-        self._trial = _Trial({path: path_throughput(guessed, path) for path in scouts}, now, baseline)
-        return True
+        return self.graph(with_aging=not self.probing)
 
     def _probes(self, now: float) -> tuple[Edge, ...]:
-        """Edges worth measuring now: unknown or aged ones on the optimistic paths that could beat the best known.
-
-        Repeatedly take the widest path, unknown edges counting as infinitely fast and aged ones at their raised
-        weight; if it could beat the best measured path by the hysteresis margin, its unknown and aged edges are
-        chosen and then count as 0 so that the next round looks past them. Edges already being probed count as 0
-        from the start, and so do unknown edges the transfer itself is measuring.
-        """
-        if not self._probing or self._attempt is None:
+        """Edges worth probing now (``ProbePlan.choose``); none when the loop explores by moving. A probe that has
+        not reported in ``3 x probe_s`` when none ever did means the engine does not probe: the loop then
+        explores by moving the transfer, as the seed does."""
+        if not self.probing or self._attempt is None:
             return ()
-        # A probe reports after its own warm-up and at least two copies: give it the time the engine may take
-        # (up to 3 x probe_s) before deciding that the engine does not probe at all.
-        overdue = any(now - t >= 3 * self.config.probe_s for t in self._probe_since.values())
-        if overdue and not self._probe_answered:
-            # The engine does not probe: explore by moving the transfer, as the seed does.
-            self._probing = False
-            self._probe_since.clear()
+        if self._probe_plan.overdue(now) and self._state.exploration is Exploration.PROBES_UNHEARD:
+            self._state = self._state.unheard()
+            self._probe_plan.since.clear()
             return ()
-        for edge in [e for e, t in self._probe_since.items() if now - t >= 3 * self.config.probe_s]:
-            del self._probe_since[edge]  # the engine never said it was done: its place is free again
-            self._probe_baseline.pop(edge, None)
-            self._deep.discard(edge)
-        free = self.config.probes_per_round - len(self._probe_since)
-        if free <= 0:
-            return ()
-        measured = self.graph(with_aging=False)
-        known = self._best_known(measured)
-        bar = 0.0 if _has_unknown(measured, known) else path_throughput(measured, known)
-        graph = self.graph()
-        on_set = self._set_edges()
-        for edge in on_set:
-            graph.edges[edge].setdefault(THROUGHPUT, 0.0)  # the transfer measures them: no guess, no probe
-        self._apply_priors(graph)
-        graph = self._with_ceilings(graph) or graph  # a floor may hide a wide path: probe the rest of it
-        optimistic = graph.copy()  # edges being probed at their hopes: a chain through one may be worth the rest
-        for edge in self._probe_since:
-            if self._unverified(edge):
-                graph.edges[edge][THROUGHPUT] = 0.0
-        chosen: list[Edge] = []
-        # A running probe ends before any probe started now could: an edge waiting only for running probes keeps
-        # its ends from narrower candidates, which would hold them for probe_s more.
-        running = list(self._probe_since)
-        reserved: list[Edge] = []
-        while len(chosen) < free:
-            path = self._next_to_probe(graph)
-            wanted = [edge for edge in edges_of(path) if edge not in self._probe_since and self._unverified(edge)]
-            wanted = [edge for edge in wanted if edge not in chosen]
-            if not wanted and self._lower_ceilings(graph, path, measured):
-                continue  # a path wide only on ceilings is for _choose to try; look past it for edges to probe
-            if not wanted or not path_throughput(graph, path) > bar * (1 + self.config.hysteresis):
-                break
-            for edge in wanted:
-                busy = [*self._probe_since, *chosen, *reserved]
-                if len(chosen) < free and not _shares_an_end(edge, busy):
-                    chosen.append(edge)
-                elif _shares_an_end(edge, running) and not _shares_an_end(edge, [*chosen, *reserved]):
-                    reserved.append(edge)
-                graph.edges[edge][THROUGHPUT] = 0.0  # chosen, or waiting for a probe at the same end to finish
-        if len(chosen) < free and self.config.max_paths == 1:
-            chosen += self._middle_probes(optimistic, bar, free - len(chosen), [*chosen, *reserved])
-        if len(chosen) < free and len(self._extras) + 1 < self.config.max_paths:
-            chosen += self._extra_probes(graph, measured, free - len(chosen), chosen)
-        if self.config.deep_probes and len(chosen) < free and not chosen and not reserved:
-            chosen += self._deep_probes(measured, bar, free, [*self._probe_since])
-        self._probe_since.update((edge, now) for edge in chosen)
-        for edge in chosen:
-            # What the set's hops ran at before the probe started: a hop that slows down while it runs shares
-            # a link with it.
-            self._probe_baseline[edge] = {
-                hop: entry.throughput_bps
-                for hop in on_set
-                if hop != edge
-                and (entry := self.memory.entry(*hop)) is not None and not entry.failed and entry.samples > 0
-            }
-        return tuple(chosen)
-
-    def _may_deepen(self, edge: Edge) -> bool:
-        """Whether ``edge`` is worth a deep probe: known from one stream only, not probed deep yet, and sharing no
-        end with a deep probe that slowed the set (``_crowded``)."""
-        if edge not in self._shallow or edge in self._deepened or self._unverified(edge):
-            return False
-        return not _shares_an_end(edge, self._crowded)
-
-    def _slowed_beside(self, edge: Edge) -> bool:
-        """Whether a hop of the set that shares an end with ``edge`` runs ``SHARED_DROP`` slower than when the probe
-        of ``edge`` started."""
-        baseline = self._probe_baseline.get(edge, {})
-        for hop, before in baseline.items():
-            entry = self.memory.entry(*hop)
-            if _shares_an_end(hop, [edge]) and entry is not None and entry.throughput_bps < before * (1 - SHARED_DROP):
-                return True
-        return False
-
-    def _deep_probes(self, measured: nx.DiGraph, bar: float, free: int, busy: list[Edge]) -> list[Edge]:
-        """Once no unknown or aged edge is worth a probe: edges known from one stream only whose path, were they to
-        carry ``streams`` of that stream, could beat the best measured path by the hysteresis (theory of
-        operation, 13), widest first, none sharing an end with another probe."""
-        graph = _known(measured)
-        self._scaling_hopes(graph)
-        for edge in self._probe_since:
-            if graph.has_edge(*edge):
-                graph.edges[edge][THROUGHPUT] = 0.0
-        chosen: list[Edge] = []
-        while len(chosen) < free:
-            try:
-                path = widest_path(graph, self.src, self.dst)
-            except NoPathError:
-                break
-            if not path_throughput(graph, path) > bar * (1 + self.config.hysteresis):
-                break
-            wanted = [edge for edge in edges_of(path) if self._may_deepen(edge)]
-            if not wanted:
-                break
-            for edge in wanted:
-                if len(chosen) < free and not _shares_an_end(edge, [*busy, *chosen]):
-                    chosen.append(edge)
-                    self._deep.add(edge)
-                    self._deepened.add(edge)
-                graph.edges[edge][THROUGHPUT] = 0.0
-        return chosen
-
-    def _scaling_hopes(self, graph: nx.DiGraph) -> None:
-        """Raise every edge known only from a one-stream probe, and not yet probed deep, to ``streams`` of that
-        stream: what it carries if nothing but its streams' own limits (window, loss) held it (theory of
-        operation, 13). For choosing probes only."""
-        for edge in self._shallow - self._deepened:
-            entry = self.memory.entry(*edge)
-            if entry is None or entry.failed or not graph.has_edge(*edge) or THROUGHPUT not in graph.edges[edge]:
-                continue
-            one = entry.throughput_bps * self.config.streams  # the probe's one stream (per-stream figures x streams)
-            graph.edges[edge][THROUGHPUT] = max(graph.edges[edge][THROUGHPUT], one * self.config.streams)
-
-    def _next_to_probe(self, graph: nx.DiGraph) -> Path:
-        """The widest path; of paths as wide, the one whose narrowest guessed edge (unknown or aged, at its prior)
-        is widest, then the one with the fewest such edges, then the fewest hops.
-
-        On a backbone every way into the destination ends on one of a few edges, so many ways tie at that edge's
-        width. A guess far above the tie is likelier to hold than one just above it, and a path one probe from
-        known is done sooner than one needing three (theory of operation, "Exploration")."""
-        path = widest_path(graph, self.src, self.dst)
-        width = path_throughput(graph, path)
-        guesses = nx.DiGraph()
-        guesses.add_nodes_from(graph)
-        for u, v, attrs in graph.edges(data=True):
-            if attrs.get(THROUGHPUT, math.inf) >= width:
-                unverified = self._unverified((u, v))
-                guess = attrs.get(THROUGHPUT) if unverified else None  # None: known, no limit at this stage
-                guesses.add_edge(u, v, guessed=unverified, **{THROUGHPUT: guess})
-
-        def guessed(u: str, v: str) -> int:
-            return 1 if guesses.edges[u, v]["guessed"] else 0
-
-        return tuple(widest_path(guesses, self.src, self.dst, cost=guessed))
-
-    def _middle_probes(self, optimistic: nx.DiGraph, bar: float, free: int, chosen: Sequence[Edge]) -> list[Edge]:
-        """Up to ``free`` more unknown or aged edges to probe beside ``chosen`` and the probes running, sharing no
-        end with them, through which a way from the source to the destination could beat ``bar`` by the
-        hysteresis: the widest way to the edge's tail that avoids its head, the edge, the widest way on from its
-        head that avoids its tail (``optimistic``: edges being probed at their hopes), widest first.
-
-        The path-by-path search looks past a path by counting its edges as 0, which hides every other path
-        through them: with a probe running on a chain's last edge, the chain's middle edge waited for it to end
-        (on the emulated ``lossy`` topology a cold start measured the chain's middle edge 20 s in, three probes
-        after its first). One path only: a set of paths (issue 12) is probed path by path."""
-        threshold = bar * (1 + self.config.hysteresis)
-        busy = [*self._probe_since, *chosen]
-        into = widest_widths(optimistic, self.src)
-        backward = optimistic.reverse(copy=False)
-        onward = widest_widths(backward, self.dst)
-        ranked: list[tuple[float, Edge]] = []
-        for u, v, attrs in optimistic.edges(data=True):
-            edge = (u, v)
-            if v == self.src or u == self.dst or edge in busy or _shares_an_end(edge, busy):
-                continue
-            # A first bound, cheap: the ways in and out may cross (then no simple path is that wide).
-            width = min(into.get(u, 0.0), attrs.get(THROUGHPUT, math.inf), onward.get(v, 0.0))
-            if width > threshold and self._unverified(edge):
-                ranked.append((width, edge))
-        ranked.sort(key=lambda item: -item[0])  # stable: ties in the graph's order
-        more: list[Edge] = []
-        for width, group in itertools.groupby(ranked, key=lambda item: item[0]):
-            tied = [edge for _, edge in group]
-            if len(tied) > 1:  # as wide: the fewest probes from a measured way first
-                tied.sort(key=lambda edge: self._probes_needed(optimistic, edge, width))
-            for u, v in tied:
-                if len(more) == free:
-                    return more
-                if _shares_an_end((u, v), [*busy, *more]):
-                    continue
-                if min(width, self._ways_around(optimistic, backward, (u, v))) > threshold:
-                    more.append((u, v))
-        return more
-
-    def _probes_needed(self, graph: nx.DiGraph, edge: Edge, width: float) -> float:
-        """How many unknown or aged edges, ``edge`` included, the way through ``edge`` with the fewest of them has
-        among those at least ``width`` wide (edges being probed count as known: their probes are running)."""
-
-        def cost(u: str, v: str, attrs: dict[str, Any]) -> float | None:
-            if attrs.get(THROUGHPUT, math.inf) < width:
-                return None
-            return 1.0 if (u, v) not in self._probe_since and self._unverified((u, v)) else 0.0
-
-        u, v = edge
-        try:
-            into = nx.shortest_path_length(graph, self.src, u, weight=cost)
-            onward = nx.shortest_path_length(graph, v, self.dst, weight=cost)
-        except nx.NetworkXNoPath:
-            return math.inf
-        return float(into) + 1.0 + float(onward)
-
-    def _lower_ceilings(self, graph: nx.DiGraph, path: Sequence[str], measured: nx.DiGraph) -> bool:
-        """Put the edges of ``path`` raised to their ceilings back at their floors; whether there was one."""
-        lowered = False
-        for edge in edges_of(path):
-            floor = measured.edges[edge].get(THROUGHPUT)
-            if floor is not None and graph.edges[edge].get(THROUGHPUT, math.inf) > floor:
-                graph.edges[edge][THROUGHPUT] = floor
-                lowered = True
-        return lowered
-
-    def _extra_probes(self, graph: nx.DiGraph, measured: nx.DiGraph, free: int, chosen: list[Edge]) -> list[Edge]:
-        """Unknown or aged edges of the optimistic paths, edge-disjoint from the set and avoiding banned edges,
-        that could join it (predicted to add the margin of the set's measured total)."""
-        residual = graph.copy()
-        residual.remove_edges_from([*self._set_edges(), *self._banned_edges()])
-        total = set_total(measured, self.current_paths)
-        more: list[Edge] = []
-        while len(more) < free:
-            try:
-                path = widest_path(residual, self.src, self.dst)
-            except NoPathError:
-                break
-            wanted = [
-                edge
-                for edge in edges_of(path)
-                if edge not in self._probe_since and edge not in chosen and edge not in more and self._unverified(edge)
-            ]
-            if not wanted or not adds_enough(path_throughput(residual, path), total, self.config.path_margin):
-                break
-            for edge in wanted[: free - len(more)]:
-                more.append(edge)
-                residual.edges[edge][THROUGHPUT] = 0.0
-        return more
-
-    def _apply_priors(self, graph: nx.DiGraph) -> None:
-        """Give unknown edges an optimistic guess from round-trip times, so that exploration goes first where
-        a fast chain most likely is, not breadth-first through every two-hop path.
-
-        A stream's rate falls with its round trip (window over RTT; loss-limited TCP too), and the client's
-        round trips bound every other: ``rtt(u, v) >= |rtt(src, v) - rtt(src, u)|``. The guess for an unknown
-        edge is ``K / that bound``, with ``K`` the largest rate x bound among measured edges: as fast as the
-        best-placed measured edge would be at that distance. Depots in the direction of the destination thus
-        look promising, ones behind the source do not. Without round trips (or before any edge is measured)
-        unknown edges stay infinitely fast.
-        """
-        rtt = self.rtt_s
-        floor = min(rtt.values(), default=0.0) / 4
-
-        def bound(u: str, v: str) -> float | None:
-            if u not in rtt and u != self.src or v not in rtt and v != self.src:
-                return None
-            return max(abs(rtt.get(v, 0.0) - rtt.get(u, 0.0)), floor, 1e-4)
-
-        scale, measured = 0.0, False
-        for u, v, attrs in graph.edges(data=True):
-            if THROUGHPUT in attrs and (entry := self.memory.entry(u, v)) and entry.samples:
-                measured = True
-                if (b := bound(u, v)) is not None:
-                    scale = max(scale, attrs[THROUGHPUT] * b)
-        if scale <= 0:
-            if measured:
-                return  # measured edges without round trips: a guess would not be comparable with them
-            scale = 1.0  # nothing measured yet: the guesses only rank the unknown edges among themselves
-        for u, v, attrs in graph.edges(data=True):
-            if THROUGHPUT not in attrs and (b := bound(u, v)) is not None:
-                attrs[THROUGHPUT] = scale / b
+        return self._probe_plan.choose(now)
 
     def _unverified(self, edge: Edge) -> bool:
         entry = self.memory.entry(*edge)
-        return entry is None or entry.aged or (self._memory_discredited and edge not in self._confirmed)
-
-
-def _shares_an_end(edge: Edge, others: Sequence[Edge]) -> bool:
-    """Whether ``edge`` leaves the host another of ``others`` leaves, or enters the host another enters: two probes
-    there would share that host's access link, the likeliest shared bottleneck, and each see what the other left."""
-    return any(edge[0] == other[0] or edge[1] == other[1] for other in others)
-
-
-def _known(graph: nx.DiGraph, *, without: Sequence[Edge] = ()) -> nx.DiGraph:
-    """``graph`` with only its measured edges (those with a weight), less ``without``."""
-    known = nx.DiGraph()
-    known.add_nodes_from(graph)
-    known.add_edges_from((u, v, a) for u, v, a in graph.edges(data=True) if THROUGHPUT in a and (u, v) not in without)
-    return known
-
-
-def _has_unknown(graph: nx.DiGraph, path: Sequence[str]) -> bool:
-    return any(THROUGHPUT not in graph.edges[u, v] for u, v in edges_of(path))
+        return entry is None or entry.aged or (self.memory_discredited and edge not in self._confirmed)

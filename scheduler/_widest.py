@@ -14,7 +14,16 @@ from typing import Any, TypeVar
 
 import networkx as nx
 
-__all__ = ["THROUGHPUT", "NoPathError", "path_throughput", "widest_path"]
+__all__ = [
+    "THROUGHPUT",
+    "NoPathError",
+    "edges_of",
+    "has_unknown",
+    "measured_only",
+    "path_throughput",
+    "widest_path",
+    "widest_widths",
+]
 
 V = TypeVar("V", bound=Hashable)
 
@@ -140,3 +149,21 @@ def path_throughput(graph: nx.DiGraph, path: Sequence[Hashable]) -> float:
             raise NoPathError(f"{u!r} -> {v!r} is not an edge of the graph")
         result = min(result, _weight(attrs))
     return result
+
+
+def measured_only(graph: nx.DiGraph, *, without: Sequence[tuple[str, str]] = ()) -> nx.DiGraph:
+    """``graph`` with only its measured edges (those with a weight), less ``without``."""
+    known = nx.DiGraph()
+    known.add_nodes_from(graph)
+    known.add_edges_from((u, v, a) for u, v, a in graph.edges(data=True) if THROUGHPUT in a and (u, v) not in without)
+    return known
+
+
+def has_unknown(graph: nx.DiGraph, path: Sequence[str]) -> bool:
+    """Whether a hop of ``path`` has no weight in ``graph`` (unknown: infinitely fast)."""
+    return any(THROUGHPUT not in graph.edges[u, v] for u, v in edges_of(path))
+
+
+def edges_of(path: Sequence[str]) -> list[tuple[str, str]]:
+    """The hops of a path, in order."""
+    return list(zip(path, path[1:], strict=False))

@@ -56,9 +56,9 @@ from dataclasses import dataclass, field, replace
 
 import networkx as nx
 
-from ._loop import Path, edges_of
+from ._loop import Path
 from ._memory import Edge
-from ._widest import THROUGHPUT, NoPathError, widest_path
+from ._widest import THROUGHPUT, NoPathError, edges_of, widest_path
 from .simulator import DegradeEdge, DegradeLink, SimEvent, SimNetwork, _shortest_routes, mbit, simulate_pinned
 
 __all__ = [

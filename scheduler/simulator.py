@@ -41,10 +41,9 @@ from ._loop import (
     PathScheduler,
     ProbeDone,
     Switch,
-    edges_of,
 )
 from ._memory import Edge, EdgeMemory
-from ._widest import path_throughput, widest_path
+from ._widest import edges_of, path_throughput, widest_path
 
 __all__ = [
     "ABILENE_BEST_PATH",

@@ -21,7 +21,9 @@ copies at once, and wall-clock rates would blame a hop for waiting on a slower o
 The scheduler (``lnet.scheduler.PathScheduler``) is fed those measurements and the failures, and decides; the
 relay carries the decisions out: new blocks take the new path, blocks under way finish on the one they
 started on, probes of unknown edges run beside the transfer, a dropped depot is avoided. This module owns the
-I/O; the decisions are the scheduler's.
+I/O; the decisions are the scheduler's, and the rules below (routing, the block ledger, the windows, the end
+game) are ``lnet.client.engines.relay_core``'s ``RelayEngine``, a pure engine this module feeds with events and
+``now`` and whose answers it carries out.
 
 Several paths at once (issue 12). A decision names a set of edge-disjoint paths (``all_paths``, the primary
 first) with each one's predicted rate. Each block is given one of them when it is admitted: the one that would
@@ -40,24 +42,36 @@ report. One path is the case of a set of one: everything above reduces to the si
 from __future__ import annotations
 
 import contextlib
-import math
 import os
 import secrets
-from collections.abc import AsyncIterator, Awaitable, Callable, Container, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import Any, NamedTuple, TypeGuard
+from typing import Any, TypeGuard
 
 import trio
 
-from lnet.client.engines.striping import PathMeter, Travelling, endgame, soonest
-from lnet.client.formats.manifest import HASH_ALGORITHMS, block_hasher, hash_bytes
+from lnet.client.engines.relay_core import (
+    Block,
+    EdgeMeter,
+    PathChanged,
+    PathRun,
+    PathSample,
+    PathShares,
+    RelayEngine,
+    Stuck,
+    TimelinePoint,
+    inflight_for,
+)
+from lnet.client.formats.manifest import HASH_ALGORITHMS, hash_bytes
+from lnet.client.sending.probes import EdgeProbes
+from lnet.client.sending.reading import Lease, Offload, ReadBuffers, WholeHash
+from lnet.client.sending.trace import trace_decision, trace_event
 from lnet.client.wire.depot_client import Allocation, DepotClient, DepotUnreachable
 from lnet.protocol import DepotError, DepotFull, NotFound, TooLarge, innermost
 from lnet.protocol.clock import TrioWallClock
 from lnet.scheduler import (
-    THROUGHPUT,
     Decision,
     DepotFailure,
     DropDepot,
@@ -81,6 +95,7 @@ __all__ = [
     "EdgeMeter",
     "BlockDamaged",
     "Note",
+    "Offload",
     "Traced",
     "PathChanged",
     "PathRun",
@@ -99,7 +114,6 @@ __all__ = [
 
 Edge = tuple[str, str]
 Route = tuple[str, ...]
-Offload = Callable[..., Awaitable[Any]]
 MiB = 1024 * 1024
 
 
@@ -197,163 +211,6 @@ class RelayConfig:
             raise ValueError("every hold_s_at must be more than 0")
 
 
-def inflight_for(rate_bps: float, delay_s: float, block: int, low: int, high: int) -> int:
-    """Seed 002's pipelining depth for a hop: ``ceil(3 * BDP / block) - 1`` within ``[low, high]``."""
-    if rate_bps <= 0 or delay_s <= 0:
-        return low
-    depth = math.ceil(3 * rate_bps * delay_s / block) - 1
-    return max(low, min(high, depth))
-
-
-class HopSample(NamedTuple):
-    """What an edge carried since the last flush (``EdgeMeter.flush``)."""
-
-    bytes: int
-    stream_seconds: float
-    """The sum of each copy's own time: ``bytes / stream_seconds`` is the rate of one stream."""
-    at_once: float
-    """How many copies streamed at once on average while any was in flight."""
-    began: float
-    """When the first of these copies began."""
-    starved: bool
-    """For most of that time the hop ran fewer copies than its depth with none waiting: it had less work than
-    it could carry (a transfer's tail, or a hop fed by a slower one), so its aggregate is only a floor."""
-
-
-class CopyMark(NamedTuple):
-    """Where the hop stood when a copy began (``EdgeMeter.started``)."""
-
-    at: float
-    integral: float
-    """Copy-seconds streamed on the hop so far."""
-
-
-class EdgeMeter:
-    """What crossed an edge: bytes over the time it was busy (for the hop's window), bytes over the seconds each
-    copy took (the per-stream rate the scheduler compares) and how many copies ran at once (the hop's depth in
-    use), and whether the hop had work for all of them; pure, fed ``now`` by the caller."""
-
-    def __init__(self, width: int | None = None) -> None:
-        self.in_flight = 0
-        self.waiting = 0
-        """Copies waiting for the hop's window."""
-        self.width = width
-        """The most copies that stream at once (the hop's depth): a copy queued in the depot's lane beyond it
-        waits, it does not stream. None: every copy in flight streams."""
-        self._mark = 0.0
-        self._busy = 0.0
-        self._bytes = 0
-        self._stream_seconds = 0.0
-        self._began = math.inf
-        # Copies at once: the copy-seconds streamed since the meter began; over the copies that ended since the
-        # last flush, the copy-seconds streamed while each was in flight and their lifetimes; over the time since
-        # the last flush, the seconds any copy was in flight and those the hop was starved of work.
-        self._tick = 0.0
-        self._integral = 0.0
-        self._flushed_integral = 0.0
-        self._shared = 0.0
-        self._lived = 0.0
-        self._open = 0.0
-        self._starved = 0.0
-        self.shortest_cycle_s = math.inf
-        self.total_bytes = 0
-        self.samples = 0
-        # Decayed sums, not an average of per-flush rates: copies that overlap a flush make single samples
-        # noisy (one carries part of another's time), and a ratio of sums weighs each by its seconds.
-        self._decayed_bytes = 0.0
-        self._decayed_seconds = 0.0
-
-    def _advance(self, now: float) -> None:
-        if self.in_flight > 0 and now > self._tick:
-            streaming = self.in_flight if self.width is None else min(self.in_flight, self.width)
-            self._open += now - self._tick
-            self._integral += streaming * (now - self._tick)
-            if self.width is not None and self.in_flight < self.width and self.waiting == 0:
-                self._starved += now - self._tick
-        self._tick = max(self._tick, now)
-
-    def queued(self, now: float) -> None:
-        """A copy waits for the hop's window."""
-        self._advance(now)
-        self.waiting += 1
-
-    def dequeued(self, now: float) -> None:
-        """A copy got the hop's window (or stopped waiting for it)."""
-        self._advance(now)
-        self.waiting -= 1
-
-    def started(self, now: float) -> CopyMark:
-        """A copy began; give what this returns to ``finished``."""
-        self._advance(now)
-        if self.in_flight == 0:
-            self._mark = now
-        self.in_flight += 1
-        return CopyMark(now, self._integral)
-
-    def finished(
-        self,
-        nbytes: int,
-        started: float,
-        now: float,
-        *,
-        ok: bool = True,
-        seconds: float | None = None,
-        mark: CopyMark | None = None,
-    ) -> None:
-        """One copy ended; ``seconds`` is how long it moved data as timed by whoever moved it (a depot's push
-        time), else ``now - started``; ``mark`` is what ``started`` returned for it."""
-        self._advance(now)
-        self.in_flight -= 1
-        if ok and mark is not None and now > mark.at:
-            self._shared += self._integral - mark.integral
-            self._lived += now - mark.at
-        if ok:
-            self._busy += now - self._mark
-            self._bytes += nbytes
-            self._stream_seconds += seconds if seconds is not None and seconds > 0 else now - started
-            self._began = min(self._began, started)
-            self.total_bytes += nbytes
-            self.shortest_cycle_s = min(self.shortest_cycle_s, now - started)
-        # A failed copy moved nothing that can be measured: the time since the mark is not counted.
-        self._mark = now
-
-    @property
-    def rate_bps(self) -> float:
-        """The recent busy-time throughput (bytes/s), 0 before any sample."""
-        return self._decayed_bytes / self._decayed_seconds if self._decayed_seconds > 0 else 0.0
-
-    def flush(self, now: float) -> HopSample | None:
-        """The bytes and stream seconds (the sum of each copy's own time) of the copies that ended since the last
-        flush, how many copies streamed at once on average over that time, when the first of those copies began, and
-        whether the hop was starved of work for more than half of it; None when nothing completed. ``bytes / stream
-        seconds`` is the rate of one stream, however many ran at once, and that times the copies at once the hop's
-        aggregate. (The stream seconds of copies side by side add up to more than the time they took: only the start
-        says whether TCP was still warming up.)
-
-        Copies at once is, over the lifetimes of the copies that ended, the average of those streaming beside
-        them (in flight, at most ``width``): each copy's rate is then multiplied by the company it had. Not
-        stream seconds over busy seconds, which swung from 2 to 50 between flushes of a hop running 16 (copies
-        that began before the flush bring all their seconds into it); nor the average over the flush alone,
-        which multiplied a copy begun at depth 4 by the 13 a hop had grown to (40 Mbit/s read on an 18 Mbit/s
-        route). Without marks, the average over the time since the last flush."""
-        self._advance(now)
-        if self._bytes == 0 or self._busy <= 0 or self._stream_seconds <= 0:
-            return None
-        if self._lived > 0:
-            streams = self._shared / self._lived
-        else:
-            streams = (self._integral - self._flushed_integral) / self._open if self._open > 0 else 1.0
-        starved = self._open > 0 and self._starved > self._open / 2
-        sample = HopSample(self._bytes, self._stream_seconds, max(1.0, streams), self._began, starved)
-        self._decayed_bytes = 0.7 * self._decayed_bytes + self._bytes
-        self._decayed_seconds = 0.7 * self._decayed_seconds + self._busy
-        self.samples += 1
-        self._bytes, self._busy, self._stream_seconds, self._began = 0, 0.0, 0.0, math.inf
-        self._open = self._starved = self._shared = self._lived = 0.0
-        self._flushed_integral = self._integral
-        return sample
-
-
 # -- events out, for progress and reports ---------------------------------------------------------------------
 
 
@@ -364,37 +221,6 @@ class BlockDelivered:
     at: float
     record: BlockRecord | None = None
     """Where the block now is (its destination allocation and hash), for the send journal."""
-
-
-@dataclass(frozen=True)
-class PathChanged:
-    """The set of paths changed: ``path`` is its primary from now on and ``paths`` the whole set (primary first;
-    empty means ``(path,)``); ``reason`` the scheduler's (``join`` or ``drop`` when only the other paths changed)."""
-
-    path: tuple[str, ...]
-    reason: str
-    at: float
-    paths: tuple[tuple[str, ...], ...] = ()
-
-
-@dataclass(frozen=True)
-class PathSample:
-    """One path at a moment: the bytes delivered on it since the transfer began, and its rate since the sample
-    before (bytes/s)."""
-
-    path: tuple[str, ...]
-    bytes: int
-    rate_bps: float
-
-
-@dataclass(frozen=True)
-class PathShares:
-    """At every tick while several paths run: each path's bytes so far (``paths``, the set's), of ``delivered`` in
-    all."""
-
-    paths: tuple[PathSample, ...]
-    delivered: int
-    at: float
 
 
 @dataclass(frozen=True)
@@ -463,28 +289,6 @@ class BlockRecord:
     allocation: Allocation
 
 
-@dataclass(frozen=True)
-class TimelinePoint:
-    t: float
-    bytes: int
-    rate_bps: float
-    path: tuple[str, ...]
-    paths: tuple[PathSample, ...] = ()
-    """Each path in the set at ``t`` (or that delivered since the point before)."""
-
-
-@dataclass(frozen=True)
-class PathRun:
-    """A period the relay started blocks on one path: seconds from the transfer's start, bytes delivered meanwhile,
-    and why the path was taken (the scheduler's reason, or ``pinned``)."""
-
-    path: tuple[str, ...]
-    start: float
-    end: float | None
-    nbytes: int
-    reason: str
-
-
 @dataclass
 class RelayResult:
     blocks: list[BlockRecord]
@@ -505,25 +309,7 @@ class RelayResult:
     """Of those, the ones that arrived first: each spared the transfer a wait on a slower path."""
 
 
-# -- the engine ---------------------------------------------------------------------------------------------
-
-
-@dataclass(eq=False)
-class _Block:
-    index: int
-    offset: int
-    length: int
-    hash: str = ""
-    holders: list[tuple[str, Allocation | None]] = field(default_factory=list)
-    attempts: int = 0
-    path: Route = ()
-    """The path the block was given (and counts on while it travels); empty before it is admitted."""
-    twin_of: _Block | None = None
-    """This is the end game's second copy of that block (``Relay._race``)."""
-    twins: list[_Block] = field(default_factory=list)
-    """The second copies of this block under way."""
-    scope: trio.CancelScope | None = None
-    """This copy's carry: cut off when another copy of the block arrives first."""
+# -- the shell's own parts: allocations, read buffers, the whole-file hash ------------------------------------
 
 
 class _Pool:
@@ -642,117 +428,16 @@ class _Pool:
                 nursery.start_soon(free, alloc)
 
 
-class _Lease:
-    """A block's read buffer while someone uses it: the write that sends it, the whole-file hash that keeps it.
-    Back to its pool when the last user is done; a view of it must not be used after that."""
-
-    def __init__(self, pool: _ReadBuffers, buffer: bytearray) -> None:
-        self._pool, self.buffer, self._users = pool, buffer, 1
-
-    def hold(self) -> None:
-        self._users += 1
-
-    def done(self) -> None:
-        self._users -= 1
-        if self._users == 0:
-            self._pool.put(self.buffer)
-
-
-class _ReadBuffers:
-    """Block buffers that the file's blocks are read into, used again and again: a fresh ``bytes`` of a block's
-    size per block cost lnet-send the kernel's page faults and zeroing of every page (``os.pread`` was a sixth
-    of its samples in the chain; docs/depot.md). At most ``keep`` idle buffers are kept."""
-
-    def __init__(self, size: int, keep: int) -> None:
-        self.size, self.keep = size, keep
-        self._idle: list[bytearray] = []
-
-    def take(self) -> _Lease:
-        return _Lease(self, self._idle.pop() if self._idle else bytearray(self.size))
-
-    def put(self, buffer: bytearray) -> None:
-        if len(self._idle) < self.keep:
-            self._idle.append(buffer)
-
-
 DRAIN_AT_ONCE = 8
 """Frees a pool has in flight at once when the transfer ends (``_Pool.drain``)."""
-DEEP_GAIN = 1.25
-"""A deep probe goes one level deeper (twice the copies at once) while a level carries this much more than the one
-before: twice the streams on an edge held back by their own windows nearly double it, on a full link they add
-nothing."""
 FULL_POLL_FIRST_S = 0.02
 FULL_POLL_MAX_S = 1.0
 """How soon, and at most how far apart, a full depot is asked again for an allocation (``_Pool.take``)."""
 
 _HASH_AHEAD_BYTES = 128 * MiB
-"""Bytes of blocks read ahead of the whole-file hash's position that it keeps for later (``_WholeHash``)."""
+"""Bytes of blocks read ahead of the whole-file hash's position that it keeps for later (``WholeHash``)."""
 _PROBE_GRACE_S = 0.1
 """How long a finished transfer waits for its probes to end on their own before cutting them off."""
-
-
-class _WholeHash:
-    """The whole-file hash, fed the bytes each block was read with for sending: one read of every byte and two
-    hash updates (the block's, this one), instead of a second pass over the file.
-
-    It hashes in file order; blocks are read nearly in order but not exactly (several at once, in worker
-    threads), so a block read ahead of the hash's position is kept here until the hash gets to it, up to
-    ``ahead_bytes`` (the block the hash waits for is always kept). A block beyond that, or one this run does
-    not send (``skipped``: delivered by an earlier run), the hash reads again itself when it gets to it. A block
-    read again after a failure is not offered twice: its bytes were checked against the first read's hash."""
-
-    def __init__(self, algorithm: str, spans: Sequence[tuple[int, int]], ahead_bytes: int) -> None:
-        self._hasher = block_hasher(algorithm)
-        self._spans = spans
-        self._ahead = ahead_bytes
-        self._kept: dict[int, tuple[bytes | memoryview, _Lease | None]] = {}
-        self._kept_bytes = 0
-        self._offered: set[int] = set()
-        self._next = 0
-        self._wake = trio.Event()
-        self.reread = 0
-        """Blocks the hash read itself (not kept, or not sent)."""
-
-    def offer(self, index: int, data: bytes | memoryview, lease: _Lease | None = None) -> None:
-        """Block ``index`` was read for sending: these are its bytes (in ``lease``'s buffer, which is held while
-        they are kept)."""
-        if index < self._next or index in self._offered:
-            return
-        self._offered.add(index)
-        if index == self._next or self._kept_bytes + len(data) <= self._ahead:
-            if lease is not None:
-                lease.hold()
-            self._kept[index] = (data, lease)
-            self._kept_bytes += len(data)
-        if index == self._next:
-            self._wake.set()
-
-    async def run(
-        self, skipped: Container[int], read: Callable[[int, int], bytes], offload: Offload,
-        available: Callable[[int, int], Awaitable[None]] | None,
-    ) -> str:
-        """The hex digest, once every block was offered or read here (``read`` runs through ``offload``)."""
-        for index, (offset, length) in enumerate(self._spans):
-            self._next = index
-            while index not in self._offered and index not in skipped:
-                self._wake = trio.Event()
-                await self._wake.wait()
-            kept = self._kept.pop(index, None)
-            if kept is None:
-                self.reread += 1
-                if available is not None:
-                    await available(offset, offset + length)
-                await offload(self._hasher.update, await offload(read, offset, length))
-            else:
-                data, lease = kept
-                self._kept_bytes -= len(data)
-                try:
-                    await offload(self._hasher.update, data)
-                finally:
-                    if lease is not None:
-                        lease.done()
-            self._offered.discard(index)
-        return str(self._hasher.hexdigest())
 
 
 class Relay:
@@ -795,51 +480,52 @@ class Relay:
         self._available = available
         self._fd = -1
         self.size = source.size if isinstance(source, Stream) else source.stat().st_size
-        self.path: tuple[str, ...] = tuple(pinned) if pinned is not None else ()
-        self.dead: set[str] = set()
-        self.meters: dict[Edge, EdgeMeter] = {}
+        # The routing, the block ledger and the window rules; what follows is the I/O that carries them out.
+        self.engine = RelayEngine[Allocation](
+            here, dest, self.config, pinned=pinned, widest_from=None if scheduler is None else self._widest_from
+        )
         self.windows: dict[Edge, trio.CapacityLimiter] = {}
-        self._depths: dict[Edge, int] = {}
+        self._scopes: dict[Block[Allocation], trio.CancelScope] = {}
+        """Each copy's carry, while it runs: cut off when another copy of the block arrives first."""
         # Names this transfer's copy lanes at the depots; random so that two transfers never share one.
         self._lane = secrets.token_hex(8)
-        self._probe_blocks: dict[str, Allocation] = {}
         self._blocks_to_send: int | None = None  # set by run(): the blocks this run sends
-        self._probe_locks: dict[str, trio.Lock] = {}
-        self._payload = b""
+        self._probe_runs = EdgeProbes(self)
         self._pools: dict[str, _Pool] = {}
         self._probing: set[Edge] = set()
         self._records: dict[int, BlockRecord] = {}
         self._already = dict(delivered or {})
-        self._delivered = 0
         self._resends = 0
-        self._travelling: dict[int, _Block] = {}
-        """Blocks being carried (their first copies), by index, until they arrive."""
-        self._all_under_way = False
-        """Every block has been handed to a carrier: the end game may start."""
-        self._second_copies = 0
-        self._second_copies_won = 0
         self._started = 0.0
-        self._timeline: list[TimelinePoint] = []
-        self._paths: list[PathRun] = []
         self._file_hash = ""
-        self._whole: _WholeHash | None = None
-        self._buffers = _ReadBuffers(self.config.block_size, self.config.max_inflight)
+        self._whole: WholeHash | None = None
+        self._buffers = ReadBuffers(self.config.block_size, self.config.max_inflight)
         self._done = trio.Event()
         self._file_hashed = trio.Event()
         self._probes_idle = trio.Event()
         self._probes_idle.set()
         self._probes_asked: tuple[Edge, ...] = ()
         self._deep_asked: frozenset[Edge] = frozenset()
-        # The set of paths (issue 12): ``path`` is its primary.
-        self.paths: tuple[Route, ...] = (self.path,) if pinned is not None else ()
-        self._predicted: dict[Route, float] = {}
-        self._outstanding: dict[Route, int] = {}
-        self._path_meters: dict[Route, PathMeter] = {}
-        self._path_bytes: dict[Route, int] = {}
-        self._sampled_bytes: dict[Route, int] = {}
-        self._open_runs: dict[Route, int] = {}
         self._admission: trio.CapacityLimiter | None = None
-        self._full: set[str] = set()
+
+    @property
+    def path(self) -> Route:
+        """The primary path."""
+        return self.engine.path
+
+    @property
+    def paths(self) -> tuple[Route, ...]:
+        """The set of paths, the primary first."""
+        return self.engine.paths
+
+    @property
+    def dead(self) -> set[str]:
+        """The depots that failed."""
+        return self.engine.dead
+
+    @property
+    def meters(self) -> dict[Edge, EdgeMeter]:
+        return self.engine.meters
 
     # -- the whole transfer ---------------------------------------------------------------------------------
 
@@ -851,7 +537,7 @@ class Relay:
         if self.scheduler is not None:
             first = self.scheduler.start(now)
             self._trace_decision(first, now)
-            self._take_paths(*_path_set(first), "start", first)
+            self._take_paths(*_path_set(first), "start", first.predicted_bps)
             self._probes_asked = tuple(first.probes)
             self._deep_asked = frozenset(first.deep)
         else:
@@ -860,13 +546,13 @@ class Relay:
             spans = self.source.spans
         else:
             spans = tuple(block_spans(self.size, self.config.block_size))
-        blocks = [_Block(i, offset, length) for i, (offset, length) in enumerate(spans)]
+        blocks = [Block[Allocation](i, offset, length) for i, (offset, length) in enumerate(spans)]
         for index, record in self._already.items():
             if not 0 <= index < len(spans) or spans[index] != (record.offset, record.length):
                 raise ValueError(f"block {index} given as delivered is not a block of {self.source}")
         self._records.update(self._already)
         self._blocks_to_send = sum(1 for block in blocks if block.index not in self._already)
-        self._whole = _WholeHash(self.config.hash_algorithm, spans, _HASH_AHEAD_BYTES)
+        self._whole = WholeHash(self.config.hash_algorithm, spans, _HASH_AHEAD_BYTES)
         fd = self._fd = -1 if isinstance(self.source, Stream) else os.open(self.source, os.O_RDONLY)
         try:
             async with trio.open_nursery() as nursery:
@@ -878,7 +564,7 @@ class Relay:
                             continue
                         await admission.acquire_on_behalf_of(block)
                         carriers.start_soon(self._carry, block, fd, admission)
-                    self._all_under_way = True
+                    self.engine.all_under_way = True
                 self._done.set()
                 await self._file_hashed.wait()
                 # Probes stop at their next copy, but a copy on a slow edge can take seconds the transfer has
@@ -894,38 +580,37 @@ class Relay:
                 async with trio.open_nursery() as nursery:  # every depot's pool at once
                     for pool in self._pools.values():
                         nursery.start_soon(pool.drain)
-                    for holder in self._probe_blocks.items():
+                    for holder in self._probe_runs.blocks.items():
                         nursery.start_soon(self._release, holder)
         elapsed = trio.current_time() - self._started
-        self._close_runs(list(self._open_runs))
+        engine = self.engine
+        engine.close_all_runs(self._since_start())
         self._sample_timeline()
-        edges = {edge: (meter.rate_bps, meter.total_bytes, meter.samples) for edge, meter in self.meters.items()}
+        edges = {edge: (meter.rate_bps, meter.total_bytes, meter.samples) for edge, meter in engine.meters.items()}
         return RelayResult(
             blocks=[self._records[i] for i in range(len(blocks))],
             file_hash=self._file_hash,
             seconds=elapsed,
-            timeline=self._timeline,
+            timeline=engine.timeline,
             edges=edges,
-            paths=self._paths,
+            paths=engine.runs,
             resends=self._resends,
-            second_copies=self._second_copies,
-            second_copies_won=self._second_copies_won,
-            path_bytes=dict(self._path_bytes),
-            # A depot that died in the last moments may not have been acted on by a tick yet: its paths are over.
-            final_paths=tuple(p for p in self.paths if not set(p) & self.dead) or self.paths,
+            second_copies=engine.second_copies,
+            second_copies_won=engine.second_copies_won,
+            path_bytes=dict(engine.path_bytes),
+            final_paths=engine.final_paths,
         )
 
     # -- one block --------------------------------------------------------------------------------------------
 
-    async def _carry(self, block: _Block, fd: int, admission: trio.CapacityLimiter) -> None:
+    async def _carry(self, block: Block[Allocation], fd: int, admission: trio.CapacityLimiter) -> None:
         try:
             if self._available is not None:
                 await self._available(block.offset, block.offset + block.length)
-            block.holders = [(self.here, None)]
-            self._tag(block, self._assign(block.length))
-            self._travelling[block.index] = block
+            self.engine.admit(block, trio.current_time())
             route = list(block.path)
-            with trio.CancelScope() as block.scope:  # cut off if a second copy arrives first (the end game)
+            with trio.CancelScope() as scope:  # cut off if a second copy arrives first (the end game)
+                self._scopes[block] = scope
                 while True:
                     try:
                         await self._walk(block, route, fd)
@@ -937,59 +622,42 @@ class Relay:
                             raise TransferFailed(
                                 f"block {block.index}: gave up after {self.config.retries} retries ({failure})"
                             ) from None
-                        self._note(f"block {block.index}: {failure}; re-sending from {self._nearest(block)}")
+                        self._note(f"block {block.index}: {failure}; re-sending from {self.engine.nearest(block)}")
                         await trio.sleep(self.config.backoff_s * block.attempts)
-                        route = self._route_for(block, self._nearest(block))
+                        route = self.engine.route_for(block, self.engine.nearest(block), trio.current_time())
             await self._lost_race(block)
         finally:
-            self._travelling.pop(block.index, None)
+            self._scopes.pop(block, None)
+            self.engine.settled(block)
             admission.release_on_behalf_of(block)
 
-    async def _lost_race(self, block: _Block) -> None:
+    async def _lost_race(self, block: Block[Allocation]) -> None:
         """Another copy of ``block`` arrived first and cut this one off: what this one holds is freed, never kept (a
         copy cut off on the client's side may still be running at the depot), and it counts on no path."""
         with trio.CancelScope(shield=True):
             for holder in block.holders[1:]:
                 await self._release(holder)
-        block.holders = block.holders[:1]
-        self._tag(block, None)
+        self.engine.lost(block, trio.current_time())
 
     # -- the end game ------------------------------------------------------------------------------------------
 
     def _end_game(self, nursery: trio.Nursery) -> None:
-        """Once every block is under way (and no depot is full: a second copy would only take the room a first
-        one waits for), second copies of the blocks slower paths would deliver last go to the paths that would
-        deliver them sooner (``striping.endgame``)."""
-        if not (self.config.end_game and self._all_under_way and len(self.paths) > 1) or self._full:
-            return
-        paths = list(self.paths)
-        travelling = [
-            Travelling(block.index, paths.index(block.path), len(block.holders) - 1, block.length)
-            for block in self._travelling.values()
-            if not block.twins and block.path in paths and block.scope is not None
-        ]
-        if not travelling:
-            return
-        copies = endgame(
-            [self._outstanding.get(path, 0) for path in paths], [self._rate(path) for path in paths], travelling,
-            min_gain_s=self.config.tick_s, usable=[self._usable(path) for path in paths],
-        )
-        for index, path in copies:
-            nursery.start_soon(self._race, self._travelling[index], paths[path])
+        """Second copies of the blocks slower paths would deliver last, once every block is under way
+        (``RelayEngine.end_game``), each raced beside its first."""
+        copies = self.engine.end_game()
+        for block, path in copies:
+            nursery.start_soon(self._race, block, path)
         if copies:
-            self._second_copies += len(copies)
-            where = sorted({" -> ".join(paths[path]) for _, path in copies})
+            where = sorted({" -> ".join(path) for _, path in copies})
             self._note(f"end game: second copies of {len(copies)} block(s) over {', '.join(where)}")
 
-    async def _race(self, block: _Block, path: Route) -> None:
+    async def _race(self, block: Block[Allocation], path: Route) -> None:
         """A second copy of ``block`` from the source along ``path``, beside the first: whichever arrives first
         counts and cuts the other off. It gets no retries: if it fails, the first copy is still under way."""
-        twin = _Block(block.index, block.offset, block.length, hash=block.hash, twin_of=block,
-                      holders=[(self.here, None)])
-        block.twins.append(twin)
-        self._tag(twin, path)
+        twin = self.engine.second_copy(block, path, trio.current_time())
         try:
-            with trio.CancelScope() as twin.scope:
+            with trio.CancelScope() as scope:
+                self._scopes[twin] = scope
                 try:
                     await self._walk(twin, list(path), self._fd)
                     return
@@ -997,61 +665,37 @@ class Relay:
                     self._note(f"block {block.index}: its second copy over {' -> '.join(path)} failed ({failure})")
             await self._lost_race(twin)
         finally:
-            block.twins.remove(twin)
+            self._scopes.pop(twin, None)
+            self.engine.second_copy_over(twin)
 
-    def _won(self, block: _Block) -> None:
-        """``block``'s copy arrived first: the block's other copies are cut off."""
-        first = block.twin_of or block
-        for copy in (first, *first.twins):
-            if copy is not block and copy.scope is not None:
-                copy.scope.cancel()
-        if block.twin_of is not None:
-            self._second_copies_won += 1
-
-    async def _walk(self, block: _Block, route: list[str], fd: int) -> None:
-        """Move ``block`` from its nearest live holder (``route[0]``) to the destination.
-
-        A block follows its own path while that is in the set; else the path of the set it is on (so a switch
-        moves every block that has not yet left a depot of the new path); a block held by a depot off every
-        path of the set goes on by the widest way the scheduler knows from there (pinned: along ``route``)."""
+    async def _walk(self, block: Block[Allocation], route: Sequence[str], fd: int) -> None:
+        """Move ``block`` from its nearest live holder (``route[0]``) to the destination, hop by hop as the engine
+        routes it (``RelayEngine.step``)."""
         if self.dest in self.dead:
             raise TransferFailed(f"the destination {self.dest} does not answer any more")
-        while block.holders and block.holders[-1][0] != route[0]:
-            block.holders.pop()  # holders past the point we restart from are dead or unusable
-        while (u := block.holders[-1][0]) != self.dest:
-            if self.scheduler is not None or self._on_a_path(u):
-                # On its path: the rest of it. Left behind by a switch: the widest way on from where it is now,
-                # not the old path's next hop (which may be the degraded edge the switch left).
-                route = self._route_for(block, u)
-            if u not in route or route.index(u) + 1 >= len(route):
-                raise _HopFailed(f"no way on from {u}")
-            v = route[route.index(u) + 1]
-            if v in self.dead or u in self.dead:
-                raise _HopFailed(f"{u} -> {v} goes through a failed depot")
-            target = await self._hop(block, u, v, fd)
+        self.engine.restart(block, route[0])
+        while block.holders[-1][0] != self.dest:
+            step = self.engine.step(block, route, trio.current_time())
+            if isinstance(step, Stuck):
+                raise _HopFailed(step.reason)
+            route = step.route
+            target = await self._hop(block, step.u, step.v, fd)
             if target is None:
                 continue  # the path changed while the block waited for the hop: plan again from here
-            block.holders.append((v, target))
-            if len(block.holders) >= 3:
-                await self._pass_on(block.holders[-3])
-                block.holders[-3] = (block.holders[-3][0], None)
+            behind = self.engine.reached(block, step.v, target)
+            if behind is not None:
+                await self._pass_on(behind)
+                self.engine.passed_on(block)
         await self._verify_at_destination(block)
 
-    def _next_hop(self, block: _Block, u: str) -> str | None:
-        """Where ``block``'s way goes from ``u`` (None when ``u`` is on no path of the set)."""
-        if not self._on_a_path(u):
-            return None
-        route = self._route_for(block, u)
-        return route[1] if len(route) > 1 else None
-
-    async def _hop(self, block: _Block, u: str, v: str, fd: int) -> Allocation | None:
+    async def _hop(self, block: Block[Allocation], u: str, v: str, fd: int) -> Allocation | None:
         """Carry ``block`` from ``u`` to ``v``; None when, by the time the hop had room, the path went elsewhere."""
         edge = (u, v)
-        meter = self._meter(edge)
+        meter = self.engine.meter(edge)
         async with self._windowed(edge, meter):
             if u == self.here and len(block.holders) == 1:
-                self._reconsider(block)
-            wanted = self._next_hop(block, u)
+                self.engine.reconsider(block, trio.current_time())
+            wanted = self.engine.next_hop(block, u, trio.current_time())
             if wanted is not None and wanted != v:
                 return None
             target = await self._allocate(v)
@@ -1062,7 +706,7 @@ class Relay:
             try:
                 if u == self.here:
                     data: bytes | memoryview
-                    lease: _Lease | None = None
+                    lease: Lease | None = None
                     if isinstance(self.source, Stream) or block.length > self._buffers.size:
                         data, digest = await self._offload(
                             _read_span_and_hash, self._reader(), block.offset, block.length, self.config.hash_algorithm,
@@ -1091,7 +735,8 @@ class Relay:
                     assert holder is not None
                     copied = await self.clients[u].copy(
                         holder.read, target.write_url, length=block.length, dest_offset=0,
-                        lane=f"{self._lane}:{v}", lane_width=self._depth(edge), wait_s=self._copy_wait(edge),
+                        lane=f"{self._lane}:{v}", lane_width=self.engine.depth(edge),
+                        wait_s=self.engine.copy_wait(edge),
                     )
                     pushed = copied.seconds
                 ok = True
@@ -1115,7 +760,7 @@ class Relay:
                 meter.finished(block.length, started, trio.current_time(), ok=ok, seconds=pushed, mark=mark)
         return target
 
-    async def _verify_at_destination(self, block: _Block) -> None:
+    async def _verify_at_destination(self, block: Block[Allocation]) -> None:
         node, alloc = block.holders[-1]
         assert node == self.dest
         assert alloc is not None
@@ -1132,22 +777,20 @@ class Relay:
             if block.attempts >= self.config.retries:
                 raise BlockDamaged(f"block {block.index} keeps arriving damaged at {self.dest}")
             raise _HopFailed(f"block {block.index} arrived damaged at {self.dest} (hash mismatch)")
-        if block.index in self._records and block.scope is not None:
+        if block.index in self._records and (scope := self._scopes.get(block)) is not None:
             # its other copy arrived just before this one: this one is cut off like a copy still on its way
-            block.scope.cancel()
+            scope.cancel()
             await trio.lowlevel.checkpoint()
         record = self._records[block.index] = BlockRecord(block.index, block.offset, block.length, block.hash, alloc)
-        self._won(block)
-        self._delivered += block.length
-        counted = block.path if block.path in self.paths else self.path
-        self._path_bytes[counted] = self._path_bytes.get(counted, 0) + block.length
-        self._tag(block, None, delivered=True)
+        for other in self.engine.arrived(block, trio.current_time()):
+            if (scope := self._scopes.get(other)) is not None:
+                scope.cancel()  # the block's other copies are cut off
         self.on_event(BlockDelivered(block.index, block.length, self.clock(), record))
         for holder in block.holders[:-1]:
             await self._pass_on(holder)
 
-    async def _hash_whole_file(self, whole: _WholeHash) -> None:
-        """The whole-file hash, from the bytes the blocks were read with (``_WholeHash``)."""
+    async def _hash_whole_file(self, whole: WholeHash) -> None:
+        """The whole-file hash, from the bytes the blocks were read with (``WholeHash``)."""
         self._file_hash = await whole.run(self._already, self._reader(), self._offload, self._available)
         self._file_hashed.set()
 
@@ -1193,109 +836,6 @@ class Relay:
         self._pools.pop(node, None)
         self._tell(DepotFailure(node, self.clock()))
 
-    def _nearest(self, block: _Block) -> str:
-        """The holder nearest the destination that still has the block (the source, at worst)."""
-        while len(block.holders) > 1 and (block.holders[-1][0] in self.dead or block.holders[-1][1] is None):
-            block.holders.pop()
-        return block.holders[-1][0]
-
-    # -- paths: which one a block takes, and the way on from where it is ------------------------------------------
-
-    def _usable(self, path: Route) -> bool:
-        return not self.dead.intersection(path[1:])
-
-    def _on_a_path(self, node: str) -> bool:
-        return any(node in path for path in self.paths)
-
-    def _rest(self, path: Route, holder: str) -> list[str]:
-        """The rest of ``path`` from ``holder``, without the depots that failed."""
-        return [node for node in path[path.index(holder) :] if node not in self.dead]
-
-    def _rate(self, path: Route) -> float:
-        """What ``path`` delivers (bytes/s): as measured lately once it has delivered a few blocks, else as
-        predicted; 0 when neither is known (``soonest`` then counts it as an average path)."""
-        meter = self._path_meters.get(path)
-        measured = meter.rate_bps if meter is not None else None
-        return measured if measured is not None else self._predicted.get(path, 0.0)
-
-    def _assign(self, length: int) -> Route:
-        """The path of the set that would deliver a block of ``length`` soonest (those through no failed depot
-        first)."""
-        candidates = [path for path in self.paths if self._usable(path)] or list(self.paths)
-        if len(candidates) == 1:
-            return candidates[0]
-        return self._soonest(candidates, length)
-
-    def _soonest(self, candidates: Sequence[Route], length: int, block: _Block | None = None) -> Route:
-        """The MDTP rule over ``candidates`` for one more block of ``length`` bytes (``block``, when given, is
-        already counted on its own path and is left out of it)."""
-        outstanding = [self._outstanding.get(path, 0) - (length if block is not None and path == block.path else 0)
-                       for path in candidates]
-        return candidates[soonest(outstanding, [self._rate(path) for path in candidates], length)]
-
-    def _reconsider(self, block: _Block) -> None:
-        """A block not yet sent is not bound to its path: when its first hop has room, it moves to another path
-        if that would now deliver it sooner (the rates measured since it was admitted may say so: the first
-        blocks are given by the predictions alone)."""
-        candidates = [path for path in self.paths if self._usable(path)]
-        if len(candidates) < 2 or block.path not in candidates or block.twin_of is not None:
-            return  # (a second copy goes where the end game sent it)
-        candidates.remove(block.path)
-        candidates.insert(0, block.path)  # a tie keeps it where it is
-        best = self._soonest(candidates, block.length, block)
-        if best != block.path:
-            self._tag(block, best)
-
-    def _tag(self, block: _Block, path: Route | None, *, delivered: bool = False) -> None:
-        """Count ``block`` on ``path`` from now on (None: on none, it arrived or left)."""
-        if (path or ()) == block.path:
-            return
-        now = trio.current_time()
-        if block.path:
-            self._outstanding[block.path] = self._outstanding.get(block.path, 0) - block.length
-            meter = self._path_meters.get(block.path)
-            if meter is not None:
-                if delivered:
-                    meter.delivered(block.length, now)
-                else:
-                    meter.left(now)
-        block.path = path or ()
-        if path:
-            self._outstanding[path] = self._outstanding.get(path, 0) + block.length
-            self._path_meters.setdefault(path, PathMeter(self.config.path_window_s)).admitted(now)
-
-    def _route_for(self, block: _Block, holder: str) -> list[str]:
-        """The way on for ``block`` from ``holder``: the rest of its own path while that is in the set and clear
-        of failed depots; else, from the source, the path a new block would take; else the rest of the path of
-        the set ``holder`` is on (the primary first), the block now counting on it; else the widest way on."""
-        if block.path in self.paths and holder in block.path and self._usable(block.path):
-            return self._rest(block.path, holder)
-        if holder == self.here and self.paths:
-            self._tag(block, self._assign(block.length))
-            return self._rest(block.path, holder)
-        ways = [path for path in self.paths if holder in path]
-        if ways:
-            stuck = block.path if block.path in ways else ways[0]  # every way from here crosses a failed depot
-            way = next((path for path in ways if self._usable(path)), stuck)
-            self._tag(block, way)
-            return self._rest(way, holder)
-        return self._route_from(holder)
-
-    def _route_from(self, holder: str) -> list[str]:
-        """The primary path's rest from ``holder``, else the widest way the scheduler knows from there."""
-        if holder in self.path:  # the rest of the current path, without the depots that failed
-            return [node for node in self.path[self.path.index(holder) :] if node not in self.dead]
-        if self.scheduler is not None:
-            graph = self.scheduler.graph()
-            graph.remove_nodes_from([d for d in self.dead if d != self.dest])
-            if holder != self.here:
-                graph.remove_node(self.here)  # the client is no depot: a block never goes back through it
-            try:
-                return list(widest_path(graph, holder, self.dest))
-            except NoPathError:
-                pass
-        return [holder, self.dest]
-
     # -- steering: measurements in, decisions out ------------------------------------------------------------------
 
     async def _steer(self, nursery: trio.Nursery) -> None:
@@ -1304,31 +844,31 @@ class Relay:
             await trio.sleep(self.config.tick_s)
             now = self.clock()
             adaptive = self.config.adaptive
-            for edge, meter in self.meters.items():
-                sample = meter.flush(trio.current_time())
-                if sample is not None:
-                    # Each hop's depth is its own (``_resize_windows``): say how many copies it ran at once, and
-                    # whether it had work for its depth.
-                    self._tell(Measurement(edge, sample.bytes, sample.stream_seconds, now,
-                                           sample.at_once if adaptive else None,
-                                           began=now - (trio.current_time() - sample.began),
-                                           starved=adaptive and sample.starved))
-            for path_meter in self._path_meters.values():
-                path_meter.flush(trio.current_time())
+            for edge, sample in self.engine.tick(trio.current_time()):
+                # Each hop's depth is its own (``_resize_windows``): say how many copies it ran at once, and
+                # whether it had work for its depth.
+                self._tell(Measurement(edge, sample.bytes, sample.stream_seconds, now,
+                                       sample.at_once if adaptive else None,
+                                       began=now - (trio.current_time() - sample.began),
+                                       starved=adaptive and sample.starved))
             self._sample_timeline()
             self._resize_windows()
             self._end_game(nursery)
-            if self.scheduler is None or self.dest in self._full:
+            if self.scheduler is None or self.dest in self.engine.full:
                 continue
             decision = self.scheduler.tick(now)
             self._trace_decision(decision, now)
-            if isinstance(decision, DropDepot):
-                self.dead.add(decision.depot)
             paths, rates = _path_set(decision)
-            if isinstance(decision, Switch | DropDepot) and paths != self.paths:
-                self._take_paths(paths, rates, decision.reason if isinstance(decision, Switch) else "failure", decision)
-            elif paths == self.paths:
-                self._predict(paths, rates, decision)
+            changes = isinstance(decision, Switch | DropDepot)
+            changed = self.engine.decided(
+                paths, rates, changes=changes,
+                reason=decision.reason if isinstance(decision, Switch) else "failure",
+                predicted_bps=decision.predicted_bps if isinstance(decision, Switch | DropDepot) else None,
+                dropped=decision.depot if isinstance(decision, DropDepot) else None,
+                t=self._since_start(), at=self.clock(),
+            )
+            if changed is not None:
+                self._paths_changed(changed)
             self._probes_asked = () if isinstance(decision, DropDepot) else tuple(decision.probes)
             self._deep_asked = frozenset() if isinstance(decision, DropDepot) else frozenset(decision.deep)
 
@@ -1340,6 +880,44 @@ class Relay:
                 nursery.start_soon(self._probe, edge, edge in self._deep_asked)
         self._probes_asked = ()
 
+    def _take_paths(
+        self, paths: Sequence[Sequence[str]], rates: Sequence[float], reason: str, predicted_bps: float | None = None
+    ) -> None:
+        """Run ``paths`` (the primary first) from now on (``RelayEngine.take_paths``)."""
+        changed = self.engine.take_paths(paths, rates, reason, self._since_start(), self.clock(), predicted_bps)
+        self._paths_changed(changed)
+
+    def _paths_changed(self, changed: PathChanged) -> None:
+        """More paths admit more blocks at once."""
+        if self._admission is not None:
+            self._admission.total_tokens = self.engine.admission
+        self.on_event(changed)
+
+    def _sample_timeline(self) -> None:
+        shares = self.engine.sample_timeline(self._since_start(), self.clock())
+        if shares is not None:
+            self.on_event(shares)
+
+    def _resize_windows(self) -> None:
+        """Each hop's window as the engine sizes it from the hop's meter."""
+        for edge, tokens in self.engine.resize_windows().items():
+            window = self.windows.get(edge)
+            if window is not None and tokens != window.total_tokens:
+                window.total_tokens = tokens
+
+    def _since_start(self) -> float:
+        return trio.current_time() - self._started
+
+    def _widest_from(self, holder: str, avoid: Collection[str]) -> list[str] | None:
+        """The widest way the scheduler knows from ``holder`` to the destination through none of ``avoid``."""
+        assert self.scheduler is not None
+        graph = self.scheduler.graph()
+        graph.remove_nodes_from(avoid)
+        try:
+            return list(widest_path(graph, holder, self.dest))
+        except NoPathError:
+            return None
+
     def _tell(self, event: Measurement | HopFailure | DepotFailure | ProbeDone) -> None:
         self._trace_event(event)
         if self.scheduler is not None:
@@ -1349,109 +927,19 @@ class Relay:
         elif isinstance(event, HopFailure):
             self.memory.fail(*event.edge, event.at)
 
-    def _take_paths(
-        self, paths: Sequence[Sequence[str]], rates: Sequence[float], reason: str,
-        decision: Switch | DropDepot | None = None,
-    ) -> None:
-        """Run ``paths`` (the primary first) from now on: a run (``PathRun``) ends for each path that left the
-        set and begins for each that joined; more paths admit more blocks at once."""
-        new = tuple(tuple(path) for path in paths)
-        self._close_runs([path for path in self.paths if path not in new])
-        start = trio.current_time() - self._started
-        for path in new:
-            if path not in self._open_runs:
-                self._open_runs[path] = len(self._paths)
-                self._paths.append(PathRun(path, start, None, self._path_bytes.get(path, 0), reason))
-                self._path_meters[path] = PathMeter(self.config.path_window_s)  # measured afresh on joining
-        self.paths, self.path = new, new[0]
-        self._predict(new, rates, decision)
-        if self._admission is not None:
-            self._admission.total_tokens = self.config.max_inflight * 4 * len(new)
-        self.on_event(PathChanged(self.path, reason, self.clock(), new))
-
-    def _predict(
-        self, paths: tuple[Route, ...], rates: Sequence[float], decision: Keep | Switch | DropDepot | None
-    ) -> None:
-        if rates:
-            self._predicted = dict(zip(paths, rates, strict=True))
-        elif isinstance(decision, Switch | DropDepot):
-            self._predicted[paths[0]] = decision.predicted_bps
-
-    def _close_runs(self, paths: Sequence[Route]) -> None:
-        end = trio.current_time() - self._started
-        for path in paths:
-            index = self._open_runs.pop(path, None)
-            if index is not None:
-                run = self._paths[index]
-                self._paths[index] = replace(run, end=end, nbytes=self._path_bytes.get(path, 0) - run.nbytes)
-
-    def _sample_timeline(self) -> None:
-        t = trio.current_time() - self._started
-        previous = self._timeline[-1] if self._timeline else TimelinePoint(0.0, 0, 0.0, self.path)
-        dt = t - previous.t
-        rate = (self._delivered - previous.bytes) / dt if dt > 0 else previous.rate_bps
-        moved = [path for path, nbytes in self._path_bytes.items() if nbytes != self._sampled_bytes.get(path, 0)]
-        samples = []
-        for path in dict.fromkeys([*self.paths, *moved]):
-            nbytes = self._path_bytes.get(path, 0)
-            since = nbytes - self._sampled_bytes.get(path, 0)
-            samples.append(PathSample(path, nbytes, since / dt if dt > 0 else 0.0))
-            self._sampled_bytes[path] = nbytes
-        self._timeline.append(TimelinePoint(t, self._delivered, rate, self.path, tuple(samples)))
-        if len(self.paths) > 1:
-            shares = tuple(sample for sample in samples if sample.path in self.paths)
-            self.on_event(PathShares(shares, self._delivered, self.clock()))
-
-    def _resize_windows(self) -> None:
-        c = self.config
-        for edge, window in self.windows.items():
-            meter = self.meters[edge]
-            if meter.samples == 0:
-                continue
-            delay, block = meter.shortest_cycle_s, c.block_size
-            if c.window_block is not None and meter.rate_bps > 0:
-                # blocks of many sizes: the shortest cycle is a short block's, mostly round trip; a mean block
-                # takes that and its own time on the wire
-                delay, block = delay + c.window_block / meter.rate_bps, c.window_block
-            depth = inflight_for(meter.rate_bps, delay, block, c.min_inflight, c.max_inflight)
-            self._depths[edge] = depth
-            meter.width = depth
-            tokens = depth + self._extra(edge)
-            if tokens != window.total_tokens:
-                window.total_tokens = tokens
-
-    def _depth(self, edge: Edge) -> int:
-        """How many blocks cross ``edge`` at once (the depot's lane width for a copy)."""
-        return self._depths.get(edge, self.config.initial_inflight)
-
-    def _copy_wait(self, edge: Edge) -> float:
-        """How much longer than ``timeout_s`` a copy's answer may take on ``edge``: the copies ahead of it in its
-        lane and its own push, at the hop's measured rate (nothing before a measurement), at most 4 x
-        ``timeout_s``. A hop running 16 blocks of 1 MiB over a 20 Mbit/s link pushes each for about 7 s and a
-        queued copy waits as long again; one shared with other paths' hops takes longer still."""
-        rate = self.meters[edge].rate_bps if edge in self.meters else 0.0
-        if rate <= 0:
-            return 0.0
-        work = (self._depth(edge) + self._extra(edge)) * self.config.block_size / rate
-        return min(4 * self.config.timeout_s, work)
-
-    def _extra(self, edge: Edge) -> int:
-        """Copies queued at the depot beyond the hop's depth; the client's own writes have no lane."""
-        return 0 if edge[0] == self.here else self.config.lane_extra
-
     # -- probes: unknown edges measured beside the transfer ---------------------------------------------------------
 
     async def _probe(self, edge: Edge, deep: bool = False) -> None:
         """Measure ``edge`` beside the transfer the way the transfer would use it, and tell the scheduler when done;
-        ``deep``: with more copies at once while they add rate (``_run_deep_probe``).
+        ``deep``: with more copies at once while they add rate (``EdgeProbes.deep``).
 
         Best effort: a probe's failure is news about the edge, never the transfer's failure."""
         made: list[tuple[str, Allocation]] = []
         try:
             if deep and self.config.adaptive:
-                await self._run_deep_probe(edge, made)
+                await self._probe_runs.deep(edge, made)
             else:
-                await self._run_probe(edge, made)
+                await self._probe_runs.one_stream(edge, made)
         except Exception as exc:  # noqa: BLE001 - whatever went wrong, the transfer goes on
             cause = innermost(exc)
             if isinstance(cause, DepotError | DepotUnreachable):
@@ -1467,118 +955,11 @@ class Relay:
             if not self._probing:
                 self._probes_idle.set()
 
-    async def _run_probe(self, edge: Edge, made: list[tuple[str, Allocation]]) -> None:
-        """One stream of copies of one block of the transfer's size, back to back on one connection, for the
-        scheduler's ``probe_s`` and at least two copies. The first ran on a cold connection (slow start) and is
-        not reported unless it is the only one; the rest are, timed as the transfer's are (the depot's own push
-        time), so the figure is comparable with the path's."""
-        u, v = edge
-        size = self.config.probe_bytes or self.config.block_size
-        probe_s = self.scheduler.config.probe_s if self.scheduler is not None else self.config.probe_s
-        source = None if u == self.here else await self._probe_source(u, size)
-        target = await self.clients[v].allocate_one(size, self._hold(v))
-        self._allocated([target])
-        made.append((v, target))
-        samples: list[float] = []
-        started = trio.current_time()
-        # A copy still going at twice the probe's time is cut off: an edge that slow is slow, whatever it is.
-        with trio.move_on_after(2 * probe_s):
-            while not self._done.is_set() and (len(samples) < 2 or trio.current_time() < started + probe_s):
-                samples.append(await self._probe_copy(edge, source, target, size))
-        if self._done.is_set():
-            return
-        one = 1.0 if self.config.adaptive else None  # as the flushes say streams
-        if not samples:
-            # Not one copy in twice the probe's time: tell the scheduler the most this edge can be doing.
-            self._tell(Measurement(edge, size, trio.current_time() - started, self.clock(), one))
-            return
-        learnt = samples[1:] or samples
-        self._tell(Measurement(edge, size * len(learnt), sum(learnt), self.clock(), one))
-        if v not in self._probe_blocks and v != self.dest:
-            # Keep the block where it landed: the source of the next probe out of v, with no write from here.
-            self._probe_blocks[v] = target
-            made.remove((v, target))
-
-    async def _run_deep_probe(self, edge: Edge, made: list[tuple[str, Allocation]]) -> None:
-        """Copies of one block at 1, 2, 4, ... at once (up to ``max_inflight``), each level two copies a stream,
-        deeper while a level carries ``DEEP_GAIN`` times the one before: an edge held back by its streams' own
-        window or loss grows with them, a full link does not. The best level's second copies are reported with
-        its depth as ``streams`` (the first copy of each stream may have run on a cold connection), so the
-        scheduler learns what the edge carries at the depth that fills it (theory of operation, 13). Bounded by
-        twice the probe's time, like a one-stream probe; a level cut off by it is not reported."""
-        u, v = edge
-        size = self.config.probe_bytes or self.config.block_size
-        probe_s = self.scheduler.config.probe_s if self.scheduler is not None else self.config.probe_s
-        source = None if u == self.here else await self._probe_source(u, size)
-        targets: list[Allocation] = []
-        best: tuple[float, int, list[float]] | None = None  # (aggregate, depth, the second copies' seconds)
-
-        async def stream(target: Allocation, seconds: list[float]) -> None:
-            await self._probe_copy(edge, source, target, size)  # on a connection that may be cold
-            seconds.append(await self._probe_copy(edge, source, target, size))
-
-        with trio.move_on_after(2 * probe_s):
-            depth = 1
-            while not self._done.is_set():
-                while len(targets) < depth:
-                    target = await self.clients[v].allocate_one(size, self._hold(v))
-                    self._allocated([target])
-                    made.append((v, target))
-                    targets.append(target)
-                seconds: list[float] = []
-                async with trio.open_nursery() as nursery:
-                    for target in targets[:depth]:
-                        nursery.start_soon(stream, target, seconds)
-                aggregate = sum(size / t for t in seconds if t > 0)
-                if best is not None and aggregate < best[0] * DEEP_GAIN:
-                    best = max(best, (aggregate, depth, seconds))
-                    break
-                best = (aggregate, depth, seconds)
-                if depth >= self.config.max_inflight:
-                    break
-                depth = min(2 * depth, self.config.max_inflight)
-        if self._done.is_set():
-            return
-        if best is None:
-            # Not one level in twice the probe's time: tell the scheduler the most this edge can be doing.
-            self._tell(Measurement(edge, size, 2 * probe_s, self.clock(), 1.0))
-            return
-        _, depth, seconds = best
-        self._tell(Measurement(edge, size * len(seconds), sum(seconds), self.clock(), float(depth)))
-
-    async def _probe_copy(self, edge: Edge, source: Allocation | None, target: Allocation, size: int) -> float:
-        """One probe copy over ``edge`` into ``target``: a write from here when ``source`` is None, else the depot's
-        copy of ``source``; its seconds, the depot's own push time where it reports one."""
-        u, v = edge
-        begun = trio.current_time()
-        if source is None:
-            await self.clients[v].write(target.write, self._probe_payload(size), offset=0)
-            return trio.current_time() - begun
-        copied = await self.clients[u].copy(source.read, target.write_url, dest_offset=0)
-        return copied.seconds if copied.seconds > 0 else trio.current_time() - begun
-
-    async def _probe_source(self, node: str, size: int) -> Allocation:
-        """A block of ``size`` held at ``node`` to copy from: one a probe left there, else written now."""
-        # Probes out of one depot may start together: one writes the block, the others wait and use it.
-        async with self._probe_locks.setdefault(node, trio.Lock()):
-            held = self._probe_blocks.get(node)
-            if held is None:
-                held = await self.clients[node].allocate_one(size, self._hold(node))
-                self._allocated([held])
-                self._probe_blocks[node] = held
-                await self.clients[node].write(held.write, self._probe_payload(size))
-        return held
-
-    def _probe_payload(self, size: int) -> bytes:
-        if len(self._payload) != size:
-            self._payload = os.urandom(size)
-        return self._payload
-
     # -- plumbing ---------------------------------------------------------------------------------------------
 
     def _window(self, edge: Edge) -> trio.CapacityLimiter:
         if edge not in self.windows:
-            self.windows[edge] = trio.CapacityLimiter(self._depth(edge) + self._extra(edge))
+            self.windows[edge] = trio.CapacityLimiter(self.engine.window(edge))
         return self.windows[edge]
 
     @contextlib.asynccontextmanager
@@ -1594,9 +975,6 @@ class Relay:
             yield
         finally:
             window.release()
-
-    def _meter(self, edge: Edge) -> EdgeMeter:
-        return self.meters.setdefault(edge, EdgeMeter(self._depth(edge)))
 
     def _hold(self, node: str) -> float:
         """How long ``node`` holds a block on its way (or a probe's): ``hold_s``, or less where it allows less."""
@@ -1668,62 +1046,21 @@ class Relay:
         """A depot is full (or has room again): said to ``on_event``; meanwhile the scheduler does not move the
         transfer, since a full depot says nothing of the paths' rates."""
         if waiting:
-            self._full.add(node)
+            self.engine.full.add(node)
         else:
-            self._full.discard(node)
+            self.engine.full.discard(node)
         self.on_event(SpaceWait(node, waiting, self.clock()))
 
     def _trace_event(self, event: Measurement | HopFailure | DepotFailure | ProbeDone) -> None:
-        if not self.config.trace:
-            return
-        t = round(trio.current_time() - self._started, 3)
-        if isinstance(event, Measurement):
-            data: dict[str, Any] = {"t": t, "edge": list(event.edge), "bytes": event.bytes,
-                                    "seconds": round(event.seconds, 4), "streams": event.streams,
-                                    "probe": event.edge in self._probing,
-                                    "mbps_per_stream": round(event.bytes * 8 / event.seconds / 1e6, 3),
-                                    "began": None if event.began is None else round(t - (event.at - event.began), 3),
-                                    "starved": event.starved}
-            self.on_event(Traced("measure", data, event.at))
-        elif isinstance(event, DepotFailure):
-            self.on_event(Traced("failure", {"t": t, "depot": event.depot}, event.at))
-        else:
-            kind = "probe-done" if isinstance(event, ProbeDone) else "failure"
-            self.on_event(Traced(kind, {"t": t, "edge": list(event.edge)}, event.at))
+        if self.config.trace:
+            kind, data = trace_event(event, self._since_start(), probing=self._probing)
+            self.on_event(Traced(kind, data, event.at))
 
     def _trace_decision(self, decision: Decision, now: float) -> None:
-        """A tick's decision, when it changes something or asks for probes, and the weights at every
-        re-evaluation (what the scheduler compared)."""
-        if not self.config.trace or self.scheduler is None:
-            return
-        evaluated = self.scheduler.last_evaluation == now
-        if isinstance(decision, Keep) and not decision.probes and not evaluated:
-            return
-        data: dict[str, Any] = {
-            "t": round(trio.current_time() - self._started, 3), "decision": type(decision).__name__,
-            "paths": [list(p) for p in decision.all_paths],
-            "probes": [] if isinstance(decision, DropDepot) else [list(e) for e in decision.probes],
-            "deep": [] if isinstance(decision, DropDepot) else [list(e) for e in decision.deep],
-        }
-        if isinstance(decision, Switch):
-            predicted = decision.predicted_bps * 8 / 1e6
-            data.update(reason=decision.reason,
-                        predicted_mbps=round(predicted, 3) if math.isfinite(predicted) else None)
-            if decision.reason == "start":  # what orders the first probes (theory of operation, 10)
-                data["rtt_ms"] = {v: round(rtt * 1000, 2) for v, rtt in self.scheduler.rtt_s.items()}
-        if evaluated:
-            graph = self.scheduler.graph(with_aging=False)
-            data["weights_mbps"] = {f"{u}>{v}": round(a[THROUGHPUT] * 8 / 1e6, 3)
-                                    for u, v, a in graph.edges(data=True) if THROUGHPUT in a}
-            # Floors with a ceiling: what a path tried on ceilings counts them at (theory of operation, 9).
-            streams = self.scheduler.config.streams
-            data["ceilings_mbps"] = {
-                f"{u}>{v}": round(entry.ceiling_bps * streams * 8 / 1e6, 3)
-                for u, v, a in graph.edges(data=True)
-                if THROUGHPUT in a
-                and (entry := self.scheduler.memory.entry(u, v)) is not None and entry.ceiling_bps is not None
-            }
-        self.on_event(Traced("decision", data, now))
+        if self.config.trace and self.scheduler is not None:
+            data = trace_decision(decision, self.scheduler, now, self._since_start())
+            if data is not None:
+                self.on_event(Traced("decision", data, now))
 
 
 def block_spans(size: int, block_size: int) -> list[tuple[int, int]]:

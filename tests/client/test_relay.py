@@ -361,6 +361,6 @@ def test_a_block_left_off_the_path_never_routes_back_through_the_client(tmp_path
     scheduler = PathScheduler(["here", "a", "b", "dst"], "here", "dst", memory, FAST_LOOP)
     path, _ = make_file(tmp_path, 1)
     relay = Relay(path, "here", "dst", {}, scheduler=scheduler)
-    relay.path = ("here", "dst")
-    assert relay._route_from("a") == ["a", "b", "dst"]
-    assert relay._route_from("here") == ["here", "dst"]
+    relay.engine.path = ("here", "dst")
+    assert relay.engine.route_from("a") == ["a", "b", "dst"]
+    assert relay.engine.route_from("here") == ["here", "dst"]

@@ -15,7 +15,8 @@ import trio
 import trio.testing
 
 from lnet.client.formats.manifest import hash_bytes
-from lnet.client.sending.relay import DRAIN_AT_ONCE, BlockDelivered, Relay, RelayConfig, _Pool, _ReadBuffers, _WholeHash
+from lnet.client.sending.reading import ReadBuffers, WholeHash
+from lnet.client.sending.relay import DRAIN_AT_ONCE, BlockDelivered, Relay, RelayConfig, _Pool
 from lnet.client.wire.depot_client import Allocation, DepotUnreachable
 
 from .network import MiB, Network, depots, inline
@@ -154,7 +155,7 @@ async def test_a_long_path_ends_with_its_last_block_not_a_free_per_allocation_le
             assert (status["used"], status["allocations"]) == (0, 0), name  # and still nothing left behind
 
 
-async def _feed(whole: _WholeHash, data: bytes, spans: list[tuple[int, int]], order: list[int]) -> None:
+async def _feed(whole: WholeHash, data: bytes, spans: list[tuple[int, int]], order: list[int]) -> None:
     for index in order:
         offset, length = spans[index]
         whole.offer(index, data[offset : offset + length])
@@ -175,7 +176,7 @@ async def test_the_whole_file_hash_takes_blocks_in_any_order(ahead_blocks: int) 
         reads.append(offset)
         return data[offset : offset + length]
 
-    whole = _WholeHash("sha256", spans, ahead_blocks * block)
+    whole = WholeHash("sha256", spans, ahead_blocks * block)
     digest: list[str] = []
 
     async def run() -> None:
@@ -195,7 +196,7 @@ async def test_the_whole_file_hash_takes_blocks_in_any_order(ahead_blocks: int) 
 async def test_blocks_read_in_order_are_read_once() -> None:
     data = os.urandom(10 * 4096)
     spans = [(offset, 4096) for offset in range(0, len(data), 4096)]
-    whole = _WholeHash("sha256", spans, 0)  # nothing may be kept ahead: in order, nothing needs to be
+    whole = WholeHash("sha256", spans, 0)  # nothing may be kept ahead: in order, nothing needs to be
     digest: list[str] = []
 
     async def run() -> None:
@@ -210,11 +211,11 @@ async def test_blocks_read_in_order_are_read_once() -> None:
 
 
 async def test_a_kept_block_holds_its_buffer_until_it_is_hashed() -> None:
-    pool = _ReadBuffers(8, keep=4)
+    pool = ReadBuffers(8, keep=4)
     first, second = pool.take(), pool.take()
     first.buffer[:] = b"AAAAAAAA"
     second.buffer[:] = b"BBBBBBBB"
-    whole = _WholeHash("sha256", [(0, 8), (8, 8)], 100)
+    whole = WholeHash("sha256", [(0, 8), (8, 8)], 100)
     whole.offer(1, memoryview(second.buffer), second)  # ahead of the hash: kept, with its buffer
     second.done()  # its write is over
     assert pool.take().buffer is not second.buffer  # still held by the hash: not handed out again

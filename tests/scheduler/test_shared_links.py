@@ -208,7 +208,7 @@ def test_at_the_default_depth_rule_a_slow_link_is_not_a_lure() -> None:
     config = SchedulerConfig(streams=16, min_streams=2, probes_per_round=1)
     scheduler = PathScheduler(["s", "a", "w", "d"], "s", "d", memory, config)
     assert scheduler.start(0.0).path == ("s", "a", "d")
-    scheduler._probe_since[("w", "d")] = 0.0  # the probe the engine ran
+    scheduler._probe_plan.since[("w", "d")] = 0.0  # the probe the engine ran
     scheduler.measure(Measurement(("w", "d"), round(mbit(4.0) * 3), 3.0, 4.0, streams=1.0))
     slow = {("s", "d"): 2.0, ("w", "d"): 4.0}  # what one stream of each gets; more get no more (narrow links)
     deep: set[tuple[str, str]] = set()
@@ -223,7 +223,7 @@ def test_at_the_default_depth_rule_a_slow_link_is_not_a_lure() -> None:
     assert deep == {("s", "d"), ("w", "d")}  # 16 of their one stream would have beaten the path: asked deep, once
     # And a window-limited edge whose two copies clearly beat the path is tried, once, as a ceiling.
     memory.forget("w", "d")
-    scheduler._probe_since[("w", "d")] = 30.0
+    scheduler._probe_plan.since[("w", "d")] = 30.0
     scheduler.measure(Measurement(("w", "d"), round(mbit(12.0) * 3), 3.0, 33.0, streams=1.0))
     decision = scheduler.tick(35.0)
     assert decision.path == ("s", "a", "w", "d")

@@ -1,0 +1,145 @@
+"""Probes of unknown edges beside a transfer, run the way the transfer would use each edge: the relay's I/O for
+``Keep.probes`` (one stream) and ``Keep.deep`` (more copies at once while they add rate).
+
+Each run measures and tells the relay's scheduler what it measured; whether a probe is asked for, and what a
+failure means, is the relay's (``Relay._probe``). The blocks probes leave at depots are kept for the next probe
+out of there (``blocks``) and freed by the relay at the end.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING
+
+import trio
+
+from lnet.client.wire.depot_client import Allocation
+from lnet.scheduler import Measurement
+
+if TYPE_CHECKING:
+    from lnet.client.sending.relay import Edge, Relay
+
+__all__ = ["DEEP_GAIN", "EdgeProbes"]
+
+DEEP_GAIN = 1.25
+"""A deep probe goes one level deeper (twice the copies at once) while a level carries this much more than the one
+before: twice the streams on an edge held back by their own windows nearly double it, on a full link they add
+nothing."""
+
+
+class EdgeProbes:
+    """The probe runs of one relay."""
+
+    def __init__(self, relay: Relay) -> None:
+        self.relay = relay
+        self.blocks: dict[str, Allocation] = {}
+        """A block a probe left at each depot: the source of the next probe out of it."""
+        self.locks: dict[str, trio.Lock] = {}
+        self.payload = b""
+
+    async def one_stream(self, edge: Edge, made: list[tuple[str, Allocation]]) -> None:
+        """One stream of copies of one block of the transfer's size, back to back on one connection, for the
+        scheduler's ``probe_s`` and at least two copies. The first ran on a cold connection (slow start) and is
+        not reported unless it is the only one; the rest are, timed as the transfer's are (the depot's own push
+        time), so the figure is comparable with the path's."""
+        u, v = edge
+        size = self.relay.config.probe_bytes or self.relay.config.block_size
+        probe_s = self.relay.scheduler.config.probe_s if self.relay.scheduler is not None else self.relay.config.probe_s
+        source = None if u == self.relay.here else await self._source(u, size)
+        target = await self.relay.clients[v].allocate_one(size, self.relay._hold(v))
+        self.relay._allocated([target])
+        made.append((v, target))
+        samples: list[float] = []
+        started = trio.current_time()
+        # A copy still going at twice the probe's time is cut off: an edge that slow is slow, whatever it is.
+        with trio.move_on_after(2 * probe_s):
+            while not self.relay._done.is_set() and (len(samples) < 2 or trio.current_time() < started + probe_s):
+                samples.append(await self._copy(edge, source, target, size))
+        if self.relay._done.is_set():
+            return
+        one = 1.0 if self.relay.config.adaptive else None  # as the flushes say streams
+        if not samples:
+            # Not one copy in twice the probe's time: tell the scheduler the most this edge can be doing.
+            self.relay._tell(Measurement(edge, size, trio.current_time() - started, self.relay.clock(), one))
+            return
+        learnt = samples[1:] or samples
+        self.relay._tell(Measurement(edge, size * len(learnt), sum(learnt), self.relay.clock(), one))
+        if v not in self.blocks and v != self.relay.dest:
+            # Keep the block where it landed: the source of the next probe out of v, with no write from here.
+            self.blocks[v] = target
+            made.remove((v, target))
+
+    async def deep(self, edge: Edge, made: list[tuple[str, Allocation]]) -> None:
+        """Copies of one block at 1, 2, 4, ... at once (up to ``max_inflight``), each level two copies a stream,
+        deeper while a level carries ``DEEP_GAIN`` times the one before: an edge held back by its streams' own
+        window or loss grows with them, a full link does not. The best level's second copies are reported with
+        its depth as ``streams`` (the first copy of each stream may have run on a cold connection), so the
+        scheduler learns what the edge carries at the depth that fills it (theory of operation, 13). Bounded by
+        twice the probe's time, like a one-stream probe; a level cut off by it is not reported."""
+        u, v = edge
+        size = self.relay.config.probe_bytes or self.relay.config.block_size
+        probe_s = self.relay.scheduler.config.probe_s if self.relay.scheduler is not None else self.relay.config.probe_s
+        source = None if u == self.relay.here else await self._source(u, size)
+        targets: list[Allocation] = []
+        best: tuple[float, int, list[float]] | None = None  # (aggregate, depth, the second copies' seconds)
+
+        async def stream(target: Allocation, seconds: list[float]) -> None:
+            await self._copy(edge, source, target, size)  # on a connection that may be cold
+            seconds.append(await self._copy(edge, source, target, size))
+
+        with trio.move_on_after(2 * probe_s):
+            depth = 1
+            while not self.relay._done.is_set():
+                while len(targets) < depth:
+                    target = await self.relay.clients[v].allocate_one(size, self.relay._hold(v))
+                    self.relay._allocated([target])
+                    made.append((v, target))
+                    targets.append(target)
+                seconds: list[float] = []
+                async with trio.open_nursery() as nursery:
+                    for target in targets[:depth]:
+                        nursery.start_soon(stream, target, seconds)
+                aggregate = sum(size / t for t in seconds if t > 0)
+                if best is not None and aggregate < best[0] * DEEP_GAIN:
+                    best = max(best, (aggregate, depth, seconds))
+                    break
+                best = (aggregate, depth, seconds)
+                if depth >= self.relay.config.max_inflight:
+                    break
+                depth = min(2 * depth, self.relay.config.max_inflight)
+        if self.relay._done.is_set():
+            return
+        if best is None:
+            # Not one level in twice the probe's time: tell the scheduler the most this edge can be doing.
+            self.relay._tell(Measurement(edge, size, 2 * probe_s, self.relay.clock(), 1.0))
+            return
+        _, depth, seconds = best
+        self.relay._tell(Measurement(edge, size * len(seconds), sum(seconds), self.relay.clock(), float(depth)))
+
+    async def _copy(self, edge: Edge, source: Allocation | None, target: Allocation, size: int) -> float:
+        """One probe copy over ``edge`` into ``target``: a write from here when ``source`` is None, else the depot's
+        copy of ``source``; its seconds, the depot's own push time where it reports one."""
+        u, v = edge
+        begun = trio.current_time()
+        if source is None:
+            await self.relay.clients[v].write(target.write, self._payload(size), offset=0)
+            return trio.current_time() - begun
+        copied = await self.relay.clients[u].copy(source.read, target.write_url, dest_offset=0)
+        return copied.seconds if copied.seconds > 0 else trio.current_time() - begun
+
+    async def _source(self, node: str, size: int) -> Allocation:
+        """A block of ``size`` held at ``node`` to copy from: one a probe left there, else written now."""
+        # Probes out of one depot may start together: one writes the block, the others wait and use it.
+        async with self.locks.setdefault(node, trio.Lock()):
+            held = self.blocks.get(node)
+            if held is None:
+                held = await self.relay.clients[node].allocate_one(size, self.relay._hold(node))
+                self.relay._allocated([held])
+                self.blocks[node] = held
+                await self.relay.clients[node].write(held.write, self._payload(size))
+        return held
+
+    def _payload(self, size: int) -> bytes:
+        if len(self.payload) != size:
+            self.payload = os.urandom(size)
+        return self.payload

@@ -1,0 +1,301 @@
+"""The path set beside the primary (theory of operation, 12, in ``lnet.scheduler``'s docstring): which paths
+join it, the trial a join is on, which leave, and the bans that keep a path that did not add out.
+
+A part of the decision loop, pure like it: ``PathSet`` keeps the extras (the paths run beside the primary), their
+trial and the bans, and reads the primary, the memory and the measured graph from the ``PathScheduler`` it
+belongs to. What the model predicts of a set is ``_paths.py``'s; the loop turns a change of the set into a
+decision.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from ._memory import Edge
+from ._paths import extend_set, keeps_adding, set_total, trial_keeps
+from ._widest import THROUGHPUT, edges_of, path_throughput
+
+if TYPE_CHECKING:
+    from ._loop import Path, PathScheduler, SwitchReason
+
+__all__ = ["PathAttempt", "PathSet"]
+
+
+@dataclass(frozen=True, slots=True)
+class PathAttempt:
+    """A period during which the transfer used one path: a row of the seed's Table 1. With several paths at once
+    (``max_paths``), each has its own, and they overlap in time."""
+
+    path: Path
+    start: float
+    end: float | None
+    """None while the attempt is still going on."""
+    throughput_bps: float
+    """Achieved, predicted the way paths are: ``streams`` times the slowest hop's per-stream rate during the
+    attempt; 0.0 if a hop never reported."""
+    reason: SwitchReason
+
+
+@dataclass(slots=True)
+class _Flow:
+    bytes: int = 0
+    seconds: float = 0.0
+
+
+@dataclass(slots=True)
+class _Attempt:
+    path: Path
+    start: float
+    reason: SwitchReason
+    predicted: float = math.inf
+    """What the path was predicted to carry when it was chosen."""
+    flows: dict[Edge, _Flow] = field(default_factory=dict)
+
+    def throughput(self, streams: int) -> float:
+        rates = []
+        for edge in zip(self.path, self.path[1:], strict=False):
+            flow = self.flows.get(edge)
+            if flow is None or flow.seconds <= 0:
+                return 0.0
+            rates.append(streams * flow.bytes / flow.seconds)
+        return min(rates, default=0.0)
+
+    def freeze(self, end: float | None, streams: int) -> PathAttempt:
+        return PathAttempt(self.path, self.start, end, self.throughput(streams), self.reason)
+
+
+@dataclass(slots=True)
+class _Ban:
+    """A path that joined the set and did not add (or stopped adding), kept out until it is predicted wider.
+
+    ``width`` is its predicted rate when it left, raised to the highest seen during the ``min_attempt_s`` after:
+    the blocks it still had in flight report after it left, and a figure from them is no news of the path.
+    """
+
+    since: float
+    width: float
+    beside: Path
+    """The primary when it left: what the memory keeps it beside (``PathSet._remember_ban``)."""
+
+
+@dataclass(slots=True)
+class _Trial:
+    """Paths that joined the set together and have not yet shown that they add rate."""
+
+    predicted: dict[Path, float]
+    """Each newcomer and its predicted rate when it joined; one leaves the trial when it leaves the set."""
+    since: float
+    baseline: float
+    """The set's measured total just before they joined (at a warm start, the memory's figure for the primary)."""
+
+
+class PathSet:
+    """The paths one ``PathScheduler`` runs beside its primary, their trial, and the paths banned from the set."""
+
+    def __init__(self, loop: PathScheduler) -> None:
+        self.loop = loop
+        self.extras: list[_Attempt] = []
+        """The paths beside the primary (``PathScheduler._attempt``), in the order they joined."""
+        self.trial: _Trial | None = None
+        """The newcomers that have not yet shown that they add rate."""
+        self.bans: dict[Path, _Ban] = {}
+        """Paths that joined and did not add (or stopped adding), with their predicted width when they left."""
+
+    def edges(self) -> set[Edge]:
+        return {edge for path in self.loop.current_paths for edge in edges_of(path)}
+
+    def owner(self, edge: Edge) -> _Attempt | None:
+        """The attempt of the set whose path has ``edge`` (at most one: the set is edge-disjoint)."""
+        if edge not in self.loop._edge_since or self.loop._attempt is None:
+            return None
+        return next((a for a in (self.loop._attempt, *self.extras) if edge in edges_of(a.path)), None)
+
+    def would_gain(self, primary: Path) -> bool:
+        """Whether moving the primary to ``primary`` is worth it for the whole set. A path of the set (a swap) or
+        a set of one: always (the single-path rules decided). Otherwise the move ends the other paths, so the set
+        built greedily from the new primary must be predicted ``hysteresis`` above the current set's total: a new
+        primary a little wider than the old one is no reason to stop a second path."""
+        if not self.extras or primary in self.loop.current_paths:
+            return True
+        graph = self.loop._measured_graph()
+        config, banned = self.loop.config, self.banned_edges()
+        src, dst = self.loop.src, self.loop.dst
+        extras = extend_set(graph, src, dst, [primary], config.max_paths, config.path_margin, banned)
+        candidate = [primary, *extras]
+        current = set_total(graph, self.loop.current_paths)
+        return set_total(graph, candidate) > current * (1 + self.loop.config.hysteresis)
+
+    def join(self, now: float) -> bool:
+        """Add every path the measured graph predicts to add, greedily (``_paths.extend_set``: the widest path
+        edge-disjoint from the set and from banned paths, while it adds the margin of the growing set's total), up
+        to ``max_paths``, all at once on one trial (``judge_trial``)."""
+        if len(self.extras) + 1 >= self.loop.config.max_paths or self.trial is not None:
+            return False
+        graph = self.loop._measured_graph()
+        paths = self.loop.current_paths
+        joined = extend_set(
+            graph, self.loop.src, self.loop.dst, paths, self.loop.config.max_paths, self.loop.config.path_margin,
+            self.banned_edges(),
+        )
+        if not joined:
+            return False
+        for path in joined:
+            self.extras.append(_Attempt(path, now, "join"))
+            self.loop._edge_since.update((edge, now) for edge in edges_of(path))
+        predicted = {path: path_throughput(graph, path) for path in joined}
+        self.trial = _Trial(predicted, now, set_total(graph, paths))
+        return True
+
+    def scout(self, now: float) -> bool:
+        """A cold start's scouts (theory of operation, 14): beside the first path, up to ``max_paths`` - 2 paths
+        through one depot each, the widest by the round trips' guesses (``ProbePlan.apply_priors``), join on one trial
+        (one depot each: they are edge-disjoint, and a guess over many hops is a guess many times over). They join
+        once every hop of the first path has reported, so that the trial has that path's rate alone to judge them
+        by: a scout that takes its rate from the first path (one physical route under both) leaves, banned. What
+        they carry is measured as the transfer's own blocks, at its depth, on every hop at once: far more than
+        probes learn in the same seconds. A scout that adds less than the margin later leaves like any extra
+        (``drop_idle``), and the end game takes the blocks a slow one holds at the end (client.md)."""
+        if not self.loop.rtt_s or len(self.extras) + 2 >= self.loop.config.max_paths or self.trial is not None:
+            return False  # no guesses to rank them by, or the set is full or on trial already
+        guessed = self.loop.graph()
+        self.loop._probe_plan.apply_priors(guessed)
+        taken = {edge for path in self.loop.current_paths for edge in edges_of(path)} | self.banned_edges()
+
+        def guess(u: str, v: str) -> float:
+            attrs = guessed.get_edge_data(u, v) or {}
+            return -1.0 if (u, v) in taken else float(attrs.get(THROUGHPUT, -1.0))
+
+        src, dst = self.loop.src, self.loop.dst
+        ranked = sorted(
+            ((min(guess(src, d), guess(d, dst)), d) for d in self.loop.vertices if d not in (src, dst)),
+            key=lambda pair: (-pair[0], self.loop.vertices.index(pair[1])),
+        )
+        scouts: list[Path] = []
+        # One place of the set stays free for what measurement finds: a scout that stays (it adds) would otherwise
+        # hold its place against a better path found later (the loop never swaps an extra that adds).
+        for width, depot in ranked[: self.loop.config.max_paths - 2 - len(self.extras)]:
+            if width > 0:
+                scouts.append((self.loop.src, depot, self.loop.dst))
+        if not scouts:
+            return False
+        baseline = set_total(self.loop._measured_graph(), self.loop.current_paths)  # the first path alone
+        for path in scouts:
+            self.extras.append(_Attempt(path, now, "join"))
+            self.loop._edge_since.update((edge, now) for edge in edges_of(path))
+        self.trial = _Trial({path: path_throughput(guessed, path) for path in scouts}, now, baseline)
+        return True
+
+    def judge_trial(self, now: float) -> bool:
+        """The newcomers joined together ``min_attempt_s`` ago: those that did not add rate (``_paths.trial_keeps``:
+        half the margin of the set's measured total before they joined, net of what they took from the others)
+        shared a bottleneck with the set, or were no news. They leave, banned until predicted wider; the rest stay.
+        Whether any left."""
+        trial = self.trial
+        if trial is None or now - trial.since < self.loop.config.min_attempt_s:
+            return False
+        self.trial = None
+        newcomers = [extra for extra in self.extras if extra.path in trial.predicted]
+        if not newcomers:
+            return False
+        graph = self.loop._measured_graph()
+        total = set_total(graph, self.loop.current_paths)
+        rates = []
+        for newcomer in newcomers:
+            rate = path_throughput(graph, newcomer.path)
+            if any(edge not in newcomer.flows for edge in edges_of(newcomer.path)):
+                # A hop that never reported since the join: what the graph says of it is still the probe's figure.
+                total -= rate
+                rate = 0.0
+            rates.append(rate)
+        predicted = [trial.predicted[newcomer.path] for newcomer in newcomers]
+        keep = trial_keeps(trial.baseline, total - sum(rates), rates, predicted, self.loop.config.path_margin)
+        leaving = [newcomer for newcomer, kept in zip(newcomers, keep, strict=True) if not kept]
+        for newcomer in leaving:
+            self._leave(now, newcomer, ban=True)
+        return bool(leaving)
+
+    def drop_idle(self, now: float) -> bool:
+        """Extras whose measured rate fell below half the margin of the others' leave, banned like a failed
+        trial (what made them slow, often the set itself, will not change while they are out)."""
+        graph = self.loop._measured_graph()
+        dropped = False
+        for extra in list(self.extras):
+            rate = path_throughput(graph, extra.path)
+            others = set_total(graph, self.loop.current_paths) - rate
+            if not keeps_adding(rate, others, self.loop.config.path_margin):
+                self._leave(now, extra, ban=True)
+                dropped = True
+        return dropped
+
+    def drop_broken(self, now: float) -> bool:
+        """Extras with a failed hop leave (no ban: the failure's weight of 0 keeps them out until aging)."""
+        broken = [
+            extra
+            for extra in self.extras
+            if any(
+                (entry := self.loop.memory.entry(*edge)) is not None and entry.failed for edge in edges_of(extra.path)
+            )
+        ]
+        for extra in broken:
+            self._leave(now, extra, ban=False)
+        return bool(broken)
+
+    def _leave(self, now: float, extra: _Attempt, *, ban: bool) -> None:
+        self.extras.remove(extra)
+        self.loop._history.append(extra.freeze(now, self.loop.config.streams))
+        for edge in edges_of(extra.path):
+            self.loop._edge_since.pop(edge, None)
+        if self.trial is not None:
+            self.trial.predicted.pop(extra.path, None)
+            if not self.trial.predicted:
+                self.trial = None
+        if ban:
+            assert self.loop._attempt is not None  # an extra leaves a set that has a primary
+            ban_ = self.bans[extra.path] = _Ban(now, self._ban_width(extra.path) or 0.0, self.loop._attempt.path)
+            self._remember_ban(extra.path, ban_)
+
+    def _ban_width(self, path: Path) -> float | None:
+        """A banned path's predicted rate from the memory, aging included (a failed hop counts 0); None when one
+        of its edges is unknown (forgotten)."""
+        memory = self.loop.memory
+        weights = [entry.weight if (entry := memory.entry(*edge)) is not None else None for edge in edges_of(path)]
+        return None if None in weights else min(w for w in weights if w is not None)
+
+    def banned_edges(self) -> set[Edge]:
+        """The edges of banned paths, after lifting the bans of paths now predicted more than the margin wider
+        than when they left (a new measurement, aging, a recovery), or with an edge forgotten. A lower figure
+        never lifts a ban: it makes the path no more worth a trial. Reports that arrive in the first
+        ``min_attempt_s`` after the path left (its last blocks) only raise the width it is held to."""
+        margin = self.loop.config.path_margin
+        for path, ban in list(self.bans.items()):
+            width = self._ban_width(path)
+            settled = self.loop._now - ban.since > self.loop.config.min_attempt_s
+            if width is None or (settled and width > ban.width * (1 + margin)):
+                del self.bans[path]
+                self.loop.memory.forget_overlap(path)
+        return {edge for path in self.bans for edge in edges_of(path)}
+
+    def settle_bans(self) -> None:
+        """At every tick: paths that left in the last ``min_attempt_s`` are held to the widest figure seen since."""
+        for path, ban in self.bans.items():
+            width = self._ban_width(path)
+            if width is not None and self.loop._now - ban.since <= self.loop.config.min_attempt_s and width > ban.width:
+                ban.width = width
+                self._remember_ban(path, ban)
+
+    def recall_bans(self, now: float) -> None:
+        """What earlier transfers learnt beside the primary (``_remember_ban``), as this transfer's bans: once, when
+        the primary is chosen."""
+        assert self.loop._attempt is not None
+        primary, max_age_s = self.loop._attempt.path, self.loop.config.age_after_s
+        for record in self.loop.memory.overlaps(primary, now=now, max_age_s=max_age_s):
+            self.bans.setdefault(record.path, _Ban(record.at, record.width_bps, record.beside))
+
+    def _remember_ban(self, path: Path, ban: _Ban) -> None:
+        """Keep a ban in the memory beside the primary, for later transfers: a warm start over the same primary
+        then does not pay the trial again (on the testbed's shared bottleneck, a path crossing it twice held
+        the set to half its rate for the trial's 10 s, every warm start). It is kept ``age_after_s``, the time
+        after which a weight gets its second chance, and lifted in the memory when it is lifted here."""
+        self.loop.memory.note_overlap(path, ban.beside, ban.width, ban.since)

@@ -1,0 +1,430 @@
+"""The relay's engine without trio or a network: routing, the block ledger, the windows and the end game, each fed
+``now`` by the test (``lnet.client.engines.relay_core``)."""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass
+
+import pytest
+
+from lnet.client.engines.relay_core import (
+    Block,
+    NextHop,
+    PathChanged,
+    PathShares,
+    RelayEngine,
+    Stuck,
+    inflight_for,
+)
+
+MiB = 1024 * 1024
+HERE, DST = "here", "dst"
+VIA_A = (HERE, "a", DST)
+VIA_B = (HERE, "b", DST)
+DIRECT = (HERE, DST)
+
+
+@dataclass(frozen=True)
+class Rules:
+    """The engine's part of ``RelayConfig``, with its defaults."""
+
+    block_size: int = MiB
+    window_block: int | None = None
+    min_inflight: int = 2
+    max_inflight: int = 16
+    initial_inflight: int = 4
+    lane_extra: int = 2
+    timeout_s: float = 30.0
+    tick_s: float = 0.5
+    path_window_s: float = 5.0
+    end_game: bool = True
+
+
+def engine(
+    *paths: tuple[str, ...], rates: Sequence[float] = (), rules: Rules | None = None,
+    widest: dict[str, list[str]] | None = None,
+) -> RelayEngine[str]:
+    """An engine running ``paths`` (the first the primary) with those predicted rates; ``widest``: what the
+    scheduler's widest way on from a holder is (no scheduler when None), each question recorded in ``asked``."""
+
+    def widest_from(holder: str, avoid: Collection[str]) -> Sequence[str] | None:
+        asked.append((holder, frozenset(avoid)))
+        assert widest is not None
+        return widest.get(holder)
+
+    asked: list[tuple[str, frozenset[str]]] = []
+    relay = RelayEngine[str](HERE, DST, rules or Rules(), widest_from=None if widest is None else widest_from)
+    relay.take_paths(paths, rates, "start", t=0.0, at=100.0)
+    relay.asked = asked  # type: ignore[attr-defined]
+    return relay
+
+
+def block(index: int, length: int = MiB) -> Block[str]:
+    return Block[str](index, index * MiB, length)
+
+
+# -- which path a block takes ---------------------------------------------------------------------------------
+
+
+def test_one_path_takes_every_block() -> None:
+    relay = engine(DIRECT)
+    for i in range(3):
+        relay.admit(block(i), now=1.0)
+    assert {b.path for b in relay.travelling.values()} == {DIRECT}
+    assert relay.outstanding[DIRECT] == 3 * MiB
+    assert relay.travelling[0].holders == [(HERE, None)]
+
+
+def test_blocks_are_shared_in_proportion_to_the_predicted_rates() -> None:
+    relay = engine(VIA_A, VIA_B, rates=[2 * MiB, 1 * MiB])
+    for i in range(9):
+        relay.admit(block(i), now=1.0)
+    assert relay.outstanding[VIA_A] == 6 * MiB
+    assert relay.outstanding[VIA_B] == 3 * MiB
+
+
+def test_a_path_through_a_failed_depot_takes_no_new_block() -> None:
+    relay = engine(VIA_A, VIA_B, rates=[10 * MiB, 1 * MiB])
+    relay.dead.add("a")
+    assert relay.assign(MiB) == VIA_B
+    relay.dead.add("b")
+    assert relay.assign(MiB) == VIA_A  # every path crosses a failed depot: the soonest of them all
+
+
+def test_a_block_waiting_for_its_first_hop_moves_to_a_path_that_would_now_deliver_it_sooner() -> None:
+    relay = engine(VIA_A, VIA_B, rates=[1 * MiB, 1 * MiB])
+    waiting = block(0)
+    relay.admit(waiting, now=0.0)
+    assert waiting.path == VIA_A  # a tie goes to the primary
+    relay.admit(block(1), now=0.0)
+    relay.admit(block(2), now=0.0)  # A holds 2 MiB, B 1 MiB
+    relay.predict(relay.paths, [MiB, 10 * MiB], None)  # B turns out far faster
+    relay.reconsider(waiting, now=1.0)
+    assert waiting.path == VIA_B
+    assert relay.outstanding == {VIA_A: MiB, VIA_B: 2 * MiB}
+
+
+def test_a_tie_keeps_a_waiting_block_where_it_is_and_a_second_copy_never_moves() -> None:
+    relay = engine(VIA_A, VIA_B, rates=[MiB, MiB])
+    first, second = block(0), block(1)
+    relay.admit(first, now=0.0)
+    relay.admit(second, now=0.0)
+    assert (first.path, second.path) == (VIA_A, VIA_B)
+    relay.reconsider(second, now=1.0)
+    assert second.path == VIA_B  # A would deliver it no sooner
+    relay.predict(relay.paths, [100 * MiB, MiB], None)
+    twin = relay.second_copy(first, VIA_B, now=1.0)
+    relay.reconsider(twin, now=1.0)
+    assert twin.path == VIA_B
+    relay.reconsider(second, now=1.0)
+    assert second.path == VIA_A
+
+
+# -- the way on from where a block is ------------------------------------------------------------------------
+
+
+def test_a_block_follows_the_rest_of_its_own_path_without_the_failed_depots() -> None:
+    long_way = (HERE, "a", "b", DST)
+    relay = engine(long_way)
+    b = block(0)
+    relay.admit(b, now=0.0)
+    assert relay.route_for(b, "a", now=1.0) == ["a", "b", DST]
+    relay.dead.add("b")
+    assert relay.route_for(b, "a", now=1.0) == ["a", DST]  # its path is no longer usable: the rest of the set's
+
+
+def test_from_the_source_a_block_whose_path_left_the_set_takes_the_path_a_new_block_would() -> None:
+    relay = engine(VIA_A, VIA_B, rates=[MiB, MiB])
+    b = block(0)
+    relay.admit(b, now=0.0)
+    assert b.path == VIA_A
+    relay.take_paths([VIA_B], [MiB], "better", t=1.0, at=101.0)
+    assert relay.route_for(b, HERE, now=1.0) == list(VIA_B)
+    assert b.path == VIA_B
+    assert relay.outstanding == {VIA_A: 0, VIA_B: MiB}
+
+
+def test_a_block_held_by_a_depot_of_another_path_goes_on_along_that_path() -> None:
+    relay = engine(VIA_A, (HERE, "c", "b", DST), rates=[MiB, MiB])
+    b = block(0)
+    relay.admit(b, now=0.0)
+    b.holders.append(("b", "alloc-b"))  # it reached b by a path of an earlier set
+    relay.take_paths([VIA_A, (HERE, "c", "b", DST)], [MiB, MiB], "join", t=1.0, at=101.0)
+    b.path = (HERE, "b", "x", DST)  # (not in the set any more)
+    relay.outstanding[b.path] = MiB
+    assert relay.route_for(b, "b", now=1.0) == ["b", DST]
+    assert b.path == (HERE, "c", "b", DST)
+
+
+def test_a_block_off_every_path_goes_the_widest_way_the_scheduler_knows_never_back_through_the_client() -> None:
+    relay = engine(DIRECT, widest={"a": ["a", "b", DST]})
+    relay.dead.add("c")
+    assert relay.route_from("a") == ["a", "b", DST]
+    assert relay.asked == [("a", frozenset({"c", HERE}))]  # type: ignore[attr-defined]
+    assert relay.route_from(HERE) == [HERE, DST]  # on the primary: its rest, no question asked
+    assert relay.route_from("z") == ["z", DST]  # no way known: straight on
+    pinned = engine(DIRECT)  # no scheduler: no widest way to ask for
+    assert pinned.route_from("a") == ["a", DST]
+
+
+def test_the_nearest_holder_is_the_last_live_one_that_still_has_the_block() -> None:
+    relay = engine((HERE, "a", "b", DST))
+    b = block(0)
+    relay.admit(b, now=0.0)
+    b.holders += [("a", "alloc-a"), ("b", "alloc-b")]
+    assert relay.nearest(b) == "b"
+    relay.dead.add("b")
+    assert relay.nearest(b) == "a"
+    b.holders[-1] = ("a", None)  # a lost it (expired): from the source
+    assert relay.nearest(b) == HERE
+    assert b.holders == [(HERE, None)]
+
+
+def test_the_next_hop_is_none_off_every_path() -> None:
+    relay = engine((HERE, "a", "b", DST))
+    b = block(0)
+    relay.admit(b, now=0.0)
+    assert relay.next_hop(b, "a", now=0.0) == "b"
+    assert relay.next_hop(b, "z", now=0.0) is None
+
+
+def test_a_block_steps_along_its_path_and_is_held_by_two_depots_at_once() -> None:
+    long_way = (HERE, "a", "b", DST)
+    relay = engine(long_way, widest={})
+    b = block(0)
+    relay.admit(b, now=0.0)
+    route: tuple[str, ...] = long_way
+    passed = []
+    for alloc in ("alloc-a", "alloc-b", "alloc-d"):
+        step = relay.step(b, route, now=1.0)
+        assert isinstance(step, NextHop)
+        route = step.route
+        behind = relay.reached(b, step.v, alloc)
+        if behind is not None:
+            passed.append(behind)
+            relay.passed_on(b)
+    # each holder may let go once the block is two depots further on (the source holds no allocation); the last
+    # depot before the destination, once the destination has verified it (the shell's part)
+    assert passed == [(HERE, None), ("a", "alloc-a")]
+    assert b.holders == [(HERE, None), ("a", None), ("b", "alloc-b"), (DST, "alloc-d")]
+
+
+def test_a_block_through_a_failed_depot_is_stuck_and_restarts_from_its_nearest_holder() -> None:
+    pinned = (HERE, "a", "b", DST)
+    relay = RelayEngine[str](HERE, DST, Rules(), pinned=pinned)
+    b = block(0)
+    relay.admit(b, now=0.0)
+    b.holders += [("a", "alloc-a"), ("b", "alloc-b")]
+    relay.dead.add("b")
+    assert relay.step(b, pinned, now=1.0) == Stuck("no way on from b")  # the rest of its path leaves b out
+    relay.restart(b, relay.nearest(b))
+    assert b.holders == [(HERE, None), ("a", "alloc-a")]
+    off_path = relay.step(b, ["a", "c"], now=1.0)  # on the pinned path: its rest, without the failed depot
+    assert off_path == NextHop("a", DST, ("a", DST))
+    b.holders.append(("z", "alloc-z"))  # off the pinned path: along the route it was given, which ends there
+    assert relay.step(b, ["a", "z"], now=1.0) == Stuck("no way on from z")
+
+
+# -- the ledger ---------------------------------------------------------------------------------------------
+
+
+def test_a_block_delivered_after_its_path_left_the_set_counts_for_the_primary() -> None:
+    relay = engine(VIA_A, VIA_B, rates=[MiB, MiB])
+    on_a, on_b = block(0), block(1)
+    relay.admit(on_a, now=0.0)
+    relay.admit(on_b, now=0.0)
+    relay.take_paths([VIA_A], [MiB], "drop", t=1.0, at=101.0)
+    assert relay.arrived(on_b, now=2.0) == []
+    assert relay.arrived(on_a, now=2.0) == []
+    assert relay.path_bytes == {VIA_A: 2 * MiB}
+    assert relay.delivered == 2 * MiB
+    assert relay.outstanding == {VIA_A: 0, VIA_B: 0}
+    assert (on_a.path, on_b.path) == ((), ())
+
+
+def test_the_first_copy_to_arrive_names_the_others_to_cut_off() -> None:
+    relay = engine(VIA_A, VIA_B, rates=[MiB, MiB])
+    first = block(0)
+    relay.admit(first, now=0.0)
+    twin = relay.second_copy(first, VIA_B, now=1.0)
+    assert first.twins == [twin]
+    assert twin.holders == [(HERE, None)]
+    assert relay.arrived(twin, now=2.0) == [first]
+    assert relay.second_copies_won == 1
+    relay.lost(first, now=2.0)
+    relay.second_copy_over(twin)
+    relay.settled(first)
+    assert first.twins == []
+    assert relay.travelling == {}
+    assert relay.outstanding == {VIA_A: 0, VIA_B: 0}
+    assert relay.path_bytes == {VIA_B: MiB}
+
+
+def test_a_copy_cut_off_keeps_only_the_source_and_counts_on_no_path() -> None:
+    relay = engine(VIA_A)
+    b = block(0)
+    relay.admit(b, now=0.0)
+    b.holders.append(("a", "alloc-a"))
+    relay.lost(b, now=1.0)
+    assert b.holders == [(HERE, None)]
+    assert b.path == ()
+    assert relay.outstanding[VIA_A] == 0
+
+
+# -- the set of paths, the runs and the timeline ------------------------------------------------------------
+
+
+def test_a_change_of_the_set_ends_and_begins_runs_and_scales_the_admission() -> None:
+    relay = engine(VIA_A)
+    assert relay.admission == 4 * Rules().max_inflight
+    b = block(0)
+    relay.admit(b, now=0.0)
+    relay.arrived(b, now=1.0)
+    changed = relay.take_paths([VIA_A, VIA_B], [MiB, MiB], "join", t=2.0, at=102.0)
+    assert changed == PathChanged(VIA_A, "join", 102.0, (VIA_A, VIA_B))
+    assert relay.admission == 2 * 4 * Rules().max_inflight
+    relay.take_paths([VIA_B], [MiB], "better", t=3.0, at=103.0)
+    relay.close_all_runs(4.0)
+    runs = [(r.path, r.start, r.end, r.nbytes, r.reason) for r in relay.runs]
+    assert runs == [(VIA_A, 0.0, 3.0, MiB, "start"), (VIA_B, 2.0, 4.0, 0, "join")]
+
+
+def test_a_decision_that_drops_a_depot_marks_it_failed_and_one_for_the_same_set_updates_the_predictions() -> None:
+    relay = engine(VIA_A, VIA_B, rates=[MiB, MiB])
+    same = relay.decided((VIA_A, VIA_B), [MiB, 3 * MiB], changes=False, reason="failure", predicted_bps=None,
+                         dropped=None, t=1.0, at=101.0)
+    assert same is None
+    assert relay.rate(VIA_B) == 3 * MiB
+    dropped = relay.decided((VIA_A,), [MiB], changes=True, reason="failure", predicted_bps=MiB, dropped="b",
+                            t=2.0, at=102.0)
+    assert dropped is not None
+    assert dropped.paths == (VIA_A,)
+    assert "b" in relay.dead
+    assert relay.final_paths == (VIA_A,)
+    # a depot that died before a tick acted on it: its paths are over
+    relay.dead.add("a")
+    relay.take_paths([VIA_A, DIRECT], [], "join", t=3.0, at=103.0)
+    assert relay.final_paths == (DIRECT,)
+
+
+def test_a_switch_without_rates_predicts_the_primary_alone() -> None:
+    relay = engine(VIA_A, rates=[MiB])
+    relay.decided((VIA_B,), [], changes=True, reason="better", predicted_bps=5 * MiB, dropped=None, t=1.0, at=101.0)
+    assert relay.paths == (VIA_B,)
+    assert relay.rate(VIA_B) == 5 * MiB
+
+
+def test_the_timeline_has_each_paths_bytes_and_the_shares_are_told_with_several_paths() -> None:
+    relay = engine(VIA_A, VIA_B, rates=[MiB, MiB])
+    a, b = block(0), block(1)
+    relay.admit(a, now=0.0)
+    relay.admit(b, now=0.0)
+    relay.arrived(a, now=1.0)
+    shares = relay.sample_timeline(2.0, 102.0)
+    assert isinstance(shares, PathShares)
+    assert [(s.path, s.bytes, s.rate_bps) for s in shares.paths] == [(VIA_A, MiB, MiB / 2), (VIA_B, 0, 0.0)]
+    point = relay.timeline[-1]
+    assert (point.t, point.bytes, point.rate_bps, point.path) == (2.0, MiB, MiB / 2, VIA_A)
+    one = engine(DIRECT)
+    assert one.sample_timeline(1.0, 101.0) is None
+
+
+# -- windows ----------------------------------------------------------------------------------------------
+
+
+def test_a_window_is_the_initial_depth_and_on_a_depots_hop_the_lane_beyond_it() -> None:
+    relay = engine(VIA_A)
+    assert relay.window((HERE, "a")) == Rules().initial_inflight
+    assert relay.window(("a", DST)) == Rules().initial_inflight + Rules().lane_extra
+    assert relay.copy_wait(("a", DST)) == 0.0  # nothing measured: no more than the timeout
+    assert relay.resize_windows() == {}  # no hop measured yet
+
+
+def run_copies(relay: RelayEngine[str], edge: tuple[str, str], copies: int, seconds: float) -> None:
+    """``copies`` blocks over ``edge`` one after another, each taking ``seconds``, then a tick."""
+    meter = relay.meter(edge)
+    now = 0.0
+    for _ in range(copies):
+        mark = meter.started(now)
+        meter.finished(MiB, now, now + seconds, mark=mark)
+        now += seconds
+    relay.tick(now)
+
+
+def test_a_hops_window_follows_its_bandwidth_delay_product() -> None:
+    relay = engine(VIA_A)
+    run_copies(relay, ("a", DST), 10, 0.1)  # 10 MiB/s, a 100 ms cycle
+    depth = inflight_for(10 * MiB, 0.1, MiB, 2, 16)
+    assert relay.resize_windows() == {("a", DST): depth + Rules().lane_extra}
+    assert relay.depth(("a", DST)) == depth
+    assert relay.meters[("a", DST)].width == depth
+    # the copies ahead in the lane and its own push, at the hop's rate
+    assert relay.copy_wait(("a", DST)) == pytest.approx((depth + 2) * MiB / (10 * MiB))
+
+
+def test_a_window_for_blocks_of_many_sizes_adds_a_mean_blocks_time_on_the_wire() -> None:
+    relay = engine(VIA_A, rules=Rules(window_block=4 * MiB))
+    run_copies(relay, (HERE, "a"), 10, 0.1)
+    depth = inflight_for(10 * MiB, 0.1 + 4 * MiB / (10 * MiB), 4 * MiB, 2, 16)
+    assert relay.resize_windows() == {(HERE, "a"): depth}  # the client's own hop has no lane
+
+
+def test_a_copy_waits_at_most_four_timeouts() -> None:
+    relay = engine(VIA_A, rules=Rules(timeout_s=1.0))
+    run_copies(relay, ("a", DST), 3, 10.0)  # 0.1 MiB/s
+    assert relay.copy_wait(("a", DST)) == 4.0
+
+
+def test_a_tick_returns_what_each_hop_carried_and_nothing_for_an_idle_one() -> None:
+    relay = engine(VIA_A)
+    meter = relay.meter((HERE, "a"))
+    relay.meter(("a", DST))
+    mark = meter.started(0.0)
+    meter.finished(MiB, 0.0, 0.5, mark=mark)
+    samples = relay.tick(1.0)
+    assert [(edge, sample.bytes) for edge, sample in samples] == [((HERE, "a"), MiB)]
+    assert relay.tick(2.0) == []
+
+
+# -- the end game -------------------------------------------------------------------------------------------
+
+
+def end_game_engine(**rules: object) -> tuple[RelayEngine[str], list[Block[str]]]:
+    """B carries four blocks at 1 MiB/s, A has delivered all of its own at 10 MiB/s."""
+    relay = engine(VIA_A, VIA_B, rates=[10 * MiB, MiB], rules=Rules(**rules))  # type: ignore[arg-type]
+    slow = []
+    for i in range(4):
+        b = block(i)
+        relay.admit(b, now=0.0)
+        relay.tag(b, VIA_B, now=0.0)
+        slow.append(b)
+    return relay, slow
+
+
+def test_the_end_game_waits_until_every_block_is_under_way_and_while_a_depot_is_full() -> None:
+    relay, _ = end_game_engine()
+    assert relay.end_game() == []
+    relay.all_under_way = True
+    relay.full.add("a")
+    assert relay.end_game() == []
+    relay.full.clear()
+    assert relay.end_game() != []
+    off, _ = end_game_engine(end_game=False)
+    off.all_under_way = True
+    assert off.end_game() == []
+
+
+def test_the_end_game_sends_second_copies_of_the_slow_paths_last_blocks_over_the_idle_one() -> None:
+    relay, slow = end_game_engine()
+    relay.all_under_way = True
+    slow[0].holders.append(("b", "alloc-b"))  # the first block is further on: the last to be given a copy
+    copies = relay.end_game()
+    assert copies
+    assert all(path == VIA_A for _, path in copies)
+    # the least advanced first, the latest in the file first among those; the one further on last
+    assert [b.index for b, _ in copies] == [3, 2, 1, 0]
+    assert relay.second_copies == len(copies)
+    for b, path in copies:
+        relay.second_copy(b, path, now=1.0)
+    assert relay.end_game() == []  # a block with a second copy gets no other
