@@ -176,6 +176,10 @@ def main(argv: list[str] | None = None) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
+    if config.log_level.lower() != "debug":
+        # httpx logs every outgoing request at INFO: each copy's push and, with a directory, the lease's renewal
+        # every few seconds; the depot's own lines (and the target's access log) already say what happened
+        logging.getLogger("httpx").setLevel(logging.WARNING)
     try:
         trio.run(_run, config)
     except Exception as exc:  # what a nursery raises comes wrapped in exception groups
