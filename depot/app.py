@@ -80,7 +80,7 @@ STREAM_CHUNK = 1024 * 1024
 PUSH_CHUNK = 8 * 1024 * 1024
 MAX_CONTROL_BODY = 64 * 1024
 _WRITE_URL = re.compile(r"/v1/data/([A-Za-z0-9_-]+)")
-_RANGE = re.compile(r"^bytes=([0-9]*)-([0-9]*)$")
+_RANGE_SPEC = re.compile(r"([0-9]*)-([0-9]*)")
 # A number the depot reads from a header or a query: ASCII digits only (``str.isdigit`` also takes "²", which
 # ``int`` refuses), and at most 18 of them, so that it is an int64 and far below ``int``'s 4300-digit limit.
 _WHOLE = re.compile(r"[0-9]{1,18}")
@@ -377,9 +377,9 @@ class Depot:
         start, end = 0, length
         status = 200
         headers = {"Accept-Ranges": "bytes", "Content-Type": "application/octet-stream"}
-        spec = request.headers.get("range")
-        if spec is not None:
-            start, end = _parse_range(spec, length)
+        chosen = _parse_range(request.headers.getlist("range"), length)
+        if chosen is not None:
+            start, end = chosen
             status = 206
             headers["Content-Range"] = f"bytes {start}-{end - 1}/{length}"
         headers["Content-Length"] = str(end - start)
@@ -414,6 +414,8 @@ class Depot:
             dest_offset = _integer(body, "dest_offset")
         if offset < 0 or length < 0 or (dest_offset is not None and dest_offset < 0):
             raise BadRequest("offset, length and dest_offset cannot be negative")
+        if dest_offset is not None and _whole(str(dest_offset)) is None:  # a write's offset is 1 to 18 digits
+            raise RangeNotSatisfiable(f"dest_offset {str(dest_offset)[:24]} is past any allocation")
         if offset + length > alloc.length:
             raise RangeNotSatisfiable(f"bytes {offset}..{offset + length} are past the {alloc.length} written")
         lane, width = _lane(body)
@@ -422,10 +424,11 @@ class Depot:
             if queued_s > 0:  # it waited: the allocation may have been freed or expired meanwhile
                 alloc = self._lookup(request, Kind.READ)
             try:
-                sample = await self.push(alloc, offset, length, url, peer)
+                sample = await self.push(alloc, offset, length, url, peer, dest_offset=dest_offset)
             except Upstream as exc:
                 if "target_status" not in exc.details:  # the network failed, not the target's judgement
                     self.links.record_failure(peer, "copy", exc.message, self.clock())
+                self.metrics.copies_failed.labels(exc.details.get("failure", "network")).inc()
                 raise
         self.links.record(peer, "copy", sample)
         return _respond(request, {"bytes": length, "seconds": sample.seconds, "queued_s": queued_s})
@@ -478,11 +481,12 @@ class Depot:
         *,
         http: httpx.AsyncClient | None = None,
         source: Source = "copy",
+        dest_offset: int | None = None,
     ) -> PushSample:
         """Push ``length`` bytes of ``alloc`` from ``offset`` to ``url`` (a write URL at ``peer``): the one copy
         path, for clients' copies and the weather probes alike. Returns what the push measured; records nothing.
-        Raises ``Upstream``: with ``target_status`` when the target answered an error, without it when the network
-        failed (or stalled past ``copy_timeout``)."""
+        Raises ``Upstream``: with ``target_status`` when the target answered an error or not as a depot's write
+        does (``_check_push_answer``), without it when the network failed (or stalled past ``copy_timeout``)."""
         client = http or self._http
         assert client is not None
 
@@ -532,12 +536,36 @@ class Depot:
                 f"target {peer} answered {answer.status_code} {remote.code}: {remote.message}",
                 retry_after=parse_retry_after(answer.headers.get("retry-after")),
                 target_status=answer.status_code,
+                failure="target_error",
             )
+        self._check_push_answer(answer, peer, length, dest_offset)
         self.metrics.bytes_out.labels(source).inc(length)
         if source == "copy":
             self.metrics.copy_seconds.observe(seconds)
         rtt_us, retrans = self._tcp_figures(answer)
         return PushSample(self.clock(), length, seconds, streams, rtt_us, retrans)
+
+    def _check_push_answer(self, answer: httpx.Response, peer: str, length: int, dest_offset: int | None) -> None:
+        """A push succeeded only if its target answered as a depot's write does: ``204`` with ``X-Lnet-Length``,
+        the bytes the allocation now holds, at least the end of what was pushed (``dest_offset + length``, or
+        ``length`` for an append). Not equal to it: an overwrite of a longer allocation (a relay's reused block)
+        keeps its length, and an append lands after bytes this depot does not know of. Anything else (another
+        2xx, a length short of the push) is a target that is no depot, or lost the bytes: ``Upstream``."""
+        held = _whole(answer.headers.get("x-lnet-length"))
+        end = length + (dest_offset or 0)
+        problem = None
+        if answer.status_code != 204:
+            problem = f"answered {answer.status_code} where a depot's write answers 204"
+        elif held is None:
+            problem = "answered 204 without a valid X-Lnet-Length"
+        elif held < end:
+            problem = f"says it holds {held} bytes after {length} were pushed to end at {end}"
+        if problem is not None:
+            raise Upstream(
+                f"target {peer} {problem}: not a depot's write answer, so the copy failed",
+                target_status=answer.status_code,
+                failure="unverified",
+            )
 
     def _tcp_figures(self, answer: httpx.Response) -> tuple[int | None, int | None]:
         """The connection's smoothed round trip (microseconds) and the segments it retransmitted since this depot
@@ -562,7 +590,7 @@ class Depot:
         """The hash of written bytes, computed here: a client checks a block that reached a far depot without
         pulling it back over the long path (an lnet extension, docs/protocol.md)."""
         alloc = self._lookup(request, Kind.READ)
-        algorithm = request.query_params.get("algorithm", "sha256")
+        algorithm = _query(request, "algorithm") or "sha256"
         if algorithm not in DIGESTS:
             raise BadRequest(f"algorithm must be one of {', '.join(DIGESTS)}")
         offset = _query_int(request, "offset", 0)
@@ -686,6 +714,8 @@ def _error_response(error: DepotError, accept: str | None) -> Response:
     headers = {}
     if error.retry_after is not None:
         headers["Retry-After"] = str(max(1, math.ceil(error.retry_after)))
+    if isinstance(error, _Unsatisfiable):
+        headers["Content-Range"] = f"bytes */{error.length}"
     return Response(body, status_code=error.status, media_type=media_type, headers=headers)
 
 
@@ -784,8 +814,8 @@ def _integer(body: dict[str, Any], key: str, *, required: bool = False, default:
     value = body[key]
     if isinstance(value, bool) or not isinstance(value, int):
         raise BadRequest(f"'{key}' must be a whole number")
-    if not -(2**63) <= value < 2**63:
-        raise BadRequest(f"'{key}' is out of range")
+    # Any magnitude (msgpack stops at 64 bits, JSON at 4300 digits): each caller judges it as the protocol says,
+    # e.g. a size past max_allocation is 413 however large, a copy's offset past the written bytes 416.
     return value
 
 
@@ -808,8 +838,18 @@ def _whole(text: str | None) -> int | None:
     return int(text) if text is not None and _WHOLE.fullmatch(text) else None
 
 
+def _query(request: Request, name: str) -> str | None:
+    """The query parameter ``name``; a query naming any parameter twice is refused (``?offset=2&offset=5``: which
+    one was meant?)."""
+    names = [key for key, _ in request.query_params.multi_items()]
+    if len(names) != len(set(names)):
+        repeated = sorted({key for key in names if names.count(key) > 1})
+        raise BadRequest(f"query parameter(s) given more than once: {', '.join(repeated)[:100]}")
+    return request.query_params.get(name)
+
+
 def _query_int(request: Request, name: str, default: int) -> int:
-    raw = request.query_params.get(name)
+    raw = _query(request, name)
     if raw is None:
         return default
     value = _whole(raw)
@@ -825,21 +865,41 @@ def _range_number(digits: str) -> int:
     return int(digits) if len(digits) <= 18 else 10**18
 
 
-def _parse_range(spec: str, length: int) -> tuple[int, int]:
-    """``Range: bytes=a-b`` to the half-open ``[start, end)``; a start past the written bytes is ``range``."""
-    match = _RANGE.match(spec.strip())
+class _Unsatisfiable(RangeNotSatisfiable):
+    """A read's range that names no written byte: its answer says how many there are (``Content-Range: bytes
+    */LENGTH``, RFC 9110 15.5.17)."""
+
+    def __init__(self, message: str, length: int) -> None:
+        super().__init__(message)
+        self.length = length
+
+
+def _parse_range(values: list[str], length: int) -> tuple[int, int] | None:
+    """The ``Range`` header(s) of a read as the half-open ``[start, end)`` to send (``206``), or None to send
+    everything (``200``), as RFC 9110 14.2 has it: a range unit other than ``bytes``, a ranges-specifier that
+    does not parse or whose last position is before its first, and several ranges (which this depot does not
+    serve) are ignored. A valid single range that names no written byte raises ``_Unsatisfiable`` (``416``)."""
+    if len(values) != 1:  # several Range lines are one list (RFC 9110 5.3): several ranges, or nonsense
+        return None
+    unit, equals, range_set = values[0].strip().partition("=")
+    if not equals or unit.lower() != "bytes":  # range units are case-insensitive (RFC 9110 14.1)
+        return None
+    specs = [spec.strip() for spec in range_set.split(",") if spec.strip()]  # empty list elements are allowed
+    match = _RANGE_SPEC.fullmatch(specs[0]) if len(specs) == 1 else None
     if match is None or match.group(1) == match.group(2) == "":
-        raise RangeNotSatisfiable(f"unsupported range {spec[:64]!r}: one 'bytes=a-b' range only")
+        return None
     first, last = match.group(1), match.group(2)
     if first == "":  # a suffix: the last N bytes
         count = _range_number(last)
         if count == 0 or length == 0:  # no bytes to name (and "bytes 0--1/0" is no Content-Range)
-            raise RangeNotSatisfiable("an empty suffix range, or nothing written yet")
+            raise _Unsatisfiable("an empty suffix range, or nothing written yet", length)
         return max(length - count, 0), length
     start = _range_number(first)
+    if last != "" and _range_number(last) < start:  # invalid (RFC 9110 14.1.1): ignored, not refused
+        return None
+    if start >= length:
+        raise _Unsatisfiable(f"range {values[0][:64]!r} starts at or past the {length} bytes written", length)
     end = length if last == "" else min(_range_number(last) + 1, length)
-    if start >= length or end <= start:
-        raise RangeNotSatisfiable(f"range {spec[:64]!r} is not within the {length} bytes written")
     return start, end
 
 

@@ -50,6 +50,14 @@ class DepotMetrics:
         )
         self.expired = Counter("lnet_depot_expired", "Allocations reclaimed at expiry", registry=reg)
         self.busy = Counter("lnet_depot_busy_refusals", "Requests refused as busy", registry=reg)
+        self.copies_failed = Counter(
+            "lnet_depot_copies_failed",
+            "Copies that failed at their target: network (unreachable, reset, stalled), target_error (it answered an "
+            "error), unverified (it answered, but not as a depot's write does: another status, or a length short of "
+            "the push)",
+            ["reason"],
+            registry=reg,
+        )
         self.copies_refused = Counter(
             "lnet_depot_copies_refused", "Copies refused (403) because copy_allow does not list the target's host",
             registry=reg,
