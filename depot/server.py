@@ -69,7 +69,9 @@ def _hypercorn_config(config: DepotConfig) -> HypercornConfig:
     host, port = config.host_port
     hc.bind = [f"[{host}]:{port}" if ":" in host else f"{host}:{port}"]
     hc.read_timeout = max(1, math.ceil(config.read_timeout))
-    hc.keep_alive_timeout = config.keep_alive_timeout
+    # hypercorn's idle timer runs from a connection's start (or its last answer) until a request's head is in: at
+    # read_timeout it also cuts a client that sends its head a byte at a time (each read alone would be in time).
+    hc.keep_alive_timeout = min(config.keep_alive_timeout, config.read_timeout)
     hc.graceful_timeout = config.graceful_timeout
     hc.accesslog = None  # our own access log redacts capabilities; hypercorn's would print them whole
     hc.errorlog = logging.getLogger("lnet.depot.server")
