@@ -34,6 +34,7 @@ from starlette.routing import Route
 from . import __version__, direct, h11_receive
 from .clock import TrioWallClock
 from .config import DepotConfig
+from .fair_share import BodyPace, BodyTimer, ClientShares, client_key
 from .lanes import LANE_NAME, MAX_LANE_WIDTH, CopyLanes, TooManyLanes
 from .metrics import DepotMetrics
 from .protocol import (
@@ -97,9 +98,14 @@ def operation_of(method: str, path: str) -> str:
         return "copy"
     if path.startswith("/v1/digest/"):
         return "digest"
-    return {"/v1/allocations": "allocate", "/v1/status": "status", "/metrics": "metrics", "/healthz": "health"}.get(
-        path, "other"
-    )
+    return {
+        "/v1/allocations": "allocate", "/v1/status": "status", "/metrics": "metrics", "/healthz": "health",
+        "/readyz": "ready",
+    }.get(path, "other")
+
+
+# Answered whatever the load, and taking no request place: a load balancer must always hear from a depot.
+_ALWAYS_ANSWERED = frozenset({"health", "ready"})
 
 
 class Depot:
@@ -127,10 +133,13 @@ class Depot:
         )
         self.lanes = CopyLanes(config.max_lanes)
         self.metrics = DepotMetrics(self.store, self.lanes)
+        self.metrics.watch_load(lambda: self.in_flight, lambda: self.saturated, lambda: self.shares.clients)
         self.links = LinkLog(config.links_window)
         self.copy_allow = config.copy_fence
         self.token_required_for = config.token_required_for
         self.in_flight = 0
+        self.shares = ClientShares(config.max_requests_per_client)
+        self.pace = BodyPace(config.min_bytes_per_second, config.body_grace)
         self.copy_transport = copy_transport
         # Pushes running to each peer (the ``streams`` of the weather), and each connection's retransmission count
         # when last read (TCP_INFO counts over a connection's life; a push's share is the difference).
@@ -228,18 +237,23 @@ class Depot:
                 await _error_response(refusal, _header(scope, b"accept"))(scope, receive, send_counted)
                 self.metrics.requests.labels(operation, str(status)).inc()
                 return
-            if self.in_flight >= self.config.max_concurrent_requests and operation != "health":
-                self.metrics.busy.inc()
-                error = Busy("too many requests at once", retry_after=self.config.busy_retry_after)
-                await _error_response(error, _header(scope, b"accept"))(scope, receive, send_counted)
+            counted = operation not in _ALWAYS_ANSWERED
+            client = client_key(_client_host(scope))
+            turned_away = self._refusal(client) if counted else None
+            if turned_away is not None:
+                await _error_response(turned_away, _header(scope, b"accept"))(scope, receive, send_counted)
                 self.metrics.requests.labels(operation, str(status)).inc()
                 return
-            self.in_flight += 1
+            if counted:
+                self.shares.enter(client)
+                self.in_flight += 1
             started = trio.current_time()
             try:
                 await inner(scope, receive, send_counted)
             finally:
-                self.in_flight -= 1
+                if counted:
+                    self.in_flight -= 1
+                    self.shares.leave(client)
                 self.metrics.requests.labels(operation, str(status)).inc()
                 if access_log.isEnabledFor(logging.INFO):
                     access_log.info(
@@ -252,6 +266,36 @@ class Depot:
                     )
 
         return app
+
+    def _too_slow(self, what: str, timer: BodyTimer, moved: int) -> DepotError:
+        rate = timer.rate(moved, trio.current_time())
+        return BadRequest(
+            f"the {what} came at {rate:.0f} bytes/s ({moved} bytes): this depot takes bodies at "
+            f"{self.config.min_bytes_per_second} bytes/s at least once {self.config.body_grace:g}s have passed "
+            "(min_bytes_per_second, body_grace)",
+            status=408,
+        )
+
+    def _refusal(self, client: str) -> DepotError | None:
+        """Why a request of ``client`` gets no place now (``429`` past its share, ``503`` past all places), or None.
+        Its own share first: a client over it is told so, whatever the others do."""
+        if self.shares.held(client) >= self.shares.per_client:
+            self.metrics.client_refusals.inc()
+            return Busy(
+                f"{self.shares.per_client} requests from {client} are in progress at this depot, its share "
+                "(max_requests_per_client): wait for one to end",
+                status=429,
+                retry_after=self.config.busy_retry_after,
+            )
+        if self.in_flight >= self.config.max_concurrent_requests:
+            self.metrics.busy.inc()
+            return Busy("too many requests at once", retry_after=self.config.busy_retry_after)
+        return None
+
+    @property
+    def saturated(self) -> bool:
+        """Every request place is taken: a request now (but a health or readiness check) would be refused."""
+        return self.in_flight >= self.config.max_concurrent_requests
 
     def _bearer_ok(self, scope: Scope) -> bool:
         token = self.config.operator_token
@@ -288,6 +332,7 @@ class Depot:
             Route("/v1/status", self.status, methods=["GET"]),
             Route("/metrics", self.prometheus, methods=["GET"]),
             Route("/healthz", self.health, methods=["GET", "HEAD"]),
+            Route("/readyz", self.ready, methods=["GET", "HEAD"]),
         ]
         return Starlette(
             routes=routes, exception_handlers={DepotError: depot_error, HTTPException: http_error}
@@ -303,7 +348,7 @@ class Depot:
 
     async def allocate(self, request: Request) -> Response:
         # The operator token, where required, was checked before the request got here (``_limits``).
-        body = await _control_body(request)
+        body = await _control_body(request, self.pace, self.metrics)
         _only_keys(body, {"size", "duration", "reliability", "count"})
         size = _integer(body, "size", required=True)
         duration = _number(body, "duration", required=True)
@@ -348,18 +393,23 @@ class Depot:
         try:
             with self.store.pinned(alloc):
                 body = direct.current()
+                timer = self.pace.timer(trio.current_time())
                 if body is not None and body.length == end - offset:
                     # hypercorn held the body back: straight from the socket into the allocation (direct.py)
                     view = alloc.view(offset, end)
                     try:
-                        position = offset + await body.receive_into(view)
+                        position = offset + await body.receive_into(view, timer.deadline)
                     finally:
                         view.release()
-                    gone = position != end  # the client stopped short, or stalled past read_timeout
+                    gone = position != end  # the client stopped short, stalled past read_timeout, or too slow
+                    too_slow = body.too_slow
                 else:
                     if body is not None:
                         body.release()  # hypercorn reads on: the body comes as ASGI messages
-                    position, gone = await _receive_body(request, alloc.buffer, offset, end)
+                    position, gone, too_slow = await _receive_body(request, alloc.buffer, offset, end, timer)
+                if too_slow:
+                    self.metrics.slow_bodies.labels("in").inc()
+                    raise self._too_slow("write's body", timer, position - offset)
                 if gone:
                     log.debug("write to %s cut off after %d bytes", alloc.ident[:8], position - offset)
                     return Response(status_code=400)
@@ -389,7 +439,7 @@ class Depot:
 
     async def copy(self, request: Request) -> Response:
         alloc = self._lookup(request, Kind.READ)
-        body = await _control_body(request)
+        body = await _control_body(request, self.pace, self.metrics)
         _only_keys(body, {"to", "offset", "length", "dest_offset", "lane", "lane_width"})
         target = body.get("to")
         if not isinstance(target, str):
@@ -490,25 +540,35 @@ class Depot:
         client = http or self._http
         assert client is not None
 
+        # The target must take the push at the pace of any body (fair_share.py): a host that reads a byte now and
+        # then would otherwise hold this copy's request place, and the allocation, for as long as it liked. Each
+        # piece is written whole by httpx, so the pace is checked per piece: the deadline moves as each begins.
+        paced = trio.CancelScope()
+
         async def chunks() -> AsyncIterator[memoryview]:
             position, stop = offset, offset + length
             while position < stop:
-                view = alloc.view(position, min(position + PUSH_CHUNK, stop))
+                piece_end = min(position + PUSH_CHUNK, stop)
+                paced.deadline = timer.deadline(piece_end - offset)
+                view = alloc.view(position, piece_end)
                 try:
                     yield view
                 finally:
                     view.release()
                 position += PUSH_CHUNK
+            paced.deadline = math.inf  # all sent: the answer's wait is copy_timeout's
 
         self._pushing[peer] += 1
         streams = self._pushing[peer]
         started = trio.current_time()
+        timer = self.pace.timer(started)
+        pieces = chunks()
         try:
-            with self.store.pinned(alloc):
+            with paced, self.store.pinned(alloc):
                 request = client.build_request(
                     "PUT",
                     url,
-                    content=chunks(),  # type: ignore[arg-type]  # httpx writes any buffer; views avoid a copy
+                    content=pieces,  # type: ignore[arg-type]  # httpx writes any buffer; views avoid a copy
                     headers={"Content-Length": str(length), "Content-Type": "application/octet-stream",
                              "Accept": "application/msgpack"},
                 )
@@ -525,6 +585,15 @@ class Depot:
             self._pushing[peer] -= 1
             if self._pushing[peer] <= 0:
                 del self._pushing[peer]
+            with trio.CancelScope(shield=True):  # a push cut off mid-piece: its view is let go of now, not at GC
+                await pieces.aclose()
+        if paced.cancelled_caught:
+            self.metrics.slow_bodies.labels("push").inc()
+            raise Upstream(
+                f"copy to {peer} fell behind {self.config.min_bytes_per_second} bytes/s after "
+                f"{self.config.body_grace:g}s (min_bytes_per_second, body_grace): the target took it too slowly",
+                failure="slow",
+            )
         seconds = trio.current_time() - started
         if answer.status_code >= 300:
             try:
@@ -615,7 +684,7 @@ class Depot:
 
     async def extend(self, request: Request) -> Response:
         alloc = self._lookup(request, Kind.MANAGE)
-        body = await _control_body(request)
+        body = await _control_body(request, self.pace, self.metrics)
         _only_keys(body, {"extend"})
         seconds = _number(body, "extend", required=True)
         if seconds <= 0:
@@ -645,6 +714,9 @@ class Depot:
                 "token_required_for": sorted(self.token_required_for),
                 "digests": list(DIGESTS),
                 "in_flight": self.in_flight,
+                "max_concurrent_requests": self.config.max_concurrent_requests,
+                "max_requests_per_client": self.config.max_requests_per_client,
+                "saturated": self.saturated,
                 "links": self.links.summary(now),
             },
         )
@@ -654,6 +726,19 @@ class Depot:
 
     async def health(self, request: Request) -> Response:
         return Response(b"ok\n", media_type="text/plain")
+
+    async def ready(self, request: Request) -> Response:
+        """Readiness, for load balancers and ``lnet depots``: ``200`` while a request would get a place, ``503``
+        with ``Retry-After`` while every place is taken. (``/healthz`` says only that the process answers.)"""
+        if self.saturated:
+            return _error_response(
+                Busy(
+                    f"saturated: all {self.config.max_concurrent_requests} request places are taken",
+                    retry_after=self.config.busy_retry_after,
+                ),
+                request.headers.get("accept"),
+            )
+        return Response(b"ready\n", media_type="text/plain")
 
 
 class AllocationResponse(Response):
@@ -676,15 +761,30 @@ class AllocationResponse(Response):
             position = self._start
             if not self._head_only:
                 reply = direct.reply()
+                timer = self._depot.pace.timer(trio.current_time())
+
+                def due(sent: int) -> float:
+                    return timer.deadline(sent)
+
                 if reply is not None and reply.ready(self._end - position):
                     # under hypercorn: from the map to the socket, no copy in Python (direct.py)
-                    await reply.send(alloc.buffer, position, self._end)
+                    if not await reply.send(alloc.buffer, position, self._end, due):
+                        if reply.too_slow:
+                            self._depot.metrics.slow_bodies.labels("out").inc()
+                        return  # the connection is closed: nothing more to say
                 else:
-                    while position < self._end:
-                        # ASGI bodies are bytes: slicing the map is the one copy (hypercorn keeps bytes as they are)
-                        chunk = alloc.buffer[position : min(position + STREAM_CHUNK, self._end)]
-                        await send({"type": "http.response.body", "body": chunk, "more_body": True})
-                        position += STREAM_CHUNK
+                    # hypercorn sends each piece shielded from cancellation (only TCP_USER_TIMEOUT cuts it): the
+                    # pace is checked between pieces here, and within them on the direct path above
+                    with trio.CancelScope() as paced:
+                        while position < self._end:
+                            paced.deadline = due(position - self._start)
+                            # ASGI bodies are bytes: slicing the map is the one copy (hypercorn keeps bytes as is)
+                            chunk = alloc.buffer[position : min(position + STREAM_CHUNK, self._end)]
+                            await send({"type": "http.response.body", "body": chunk, "more_body": True})
+                            position += STREAM_CHUNK
+                    if paced.cancelled_caught:
+                        self._depot.metrics.slow_bodies.labels("out").inc()
+                        return  # ending without the body's end: the server closes the connection
                 self._depot.metrics.bytes_out.labels(self._kind).inc(self._end - self._start)
             await send({"type": "http.response.body", "body": b"", "more_body": False})
 
@@ -697,6 +797,11 @@ def _header(scope: Scope, name: bytes) -> str | None:
         if key == name:
             return bytes(value).decode("latin-1")
     return None
+
+
+def _client_host(scope: Scope) -> str | None:
+    client = scope.get("client")
+    return str(client[0]) if client else None
 
 
 def _client(scope: Scope) -> str:
@@ -719,20 +824,24 @@ def _error_response(error: DepotError, accept: str | None) -> Response:
     return Response(body, status_code=error.status, media_type=media_type, headers=headers)
 
 
-async def _receive_body(request: Request, buffer: mmap.mmap, offset: int, end: int) -> tuple[int, bool]:
-    """The body through ASGI messages into ``buffer[offset:end]``: where the bytes ended, and whether the client
-    went away."""
+async def _receive_body(
+    request: Request, buffer: mmap.mmap, offset: int, end: int, timer: BodyTimer
+) -> tuple[int, bool, bool]:
+    """The body through ASGI messages into ``buffer[offset:end]``: where the bytes ended, whether the client
+    went away, and whether it fell behind its pace (``timer``)."""
     position = offset
-    try:
-        async for chunk in request.stream():
-            size = len(chunk)
-            if position + size > end:  # the server keeps to Content-Length; never trust it blindly
-                raise BadRequest("body longer than its Content-Length")
-            buffer[position : position + size] = chunk
-            position += size
-    except ClientDisconnect:
-        return position, True
-    return position, False
+    with trio.CancelScope(deadline=timer.deadline(0)) as paced:
+        try:
+            async for chunk in request.stream():
+                size = len(chunk)
+                if position + size > end:  # the server keeps to Content-Length; never trust it blindly
+                    raise BadRequest("body longer than its Content-Length")
+                buffer[position : position + size] = chunk
+                position += size
+                paced.deadline = timer.deadline(position - offset)
+        except ClientDisconnect:
+            return position, True, False
+    return position, paced.cancelled_caught, paced.cancelled_caught
 
 
 async def _answer_body(answer: httpx.Response, peer: str) -> bytes:
@@ -746,18 +855,28 @@ async def _answer_body(answer: httpx.Response, peer: str) -> bytes:
     return bytes(body)
 
 
-async def _control_body(request: Request) -> dict[str, Any]:
+async def _control_body(request: Request, pace: BodyPace, metrics: DepotMetrics) -> dict[str, Any]:
     declared = _whole(request.headers.get("content-length"))  # None for nonsense: the loop below still bounds it
     if declared is not None and declared > MAX_CONTROL_BODY:
         raise TooLarge(f"control bodies are at most {MAX_CONTROL_BODY} bytes")
     data = bytearray()
-    try:
-        async for chunk in request.stream():
-            data += chunk
-            if len(data) > MAX_CONTROL_BODY:
-                raise TooLarge(f"control bodies are at most {MAX_CONTROL_BODY} bytes")
-    except ClientDisconnect:
-        raise BadRequest("client went away mid-body") from None
+    timer = pace.timer(trio.current_time())
+    with trio.CancelScope(deadline=timer.deadline(0)) as paced:
+        try:
+            async for chunk in request.stream():
+                data += chunk
+                if len(data) > MAX_CONTROL_BODY:
+                    raise TooLarge(f"control bodies are at most {MAX_CONTROL_BODY} bytes")
+                paced.deadline = timer.deadline(len(data))
+        except ClientDisconnect:
+            raise BadRequest("client went away mid-body") from None
+    if paced.cancelled_caught:
+        metrics.slow_bodies.labels("in").inc()
+        raise BadRequest(
+            f"the control body came at {timer.rate(len(data), trio.current_time()):.0f} bytes/s ({len(data)} "
+            f"bytes): too slow for this depot (min_bytes_per_second after body_grace)",
+            status=408,
+        )
     body = decode_body(request.headers.get("content-type"), bytes(data))
     if not isinstance(body, dict):
         raise BadRequest("the body must be a map")
