@@ -18,7 +18,7 @@ import re
 import socket
 import weakref
 from collections import Counter
-from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, MutableMapping
 from types import TracebackType
 from typing import Any
 from urllib.parse import urlsplit
@@ -545,7 +545,7 @@ class Depot:
         # piece is written whole by httpx, so the pace is checked per piece: the deadline moves as each begins.
         paced = trio.CancelScope()
 
-        async def chunks() -> AsyncIterator[memoryview]:
+        async def chunks() -> AsyncGenerator[memoryview, None]:
             position, stop = offset, offset + length
             while position < stop:
                 piece_end = min(position + PUSH_CHUNK, stop)
