@@ -40,6 +40,7 @@ _NEVER_GATED = {
     "write": "other depots push into this one (copy) without its token; a write capability comes only from an "
     "allocation, so gate 'allocate'",
     "health": "health checks must answer anyone (load balancers, lnet depots)",
+    "ready": "readiness checks must answer anyone (load balancers)",
 }
 
 

@@ -24,6 +24,10 @@ from views of the allocation with the socket's own ``send`` (under hypercorn's s
 ``read_timeout``), tells h11 how many bytes went, and ends the response the usual way, so that keep-alive and
 the next request are hypercorn's as before. A client that stops taking bytes, or goes, has its connection closed.
 
+Both ways keep the depot's fair shares (fair_share.py): the application passes each a ``due`` (when the body's
+next byte is due, given the bytes moved so far), and a body that falls behind it is cut like one that stalls.
+A reply counts the bytes its client acknowledged, not those queued in the kernel (``_writable``).
+
 It touches h11 and hypercorn internals (``Connection._reader``, ``_receive_buffer``, ``_writer``,
 ``H11Protocol``, ``TCPServer``), so it is installed only for the versions it was checked against; with others
 every body goes the usual way.
