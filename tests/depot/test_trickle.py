@@ -9,9 +9,7 @@ the test takes seconds. Before fair shares every place was taken within a second
 from __future__ import annotations
 
 import re
-import socket
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -22,78 +20,12 @@ import trio
 from lnet.client.wire.depot_client import DepotClient
 
 from .processes import depot_process
+from .tricklers import Tally, reader, writer
 
 MiB = 1024 * 1024
 READERS = 520
 WRITERS = 200  # half with a 1 MiB body (the direct path), half with 1000 bytes (through starlette)
 ROUNDS_S = 12.0
-
-
-@dataclass
-class Tally:
-    answered: int = 0  # requests the depot took (200, or a write's body accepted for a while)
-    refused: int = 0  # 429 or 503 at once
-    cut: int = 0  # connections the depot ended (a write answered 408, a reset)
-
-
-async def _connect(address: tuple[str, int], source: str) -> trio.socket.SocketType:
-    sock = trio.socket.socket()
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-    await sock.bind((source, 0))
-    await sock.connect(address)
-    return sock
-
-
-async def _reader(address: tuple[str, int], read: str, stop: trio.Event, tally: Tally) -> None:
-    """A GET that takes 1 KiB every 5 s; refused, it comes back after a second."""
-    while not stop.is_set():
-        sock = await _connect(address, "127.0.0.2")
-        try:
-            await sock.send(f"GET /v1/data/{read} HTTP/1.1\r\nHost: d\r\n\r\n".encode())
-            head = await sock.recv(1024)
-            if not head.startswith(b"HTTP/1.1 200"):
-                tally.refused += 1
-                await trio.sleep(1)
-                continue
-            tally.answered += 1
-            while not stop.is_set():
-                with trio.move_on_after(5):
-                    await stop.wait()
-                if not await sock.recv(1024):
-                    tally.cut += 1
-                    break
-        except OSError:
-            tally.cut += 1
-        finally:
-            sock.close()
-
-
-async def _writer(address: tuple[str, int], write: str, length: int, stop: trio.Event, tally: Tally) -> None:
-    """A PUT whose body comes a byte every 2 s; answered or cut, it comes back after a second."""
-    while not stop.is_set():
-        sock = await _connect(address, "127.0.0.3")
-        try:
-            await sock.send(f"PUT /v1/data/{write}?offset=0 HTTP/1.1\r\nHost: d\r\nContent-Length: {length}\r\n\r\n"
-                            .encode())
-            answer = b""
-            while not stop.is_set() and not answer:
-                with trio.move_on_after(2):
-                    answer = await sock.recv(1024)
-                    if not answer:
-                        tally.cut += 1
-                        break
-                if not answer:
-                    await sock.send(b"w")
-            if answer.startswith((b"HTTP/1.1 429", b"HTTP/1.1 503")):
-                tally.refused += 1
-            elif answer:
-                tally.answered += 1
-                tally.cut += answer.startswith(b"HTTP/1.1 408")
-        except OSError:
-            tally.cut += 1
-        finally:
-            sock.close()
-        await trio.sleep(1)
 
 
 async def _normal_round(client: DepotClient, payload: bytes) -> float:
@@ -133,9 +65,9 @@ async def test_trickling_clients_cannot_take_the_depot_over(tmp_path: Path) -> N
         stop = trio.Event()
         async with trio.open_nursery() as nursery:
             for _ in range(READERS):
-                nursery.start_soon(_reader, address, big.read, stop, readers)
+                nursery.start_soon(reader, address, big.read, stop, readers)
             for i, target in enumerate(targets):
-                nursery.start_soon(_writer, address, target.write, MiB if i % 2 else 1000, stop, writers)
+                nursery.start_soon(writer, address, target.write, MiB if i % 2 else 1000, stop, writers)
             await trio.sleep(3)  # every trickler has asked by now; before fair shares every place was taken
             async with httpx.AsyncClient(base_url=depot.url) as plain:
                 ended = trio.current_time() + ROUNDS_S
