@@ -18,7 +18,7 @@ import re
 import socket
 import weakref
 from collections import Counter
-from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, MutableMapping
 from importlib.metadata import version
 from types import TracebackType
 from typing import Any
@@ -60,6 +60,7 @@ from lnet.units.numbers import finite_number
 
 from . import direct
 from .config import DepotConfig
+from .fair_share import BodyPace, BodyTimer, ClientShares, client_key
 from .fast_path import FastPath
 from .lanes import LANE_NAME, MAX_LANE_WIDTH, CopyLanes, TooManyLanes
 from .metrics import DepotMetrics
@@ -85,7 +86,7 @@ STREAM_CHUNK = 1024 * 1024
 PUSH_CHUNK = 8 * 1024 * 1024
 MAX_CONTROL_BODY = 64 * 1024
 _WRITE_URL = re.compile(r"/v1/data/([A-Za-z0-9_-]+)")
-_RANGE = re.compile(r"^bytes=([0-9]*)-([0-9]*)$")
+_RANGE_SPEC = re.compile(r"([0-9]*)-([0-9]*)")
 # A number the depot reads from a header or a query: ASCII digits only (``str.isdigit`` also takes "²", which
 # ``int`` refuses), and at most 18 of them, so that it is an int64 and far below ``int``'s 4300-digit limit.
 _WHOLE = re.compile(r"[0-9]{1,18}")
@@ -103,9 +104,14 @@ def operation_of(method: str, path: str) -> str:
         return "copy"
     if path.startswith("/v1/digest/"):
         return "digest"
-    return {"/v1/allocations": "allocate", "/v1/status": "status", "/metrics": "metrics", "/healthz": "health"}.get(
-        path, "other"
-    )
+    return {
+        "/v1/allocations": "allocate", "/v1/status": "status", "/metrics": "metrics", "/healthz": "health",
+        "/readyz": "ready",
+    }.get(path, "other")
+
+
+# Answered whatever the load, and taking no request place: a load balancer must always hear from a depot.
+_ALWAYS_ANSWERED = frozenset({"health", "ready"})
 
 
 class Depot:
@@ -138,10 +144,13 @@ class Depot:
         self.lanes = CopyLanes(config.max_lanes)
         self.metrics = DepotMetrics(self.store, self.lanes)
         self.metrics.fast_path.set(1 if self.fast_path.active else 0)
+        self.metrics.watch_load(lambda: self.in_flight, lambda: self.saturated, lambda: self.shares.clients)
         self.links = LinkLog(config.links_window)
         self.copy_allow = config.copy_fence
         self.token_required_for = config.token_required_for
         self.in_flight = 0
+        self.shares = ClientShares(config.max_requests_per_client)
+        self.pace = BodyPace(config.min_bytes_per_second, config.body_grace)
         self.copy_transport = copy_transport
         # Pushes running to each peer (the ``streams`` of the weather), and each connection's retransmission count
         # when last read (TCP_INFO counts over a connection's life; a push's share is the difference).
@@ -241,18 +250,23 @@ class Depot:
                 await _error_response(refusal, _header(scope, b"accept"))(scope, receive, send_counted)
                 self.metrics.requests.labels(operation, str(status)).inc()
                 return
-            if self.in_flight >= self.config.max_concurrent_requests and operation != "health":
-                self.metrics.busy.inc()
-                error = Busy("too many requests at once", retry_after=self.config.busy_retry_after)
-                await _error_response(error, _header(scope, b"accept"))(scope, receive, send_counted)
+            counted = operation not in _ALWAYS_ANSWERED
+            client = client_key(_client_host(scope))
+            turned_away = self._refusal(client) if counted else None
+            if turned_away is not None:
+                await _error_response(turned_away, _header(scope, b"accept"))(scope, receive, send_counted)
                 self.metrics.requests.labels(operation, str(status)).inc()
                 return
-            self.in_flight += 1
+            if counted:
+                self.shares.enter(client)
+                self.in_flight += 1
             started = trio.current_time()
             try:
                 await inner(scope, receive, send_counted)
             finally:
-                self.in_flight -= 1
+                if counted:
+                    self.in_flight -= 1
+                    self.shares.leave(client)
                 self.metrics.requests.labels(operation, str(status)).inc()
                 if access_log.isEnabledFor(logging.INFO):
                     access_log.info(
@@ -265,6 +279,36 @@ class Depot:
                     )
 
         return app
+
+    def _too_slow(self, what: str, timer: BodyTimer, moved: int) -> DepotError:
+        rate = timer.rate(moved, trio.current_time())
+        return BadRequest(
+            f"the {what} came at {rate:.0f} bytes/s ({moved} bytes): this depot takes bodies at "
+            f"{self.config.min_bytes_per_second} bytes/s at least once {self.config.body_grace:g}s have passed "
+            "(min_bytes_per_second, body_grace)",
+            status=408,
+        )
+
+    def _refusal(self, client: str) -> DepotError | None:
+        """Why a request of ``client`` gets no place now (``429`` past its share, ``503`` past all places), or None.
+        Its own share first: a client over it is told so, whatever the others do."""
+        if self.shares.held(client) >= self.shares.per_client:
+            self.metrics.client_refusals.inc()
+            return Busy(
+                f"{self.shares.per_client} requests from {client} are in progress at this depot, its share "
+                "(max_requests_per_client): wait for one to end",
+                status=429,
+                retry_after=self.config.busy_retry_after,
+            )
+        if self.in_flight >= self.config.max_concurrent_requests:
+            self.metrics.busy.inc()
+            return Busy("too many requests at once", retry_after=self.config.busy_retry_after)
+        return None
+
+    @property
+    def saturated(self) -> bool:
+        """Every request place is taken: a request now (but a health or readiness check) would be refused."""
+        return self.in_flight >= self.config.max_concurrent_requests
 
     def _bearer_ok(self, scope: Scope) -> bool:
         token = self.config.operator_token
@@ -301,6 +345,7 @@ class Depot:
             Route("/v1/status", self.status, methods=["GET"]),
             Route("/metrics", self.prometheus, methods=["GET"]),
             Route("/healthz", self.health, methods=["GET", "HEAD"]),
+            Route("/readyz", self.ready, methods=["GET", "HEAD"]),
         ]
         return Starlette(
             routes=routes, exception_handlers={DepotError: depot_error, HTTPException: http_error}
@@ -316,7 +361,7 @@ class Depot:
 
     async def allocate(self, request: Request) -> Response:
         # The operator token, where required, was checked before the request got here (``_limits``).
-        body = await _control_body(request)
+        body = await _control_body(request, self.pace, self.metrics)
         _only_keys(body, {"size", "duration", "reliability", "count"})
         size = _integer(body, "size", required=True)
         duration = _number(body, "duration", required=True)
@@ -361,18 +406,23 @@ class Depot:
         try:
             with self.store.pinned(alloc):
                 body = direct.current()
+                timer = self.pace.timer(trio.current_time())
                 if body is not None and body.length == end - offset:
                     # hypercorn held the body back: straight from the socket into the allocation (direct.py)
                     view = alloc.view(offset, end)
                     try:
-                        position = offset + await body.receive_into(view)
+                        position = offset + await body.receive_into(view, timer.deadline)
                     finally:
                         view.release()
-                    gone = position != end  # the client stopped short, or stalled past read_timeout
+                    gone = position != end  # the client stopped short, stalled past read_timeout, or too slow
+                    too_slow = body.too_slow
                 else:
                     if body is not None:
                         body.release()  # hypercorn reads on: the body comes as ASGI messages
-                    position, gone = await _receive_body(request, alloc.buffer, offset, end)
+                    position, gone, too_slow = await _receive_body(request, alloc.buffer, offset, end, timer)
+                if too_slow:
+                    self.metrics.slow_bodies.labels("in").inc()
+                    raise self._too_slow("write's body", timer, position - offset)
                 if gone:
                     log.debug("write to %s cut off after %d bytes", alloc.ident[:8], position - offset)
                     return Response(status_code=400)
@@ -390,9 +440,9 @@ class Depot:
         start, end = 0, length
         status = 200
         headers = {"Accept-Ranges": "bytes", "Content-Type": "application/octet-stream"}
-        spec = request.headers.get("range")
-        if spec is not None:
-            start, end = _parse_range(spec, length)
+        chosen = _parse_range(request.headers.getlist("range"), length)
+        if chosen is not None:
+            start, end = chosen
             status = 206
             headers["Content-Range"] = f"bytes {start}-{end - 1}/{length}"
         headers["Content-Length"] = str(end - start)
@@ -402,7 +452,7 @@ class Depot:
 
     async def copy(self, request: Request) -> Response:
         alloc = self._lookup(request, Kind.READ)
-        body = await _control_body(request)
+        body = await _control_body(request, self.pace, self.metrics)
         _only_keys(body, {"to", "offset", "length", "dest_offset", "lane", "lane_width"})
         target = body.get("to")
         if not isinstance(target, str):
@@ -427,6 +477,8 @@ class Depot:
             dest_offset = _integer(body, "dest_offset")
         if offset < 0 or length < 0 or (dest_offset is not None and dest_offset < 0):
             raise BadRequest("offset, length and dest_offset cannot be negative")
+        if dest_offset is not None and _whole(str(dest_offset)) is None:  # a write's offset is 1 to 18 digits
+            raise RangeNotSatisfiable(f"dest_offset {str(dest_offset)[:24]} is past any allocation")
         if offset + length > alloc.length:
             raise RangeNotSatisfiable(f"bytes {offset}..{offset + length} are past the {alloc.length} written")
         lane, width = _lane(body)
@@ -435,10 +487,11 @@ class Depot:
             if queued_s > 0:  # it waited: the allocation may have been freed or expired meanwhile
                 alloc = self._lookup(request, Kind.READ)
             try:
-                sample = await self.push(alloc, offset, length, url, peer)
+                sample = await self.push(alloc, offset, length, url, peer, dest_offset=dest_offset)
             except Upstream as exc:
                 if "target_status" not in exc.details:  # the network failed, not the target's judgement
                     self.links.record_failure(peer, "copy", exc.message, self.clock())
+                self.metrics.copies_failed.labels(exc.details.get("failure", "network")).inc()
                 raise
         self.links.record(peer, "copy", sample)
         return _respond(request, {"bytes": length, "seconds": sample.seconds, "queued_s": queued_s})
@@ -491,33 +544,44 @@ class Depot:
         *,
         http: httpx.AsyncClient | None = None,
         source: Source = "copy",
+        dest_offset: int | None = None,
     ) -> PushSample:
         """Push ``length`` bytes of ``alloc`` from ``offset`` to ``url`` (a write URL at ``peer``): the one copy
         path, for clients' copies and the weather probes alike. Returns what the push measured; records nothing.
-        Raises ``Upstream``: with ``target_status`` when the target answered an error, without it when the network
-        failed (or stalled past ``copy_timeout``)."""
+        Raises ``Upstream``: with ``target_status`` when the target answered an error or not as a depot's write
+        does (``_check_push_answer``), without it when the network failed (or stalled past ``copy_timeout``)."""
         client = http or self._http
         assert client is not None
 
-        async def chunks() -> AsyncIterator[memoryview]:
+        # The target must take the push at the pace of any body (fair_share.py): a host that reads a byte now and
+        # then would otherwise hold this copy's request place, and the allocation, for as long as it liked. Each
+        # piece is written whole by httpx, so the pace is checked per piece: the deadline moves as each begins.
+        paced = trio.CancelScope()
+
+        async def chunks() -> AsyncGenerator[memoryview, None]:
             position, stop = offset, offset + length
             while position < stop:
-                view = alloc.view(position, min(position + PUSH_CHUNK, stop))
+                piece_end = min(position + PUSH_CHUNK, stop)
+                paced.deadline = timer.deadline(piece_end - offset)
+                view = alloc.view(position, piece_end)
                 try:
                     yield view
                 finally:
                     view.release()
                 position += PUSH_CHUNK
+            paced.deadline = math.inf  # all sent: the answer's wait is copy_timeout's
 
         self._pushing[peer] += 1
         streams = self._pushing[peer]
         started = trio.current_time()
+        timer = self.pace.timer(started)
+        pieces = chunks()
         try:
-            with self.store.pinned(alloc):
+            with paced, self.store.pinned(alloc):
                 request = client.build_request(
                     "PUT",
                     url,
-                    content=chunks(),  # type: ignore[arg-type]  # httpx writes any buffer; views avoid a copy
+                    content=pieces,  # type: ignore[arg-type]  # httpx writes any buffer; views avoid a copy
                     headers={"Content-Length": str(length), "Content-Type": "application/octet-stream",
                              "Accept": "application/msgpack"},
                 )
@@ -534,6 +598,15 @@ class Depot:
             self._pushing[peer] -= 1
             if self._pushing[peer] <= 0:
                 del self._pushing[peer]
+            with trio.CancelScope(shield=True):  # a push cut off mid-piece: its view is let go of now, not at GC
+                await pieces.aclose()
+        if paced.cancelled_caught:
+            self.metrics.slow_bodies.labels("push").inc()
+            raise Upstream(
+                f"copy to {peer} fell behind {self.config.min_bytes_per_second} bytes/s after "
+                f"{self.config.body_grace:g}s (min_bytes_per_second, body_grace): the target took it too slowly",
+                failure="slow",
+            )
         seconds = trio.current_time() - started
         if answer.status_code >= 300:
             try:
@@ -545,12 +618,36 @@ class Depot:
                 f"target {peer} answered {answer.status_code} {remote.code}: {remote.message}",
                 retry_after=parse_retry_after(answer.headers.get("retry-after")),
                 target_status=answer.status_code,
+                failure="target_error",
             )
+        self._check_push_answer(answer, peer, length, dest_offset)
         self.metrics.bytes_out.labels(source).inc(length)
         if source == "copy":
             self.metrics.copy_seconds.observe(seconds)
         rtt_us, retrans = self._tcp_figures(answer)
         return PushSample(self.clock(), length, seconds, streams, rtt_us, retrans)
+
+    def _check_push_answer(self, answer: httpx.Response, peer: str, length: int, dest_offset: int | None) -> None:
+        """A push succeeded only if its target answered as a depot's write does: ``204`` with ``X-Lnet-Length``,
+        the bytes the allocation now holds, at least the end of what was pushed (``dest_offset + length``, or
+        ``length`` for an append). Not equal to it: an overwrite of a longer allocation (a relay's reused block)
+        keeps its length, and an append lands after bytes this depot does not know of. Anything else (another
+        2xx, a length short of the push) is a target that is no depot, or lost the bytes: ``Upstream``."""
+        held = _whole(answer.headers.get("x-lnet-length"))
+        end = length + (dest_offset or 0)
+        problem = None
+        if answer.status_code != 204:
+            problem = f"answered {answer.status_code} where a depot's write answers 204"
+        elif held is None:
+            problem = "answered 204 without a valid X-Lnet-Length"
+        elif held < end:
+            problem = f"says it holds {held} bytes after {length} were pushed to end at {end}"
+        if problem is not None:
+            raise Upstream(
+                f"target {peer} {problem}: not a depot's write answer, so the copy failed",
+                target_status=answer.status_code,
+                failure="unverified",
+            )
 
     def _tcp_figures(self, answer: httpx.Response) -> tuple[int | None, int | None]:
         """The connection's smoothed round trip (microseconds) and the segments it retransmitted since this depot
@@ -575,7 +672,7 @@ class Depot:
         """The hash of written bytes, computed here: a client checks a block that reached a far depot without
         pulling it back over the long path (an lnet extension, docs/protocol.md)."""
         alloc = self._lookup(request, Kind.READ)
-        algorithm = request.query_params.get("algorithm", "sha256")
+        algorithm = _query(request, "algorithm") or "sha256"
         if algorithm not in DIGESTS:
             raise BadRequest(f"algorithm must be one of {', '.join(DIGESTS)}")
         offset = _query_int(request, "offset", 0)
@@ -600,7 +697,7 @@ class Depot:
 
     async def extend(self, request: Request) -> Response:
         alloc = self._lookup(request, Kind.MANAGE)
-        body = await _control_body(request)
+        body = await _control_body(request, self.pace, self.metrics)
         _only_keys(body, {"extend"})
         seconds = _number(body, "extend", required=True)
         if seconds <= 0:
@@ -630,6 +727,9 @@ class Depot:
                 "token_required_for": sorted(self.token_required_for),
                 "digests": list(DIGESTS),
                 "in_flight": self.in_flight,
+                "max_concurrent_requests": self.config.max_concurrent_requests,
+                "max_requests_per_client": self.config.max_requests_per_client,
+                "saturated": self.saturated,
                 "links": self.links.summary(now),
                 "fast_path": self.fast_path.active,
                 **({} if self.fast_path.active else {"fast_path_off": self.fast_path.reason}),
@@ -642,6 +742,19 @@ class Depot:
 
     async def health(self, request: Request) -> Response:
         return Response(b"ok\n", media_type="text/plain")
+
+    async def ready(self, request: Request) -> Response:
+        """Readiness, for load balancers and ``lnet depots``: ``200`` while a request would get a place, ``503``
+        with ``Retry-After`` while every place is taken. (``/healthz`` says only that the process answers.)"""
+        if self.saturated:
+            return _error_response(
+                Busy(
+                    f"saturated: all {self.config.max_concurrent_requests} request places are taken",
+                    retry_after=self.config.busy_retry_after,
+                ),
+                request.headers.get("accept"),
+            )
+        return Response(b"ready\n", media_type="text/plain")
 
 
 class AllocationResponse(Response):
@@ -664,15 +777,28 @@ class AllocationResponse(Response):
             position = self._start
             if not self._head_only:
                 reply = direct.reply()
+                timer = self._depot.pace.timer(trio.current_time())
+
+                def due(sent: int) -> float:
+                    return timer.deadline(sent)
+
                 if reply is not None and reply.ready(self._end - position):
                     # under hypercorn: from the map to the socket, no copy in Python (direct.py)
-                    await reply.send(alloc.buffer, position, self._end)
+                    if not await reply.send(alloc.buffer, position, self._end, due) and reply.too_slow:
+                        self._depot.metrics.slow_bodies.labels("out").inc()  # closed; the answer ends as before
                 else:
-                    while position < self._end:
-                        # ASGI bodies are bytes: slicing the map is the one copy (hypercorn keeps bytes as they are)
-                        chunk = alloc.buffer[position : min(position + STREAM_CHUNK, self._end)]
-                        await send({"type": "http.response.body", "body": chunk, "more_body": True})
-                        position += STREAM_CHUNK
+                    # hypercorn sends each piece shielded from cancellation (only TCP_USER_TIMEOUT cuts it): the
+                    # pace is checked between pieces here, and within them on the direct path above
+                    with trio.CancelScope() as paced:
+                        while position < self._end:
+                            paced.deadline = due(position - self._start)
+                            # ASGI bodies are bytes: slicing the map is the one copy (hypercorn keeps bytes as is)
+                            chunk = alloc.buffer[position : min(position + STREAM_CHUNK, self._end)]
+                            await send({"type": "http.response.body", "body": chunk, "more_body": True})
+                            position += STREAM_CHUNK
+                    if paced.cancelled_caught:
+                        self._depot.metrics.slow_bodies.labels("out").inc()
+                        return  # ending without the body's end: the server closes the connection
                 self._depot.metrics.bytes_out.labels(self._kind).inc(self._end - self._start)
             await send({"type": "http.response.body", "body": b"", "more_body": False})
 
@@ -685,6 +811,11 @@ def _header(scope: Scope, name: bytes) -> str | None:
         if key == name:
             return bytes(value).decode("latin-1")
     return None
+
+
+def _client_host(scope: Scope) -> str | None:
+    client = scope.get("client")
+    return str(client[0]) if client else None
 
 
 def _client(scope: Scope) -> str:
@@ -702,23 +833,29 @@ def _error_response(error: DepotError, accept: str | None) -> Response:
     headers = {}
     if error.retry_after is not None:
         headers["Retry-After"] = str(max(1, math.ceil(error.retry_after)))
+    if isinstance(error, _Unsatisfiable):
+        headers["Content-Range"] = f"bytes */{error.length}"
     return Response(body, status_code=error.status, media_type=media_type, headers=headers)
 
 
-async def _receive_body(request: Request, buffer: mmap.mmap, offset: int, end: int) -> tuple[int, bool]:
-    """The body through ASGI messages into ``buffer[offset:end]``: where the bytes ended, and whether the client
-    went away."""
+async def _receive_body(
+    request: Request, buffer: mmap.mmap, offset: int, end: int, timer: BodyTimer
+) -> tuple[int, bool, bool]:
+    """The body through ASGI messages into ``buffer[offset:end]``: where the bytes ended, whether the client
+    went away, and whether it fell behind its pace (``timer``)."""
     position = offset
-    try:
-        async for chunk in request.stream():
-            size = len(chunk)
-            if position + size > end:  # the server keeps to Content-Length; never trust it blindly
-                raise BadRequest("body longer than its Content-Length")
-            buffer[position : position + size] = chunk
-            position += size
-    except ClientDisconnect:
-        return position, True
-    return position, False
+    with trio.CancelScope(deadline=timer.deadline(0)) as paced:
+        try:
+            async for chunk in request.stream():
+                size = len(chunk)
+                if position + size > end:  # the server keeps to Content-Length; never trust it blindly
+                    raise BadRequest("body longer than its Content-Length")
+                buffer[position : position + size] = chunk
+                position += size
+                paced.deadline = timer.deadline(position - offset)
+        except ClientDisconnect:
+            return position, True, False
+    return position, paced.cancelled_caught, paced.cancelled_caught
 
 
 async def _answer_body(answer: httpx.Response, peer: str) -> bytes:
@@ -732,18 +869,28 @@ async def _answer_body(answer: httpx.Response, peer: str) -> bytes:
     return bytes(body)
 
 
-async def _control_body(request: Request) -> dict[str, Any]:
+async def _control_body(request: Request, pace: BodyPace, metrics: DepotMetrics) -> dict[str, Any]:
     declared = _whole(request.headers.get("content-length"))  # None for nonsense: the loop below still bounds it
     if declared is not None and declared > MAX_CONTROL_BODY:
         raise TooLarge(f"control bodies are at most {MAX_CONTROL_BODY} bytes")
     data = bytearray()
-    try:
-        async for chunk in request.stream():
-            data += chunk
-            if len(data) > MAX_CONTROL_BODY:
-                raise TooLarge(f"control bodies are at most {MAX_CONTROL_BODY} bytes")
-    except ClientDisconnect:
-        raise BadRequest("client went away mid-body") from None
+    timer = pace.timer(trio.current_time())
+    with trio.CancelScope(deadline=timer.deadline(0)) as paced:
+        try:
+            async for chunk in request.stream():
+                data += chunk
+                if len(data) > MAX_CONTROL_BODY:
+                    raise TooLarge(f"control bodies are at most {MAX_CONTROL_BODY} bytes")
+                paced.deadline = timer.deadline(len(data))
+        except ClientDisconnect:
+            raise BadRequest("client went away mid-body") from None
+    if paced.cancelled_caught:
+        metrics.slow_bodies.labels("in").inc()
+        raise BadRequest(
+            f"the control body came at {timer.rate(len(data), trio.current_time()):.0f} bytes/s ({len(data)} "
+            f"bytes): too slow for this depot (min_bytes_per_second after body_grace)",
+            status=408,
+        )
     body = decode_body(request.headers.get("content-type"), bytes(data))
     if not isinstance(body, dict):
         raise BadRequest("the body must be a map")
@@ -800,8 +947,8 @@ def _integer(body: dict[str, Any], key: str, *, required: bool = False, default:
     value = body[key]
     if isinstance(value, bool) or not isinstance(value, int):
         raise BadRequest(f"'{key}' must be a whole number")
-    if not -(2**63) <= value < 2**63:
-        raise BadRequest(f"'{key}' is out of range")
+    # Any magnitude (msgpack stops at 64 bits, JSON at 4300 digits): each caller judges it as the protocol says,
+    # e.g. a size past max_allocation is 413 however large, a copy's offset past the written bytes 416.
     return value
 
 
@@ -818,8 +965,18 @@ def _whole(text: str | None) -> int | None:
     return int(text) if text is not None and _WHOLE.fullmatch(text) else None
 
 
+def _query(request: Request, name: str) -> str | None:
+    """The query parameter ``name``; a query naming any parameter twice is refused (``?offset=2&offset=5``: which
+    one was meant?)."""
+    names = Counter(key for key, _ in request.query_params.multi_items())  # a head of 64 KiB: linear, not square
+    repeated = sorted(key for key, times in names.items() if times > 1)
+    if repeated:
+        raise BadRequest(f"query parameter(s) given more than once: {', '.join(repeated)[:100]}")
+    return request.query_params.get(name)
+
+
 def _query_int(request: Request, name: str, default: int) -> int:
-    raw = request.query_params.get(name)
+    raw = _query(request, name)
     if raw is None:
         return default
     value = _whole(raw)
@@ -835,21 +992,41 @@ def _range_number(digits: str) -> int:
     return int(digits) if len(digits) <= 18 else 10**18
 
 
-def _parse_range(spec: str, length: int) -> tuple[int, int]:
-    """``Range: bytes=a-b`` to the half-open ``[start, end)``; a start past the written bytes is ``range``."""
-    match = _RANGE.match(spec.strip())
+class _Unsatisfiable(RangeNotSatisfiable):
+    """A read's range that names no written byte: its answer says how many there are (``Content-Range: bytes
+    */LENGTH``, RFC 9110 15.5.17)."""
+
+    def __init__(self, message: str, length: int) -> None:
+        super().__init__(message)
+        self.length = length
+
+
+def _parse_range(values: list[str], length: int) -> tuple[int, int] | None:
+    """The ``Range`` header(s) of a read as the half-open ``[start, end)`` to send (``206``), or None to send
+    everything (``200``), as RFC 9110 14.2 has it: a range unit other than ``bytes``, a ranges-specifier that
+    does not parse or whose last position is before its first, and several ranges (which this depot does not
+    serve) are ignored. A valid single range that names no written byte raises ``_Unsatisfiable`` (``416``)."""
+    if len(values) != 1:  # several Range lines are one list (RFC 9110 5.3): several ranges, or nonsense
+        return None
+    unit, equals, range_set = values[0].strip().partition("=")
+    if not equals or unit.lower() != "bytes":  # range units are case-insensitive (RFC 9110 14.1)
+        return None
+    specs = [spec.strip() for spec in range_set.split(",") if spec.strip()]  # empty list elements are allowed
+    match = _RANGE_SPEC.fullmatch(specs[0]) if len(specs) == 1 else None
     if match is None or match.group(1) == match.group(2) == "":
-        raise RangeNotSatisfiable(f"unsupported range {spec[:64]!r}: one 'bytes=a-b' range only")
+        return None
     first, last = match.group(1), match.group(2)
     if first == "":  # a suffix: the last N bytes
         count = _range_number(last)
         if count == 0 or length == 0:  # no bytes to name (and "bytes 0--1/0" is no Content-Range)
-            raise RangeNotSatisfiable("an empty suffix range, or nothing written yet")
+            raise _Unsatisfiable("an empty suffix range, or nothing written yet", length)
         return max(length - count, 0), length
     start = _range_number(first)
+    if last != "" and _range_number(last) < start:  # invalid (RFC 9110 14.1.1): ignored, not refused
+        return None
+    if start >= length:
+        raise _Unsatisfiable(f"range {values[0][:64]!r} starts at or past the {length} bytes written", length)
     end = length if last == "" else min(_range_number(last) + 1, length)
-    if start >= length or end <= start:
-        raise RangeNotSatisfiable(f"range {spec[:64]!r} is not within the {length} bytes written")
     return start, end
 
 

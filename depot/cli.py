@@ -83,6 +83,14 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--certfile", metavar="FILE", help="TLS certificate (with --keyfile: serve https)")
     p.add_argument("--keyfile", metavar="FILE", help="TLS private key")
     p.add_argument("--max-concurrent-requests", metavar="N", help="requests served at once before 503 busy (512)")
+    p.add_argument(
+        "--max-requests-per-client", metavar="N", help="requests from one address (IPv6: one /64) before 429 (128)"
+    )
+    p.add_argument(
+        "--min-bytes-per-second", metavar="SIZE",
+        help="slowest a body may move on average, either way, once --body-grace has passed (4KiB)",
+    )
+    p.add_argument("--body-grace", metavar="TIME", help="time a body may take before its pace is checked (10s)")
     p.add_argument("--copy-timeout", metavar="TIME", help="bound on each network wait of a copy (60s)")
     p.add_argument("--read-timeout", metavar="TIME", help="bound on each wait for a client's bytes (60s)")
     p.add_argument("--graceful-timeout", metavar="TIME", help="time in-flight requests get at shutdown (10s)")
@@ -128,7 +136,7 @@ def load_config(args: argparse.Namespace, environ: dict[str, str]) -> DepotConfi
             "certfile", "keyfile", "max_concurrent_requests", "copy_timeout", "read_timeout", "graceful_timeout",
             "log_level", "max_lanes", "weather_bytes_per_hour", "weather_interval", "weather_block",
             "require_token_for", "fast_path", "advertise", "directory_prefix", "directory_ttl", "directory_user",
-            "directory_cafile",
+            "directory_cafile", "max_requests_per_client", "min_bytes_per_second", "body_grace",
         )
     }
     if args.directory is not None:

@@ -40,6 +40,7 @@ _NEVER_GATED = {
     "write": "other depots push into this one (copy) without its token; a write capability comes only from an "
     "allocation, so gate 'allocate'",
     "health": "health checks must answer anyone (load balancers, lnet depots)",
+    "ready": "readiness checks must answer anyone (load balancers)",
 }
 
 
@@ -81,6 +82,15 @@ class DepotConfig:
     keyfile: Path | None = None
     # Requests being served at once; beyond it a request is answered 503 busy at once.
     max_concurrent_requests: int = 512
+    # ... of them from one client address (an IPv6 /64 counts as one); beyond it, 429 busy. A quarter of the
+    # default places: one host (or NAT) cannot take the depot over, and a client's window of copies and writes
+    # (lnet-send keeps 16 blocks and a few copies per hop in flight, on at most 64 connections) fits.
+    max_requests_per_client: int = 128
+    # Fair pace of a body, either way (a write's, a read's, a control body, a copy's push): once body_grace has
+    # passed it must average min_bytes_per_second since it began, so a body of N bytes ends within
+    # body_grace + N / min_bytes_per_second (its total deadline) or is cut.
+    min_bytes_per_second: int = 4 * KiB
+    body_grace: float = 10 * SECONDS
     # Bound on each wait for a client's bytes (a stalled upload) and on idle keep-alive connections.
     read_timeout: float = 60 * SECONDS
     keep_alive_timeout: float = 75 * SECONDS
@@ -133,12 +143,16 @@ class DepotConfig:
             problems.append("max_count must be at least 1")
         if self.max_concurrent_requests < 1:
             problems.append("max_concurrent_requests must be at least 1")
+        if self.max_requests_per_client < 1:
+            problems.append("max_requests_per_client must be at least 1")
+        if self.min_bytes_per_second < 1:
+            problems.append("min_bytes_per_second must be at least 1 byte")
         if self.max_lanes < 1:
             problems.append("max_lanes must be at least 1")
         problems += self._weather_problems()
         for name in (
             "read_timeout", "keep_alive_timeout", "copy_timeout", "graceful_timeout", "links_window",
-            "weather_interval",
+            "weather_interval", "body_grace",
         ):
             if getattr(self, name) <= 0:
                 problems.append(f"{name} must be more than 0")
@@ -441,6 +455,9 @@ _CONVERTERS: dict[str, Callable[[Any], Any]] = {
     "certfile": _as_path,
     "keyfile": _as_path,
     "max_concurrent_requests": _as_int,
+    "max_requests_per_client": _as_int,
+    "min_bytes_per_second": parse_size,
+    "body_grace": parse_duration,
     "read_timeout": parse_duration,
     "keep_alive_timeout": parse_duration,
     "copy_timeout": parse_duration,

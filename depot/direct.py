@@ -24,6 +24,10 @@ from views of the allocation with the socket's own ``send`` (under hypercorn's s
 ``read_timeout``), tells h11 how many bytes went, and ends the response the usual way, so that keep-alive and
 the next request are hypercorn's as before. A client that stops taking bytes, or goes, has its connection closed.
 
+Both ways keep the depot's fair shares (fair_share.py): the application passes each a ``due`` (when the body's
+next byte is due, given the bytes moved so far), and a body that falls behind it is cut like one that stalls.
+A reply counts the bytes its client acknowledged, not those queued in the kernel (``_writable``).
+
 It touches h11 and hypercorn internals (``Connection._reader``, ``_receive_buffer``, ``_writer``, the readers'
 and writers' ``_remaining`` and ``_length``, ``H11Protocol._create_stream``, ``TCPServer._read_data``), so
 ``install`` applies it only to the versions it was checked against (``CHECKED_HYPERCORN``, ``CHECKED_H11``:
@@ -37,8 +41,12 @@ The keep-alive fix rides on the same wrapper of ``TCPServer._read_data`` but not
 from __future__ import annotations
 
 import contextvars
+import fcntl
 import logging
 import os
+import struct
+import sys
+import termios
 from collections.abc import Awaitable, Callable, MutableMapping
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any
@@ -60,6 +68,8 @@ _DATA_PATH = b"/v1/data/"
 
 Scope = MutableMapping[str, Any]
 ASGIApp = Callable[[Scope, Any, Any], Awaitable[None]]
+Due = Callable[[int], float]
+"""When a body's next byte is due (trio time), given the bytes it moved so far: its pace (fair_share.py)."""
 
 bodies_taken = 0  # bodies received this way since the process started (the tests check the path was taken)
 replies_sent = 0  # answers' bodies sent this way since the process started
@@ -96,6 +106,7 @@ class DirectBody:
         self._stream = stream
         self.length = length
         self.taken = False
+        self.too_slow = False  # the body fell behind its pace (``receive_into``'s ``due``)
         self._released = trio.Event()
 
     def release(self) -> None:
@@ -105,10 +116,10 @@ class DirectBody:
     async def wait_released(self) -> None:
         await self._released.wait()
 
-    async def receive_into(self, target: memoryview) -> int:
+    async def receive_into(self, target: memoryview, due: Due | None = None) -> int:
         """Receive the body into ``target`` (exactly ``length`` bytes long); returns the bytes that arrived, fewer
-        than ``length`` when the client went away or stalled past ``read_timeout`` (the connection is then
-        closed after the answer). Call at most once."""
+        than ``length`` when the client went away, stalled past ``read_timeout``, or fell behind ``due`` (then
+        ``too_slow`` is set; the connection is closed after the answer). Call at most once."""
         if self.taken or len(target) != self.length:
             raise ValueError("receive_into: once, into exactly the body's length")
         self.taken = True
@@ -124,7 +135,7 @@ class DirectBody:
                 position = len(held)
                 target[:position] = held
             timeout = self._protocol.config.read_timeout or float("inf")
-            position = await _fill(self._stream, target, position, timeout)
+            position, self.too_slow = await _fill(self._stream, target, position, timeout, due)
             reader._remaining = self.length - position
             if position == self.length:
                 event = self._connection.next_event()  # the end of the body: h11's state moves on
@@ -135,9 +146,12 @@ class DirectBody:
             self.release()
 
 
-async def _fill(stream: Any, target: memoryview, position: int, wait_s: float) -> int:
-    """Receive into ``target[position:]`` until it is full, the peer stops, or a wait passes ``wait_s``; returns
-    the new position. On a plain socket the kernel copies straight into ``target``.
+async def _fill(
+    stream: Any, target: memoryview, position: int, wait_s: float, due: Due | None = None
+) -> tuple[int, bool]:
+    """Receive into ``target[position:]`` until it is full, the peer stops, a wait passes ``wait_s``, or the time
+    passes ``due(position)``; returns the new position, and whether it fell behind ``due``. On a plain socket the
+    kernel copies straight into ``target``.
 
     No SO_RCVLOWAT here, although waking once per 512 KiB instead of once per piece cut a small-piece writer's
     cost to a third on loopback: Linux clamps a TCP socket's receive window to the low-water mark it is given
@@ -150,6 +164,8 @@ async def _fill(stream: Any, target: memoryview, position: int, wait_s: float) -
         try:
             while position < end:
                 scope.deadline = trio.current_time() + wait_s  # each wait is bounded, not the whole body
+                if due is not None:  # ... and so is the body's pace (fair_share.py)
+                    scope.deadline = min(scope.deadline, due(position))
                 if socket is not None:
                     got = await socket.recv_into(target[position:])
                 else:
@@ -161,9 +177,11 @@ async def _fill(stream: Any, target: memoryview, position: int, wait_s: float) -
                 position += got
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
             log.debug("direct body cut off after %d of %d bytes: %r", position, end, exc)
+    too_slow = scope.cancelled_caught and due is not None and trio.current_time() >= due(position)
     if scope.cancelled_caught:
-        log.debug("direct body stalled past %gs after %d of %d bytes", wait_s, position, end)
-    return position
+        log.debug("direct body %s after %d of %d bytes", "fell behind its pace" if too_slow else
+                  f"stalled past {wait_s:g}s", position, end)
+    return position, too_slow
 
 
 _YIELD_EVERY = 4 * 1024 * 1024
@@ -178,6 +196,7 @@ class DirectReply:
     def __init__(self, server: Any, connection: h11.Connection) -> None:
         self._server = server
         self._connection = connection
+        self.too_slow = False  # the client fell behind the answer's pace (``send``'s ``due``)
 
     def ready(self, length: int) -> bool:
         """Whether hypercorn has sent a head announcing exactly ``length`` body bytes, none of them sent yet: only
@@ -185,9 +204,10 @@ class DirectReply:
         writer = self._connection._writer
         return isinstance(writer, _ContentLengthWriter) and writer._length == length
 
-    async def send(self, buffer: Any, start: int, end: int) -> bool:
-        """Send ``buffer[start:end]`` (after ``ready``) and account it to h11; False when the client went away or
-        took no byte for ``read_timeout`` (its connection is then closed; the application ends as usual)."""
+    async def send(self, buffer: Any, start: int, end: int, due: Due | None = None) -> bool:
+        """Send ``buffer[start:end]`` (after ``ready``) and account it to h11; False when the client went away,
+        took no byte for ``read_timeout``, or fell behind ``due`` (then ``too_slow`` is set): its connection is
+        then closed, and the application ends as usual."""
         global replies_sent
         replies_sent += 1
         writer = self._connection._writer
@@ -197,7 +217,7 @@ class DirectReply:
         wait_s = server.config.read_timeout or float("inf")
         with memoryview(buffer) as whole, whole[start:end] as view:
             async with server.send_lock:
-                sent = await _drain(server.stream, view, wait_s)
+                sent, self.too_slow = await _drain(server.stream, view, wait_s, due)
         writer._length -= sent
         if sent == end - start:
             return True
@@ -208,8 +228,9 @@ class DirectReply:
         return False
 
 
-async def _drain(stream: Any, view: memoryview, wait_s: float) -> int:
-    """Send ``view`` on ``stream``; returns the bytes sent, fewer when the peer went or a wait passed ``wait_s``.
+async def _drain(stream: Any, view: memoryview, wait_s: float, due: Due | None = None) -> tuple[int, bool]:
+    """Send ``view`` on ``stream``; returns the bytes sent, fewer when the peer went, a wait passed ``wait_s`` or
+    the time passed ``due(sent)``, and whether it fell behind ``due``.
 
     On a plain socket each ``write`` takes as much as the kernel will, from the view itself (no copy in Python),
     and the loop waits for the socket only when it is full: trio's ``socket.send`` passes through the scheduler
@@ -219,6 +240,7 @@ async def _drain(stream: Any, view: memoryview, wait_s: float) -> int:
     ``readv``, changed nothing measurable for a writer in 64 KiB pieces: its cost is the wait per piece.)"""
     socket = getattr(stream, "socket", None)  # TLS streams have none: they encrypt a piece at a time
     position, end = 0, len(view)
+    too_slow = False
     with trio.CancelScope() as scope:
         try:
             if socket is not None:
@@ -228,8 +250,11 @@ async def _drain(stream: Any, view: memoryview, wait_s: float) -> int:
                     try:
                         sent = os.write(fd, view[position:])
                     except BlockingIOError:
-                        scope.deadline = trio.current_time() + wait_s  # each wait is bounded
-                        await trio.lowlevel.wait_writable(socket)
+                        cut = await _writable(socket, fd, position, wait_s, due)  # each wait is bounded
+                        if cut is not None:
+                            too_slow = cut == "slow"
+                            log.debug("direct reply %s after %d of %d bytes", cut, position, end)
+                            break
                         continue
                     position += sent
                     unyielded += sent
@@ -238,12 +263,56 @@ async def _drain(stream: Any, view: memoryview, wait_s: float) -> int:
                         await trio.lowlevel.checkpoint()
             while position < end:
                 scope.deadline = trio.current_time() + wait_s  # each wait is bounded, not the whole body
+                if due is not None:
+                    scope.deadline = min(scope.deadline, due(position))
                 piece = min(end, position + _TLS_PIECE)
                 await stream.send_all(view[position:piece])
                 position = piece
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
             log.debug("direct reply: the connection failed: %r", exc)
-    return position
+    too_slow = too_slow or (scope.cancelled_caught and due is not None and trio.current_time() >= due(position))
+    return position, too_slow
+
+
+_PACE_CHECK_S = 1.0
+"""How often a reply waiting for room in its socket looks again at what its client took (``_writable``)."""
+
+
+async def _writable(socket: Any, fd: int, position: int, wait_s: float, due: Due | None) -> str | None:
+    """Wait until the socket takes more bytes; None then, or why the reply is cut: "stalled" (no room for
+    ``wait_s``) or "slow" (the bytes the client has taken fell behind ``due``).
+
+    The pace counts the bytes the client took (acknowledged), not those written: the kernel queues megabytes per
+    connection (on loopback a reader with a 4 KiB receive buffer had 2.8 MB queued for it), which would give a
+    reader that takes a KiB every few seconds many minutes of credit. As the client takes bytes while the socket
+    stays full, the wait looks again every ``_PACE_CHECK_S``."""
+    stalled_at = trio.current_time() + wait_s
+    while True:
+        limit = stalled_at
+        if due is not None:
+            limit = min(limit, due(position - _unacknowledged(fd)))
+        now = trio.current_time()
+        if now >= limit:
+            return "stalled" if now >= stalled_at else "slow"
+        with trio.move_on_at(min(limit, now + _PACE_CHECK_S)) as waited:
+            await trio.lowlevel.wait_writable(socket)
+        if not waited.cancelled_caught:
+            return None
+
+
+def _unacknowledged(fd: int) -> int:
+    """Bytes written to the socket that its peer has not acknowledged yet (Linux's ``SIOCOUTQ``); 0 where that
+    cannot be asked (then the pace counts bytes written)."""
+    if _SIOCOUTQ is None:
+        return 0
+    try:
+        answer = fcntl.ioctl(fd, _SIOCOUTQ, b"\0\0\0\0")
+    except OSError:
+        return 0
+    return max(0, int(struct.unpack("i", answer)[0]))
+
+
+_SIOCOUTQ: int | None = getattr(termios, "TIOCOUTQ", None) if sys.platform.startswith("linux") else None
 
 
 def serving(app: ASGIApp) -> ASGIApp:

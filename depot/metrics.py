@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 from .lanes import CopyLanes
@@ -50,17 +52,49 @@ class DepotMetrics:
         )
         self.expired = Counter("lnet_depot_expired", "Allocations reclaimed at expiry", registry=reg)
         self.busy = Counter("lnet_depot_busy_refusals", "Requests refused as busy", registry=reg)
+        self.client_refusals = Counter(
+            "lnet_depot_client_refusals",
+            "Requests refused (429) because their client address had max_requests_per_client in progress",
+            registry=reg,
+        )
+        self.slow_bodies = Counter(
+            "lnet_depot_slow_bodies_cut",
+            "Bodies cut for falling behind min_bytes_per_second after body_grace: in (a write's or a control body), "
+            "out (a read's), push (a copy's, to a slow target)",
+            ["direction"],
+            registry=reg,
+        )
+        self.copies_failed = Counter(
+            "lnet_depot_copies_failed",
+            "Copies that failed at their target: network (unreachable, reset, stalled), target_error (it answered an "
+            "error), unverified (it answered, but not as a depot's write does: another status, or a length short of "
+            "the push), slow (it took the push slower than min_bytes_per_second)",
+            ["reason"],
+            registry=reg,
+        )
         self.copies_refused = Counter(
             "lnet_depot_copies_refused", "Copies refused (403) because copy_allow does not list the target's host",
             registry=reg,
         )
-
         self.fast_path = Gauge(
             "lnet_depot_fast_path",
             "1 when data bodies go straight between socket and allocation (the fast path), 0 when they go through "
             "hypercorn and h11 as they are (switched off, or library versions it was not checked against)",
             registry=reg,
         )
+
+    def watch_load(
+        self, in_flight: Callable[[], int], saturated: Callable[[], bool], clients: Callable[[], int]
+    ) -> None:
+        """Gauges of the depot's load, read when /metrics is asked for."""
+        reg = self.registry
+        Gauge("lnet_depot_requests_in_flight", "Requests holding a place", registry=reg).set_function(in_flight)
+        Gauge(
+            "lnet_depot_saturated", "1 while every request place is taken (/readyz answers 503)", registry=reg
+        ).set_function(lambda: float(saturated()))
+        Gauge(
+            "lnet_depot_clients_in_flight", "Client addresses (IPv6: /64s) with a request in progress", registry=reg
+        ).set_function(clients)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

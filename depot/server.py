@@ -83,12 +83,11 @@ def _hypercorn_config(config: DepotConfig) -> HypercornConfig:
     host, port = config.host_port
     hc.bind = [f"[{host}]:{port}" if ":" in host else f"{host}:{port}"]
     hc.read_timeout = max(1, math.ceil(config.read_timeout))
-    hc.keep_alive_timeout = config.keep_alive_timeout
-    if not direct.keep_alive_fixed():
-        # Without the fix hypercorn holds a connection it stopped reading at read_timeout open, unread, until
-        # keep_alive_timeout: the shorter of the two keeps that wait short (not gone: the keep-alive timer starts
-        # once an answer is sent, reading stops read_timeout after the last receive began).
-        hc.keep_alive_timeout = min(config.keep_alive_timeout, config.read_timeout)
+    # hypercorn's idle timer runs from a connection's start (or its last answer) until a request's head is in: at
+    # read_timeout it also cuts a client that sends its head a byte at a time (each read alone would be in time),
+    # and without the keep-alive fix (direct.keep_alive_fixed) it keeps a connection hypercorn stopped reading
+    # from held open, unread, no longer than that either.
+    hc.keep_alive_timeout = min(config.keep_alive_timeout, config.read_timeout)
     hc.graceful_timeout = config.graceful_timeout
     hc.accesslog = None  # our own access log redacts capabilities; hypercorn's would print them whole
     hc.errorlog = logging.getLogger("lnet.depot.server")

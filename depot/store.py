@@ -32,6 +32,7 @@ import logging
 import mmap
 import os
 import secrets
+import stat
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -125,6 +126,7 @@ class Store:
         if self.data_dir is None:
             return 0
         self.data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        _private(self.data_dir)
         fd = os.open(self.data_dir / ".lock", os.O_RDWR | os.O_CREAT, 0o600)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -138,9 +140,26 @@ class Store:
                 restored += 1
         for tmp in self.data_dir.glob("*.tmp"):
             tmp.unlink(missing_ok=True)
+        self._remove_orphans()
         if self.used > self.capacity:
             log.warning("restored allocations use %d bytes, over the capacity of %d", self.used, self.capacity)
         return restored
+
+    def _remove_orphans(self) -> None:
+        """Delete data files that no record names (a depot stopped between creating a hard allocation's file and
+        writing its record, or a record dropped by hand): nothing could ever reach them, and they hold disk."""
+        assert self.data_dir is not None
+        for data_path in sorted(self.data_dir.glob("*" + _DATA_SUFFIX)):
+            ident = data_path.name.removesuffix(_DATA_SUFFIX)
+            if ident in self._live:
+                continue
+            try:
+                size = data_path.stat().st_size
+                data_path.unlink()
+            except OSError as exc:
+                log.warning("cannot remove orphan data file %s: %s", data_path.name[:8], exc.strerror)
+                continue
+            log.warning("removed orphan data file %s… (%d bytes): no allocation record names it", ident[:8], size)
 
     def close(self) -> None:
         """Flush and unmap everything; hard allocations stay on disk, consistent, for the next start."""
@@ -417,6 +436,22 @@ class Store:
         self.used += size
         self._index(alloc)
         return True
+
+
+def _private(directory: Path) -> None:
+    """Make the data directory 0700, as its files are 0600 (``mkdir`` leaves an existing directory's mode as it
+    is): the records name every allocation. Refused (``RuntimeError``) when that cannot be done."""
+    mode = stat.S_IMODE(directory.stat().st_mode)
+    if mode & 0o077 == 0:
+        return
+    try:
+        directory.chmod(0o700)
+    except OSError as exc:
+        raise RuntimeError(
+            f"data directory {directory} has mode {mode:04o} and cannot be made 0700 ({exc.strerror}): "
+            "others could list the depot's allocations"
+        ) from None
+    log.warning("data directory %s had mode %04o; made it 0700", directory, mode)
 
 
 def _anonymous(size: int) -> mmap.mmap:

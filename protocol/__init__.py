@@ -211,19 +211,34 @@ def encode_body(obj: Any, accept: str | None) -> tuple[bytes, str]:
 def decode_body(content_type: str | None, data: bytes) -> Any:
     """Decode a control body, msgpack or JSON by its content type (JSON when none is given).
 
-    Raises ``BadRequest`` for anything malformed, whatever the decoder's own exception would have been.
+    Raises ``BadRequest`` for anything malformed or ambiguous (a map naming a key twice: decoders keep the last
+    silently, and two readers of one body could disagree on what it asked), and ``BadRequest`` with status 415
+    for any other content type (a JSON text sent as ``text/plain`` or a form is not taken for JSON), whatever
+    the decoder's own exception would have been.
     """
     kind = (content_type or JSON).split(";", 1)[0].strip().lower()
+    if kind not in (MSGPACK, JSON):
+        raise BadRequest(
+            f"unsupported content type {kind[:64]!r}: send application/msgpack or application/json", status=415
+        )
     if not data:
         return {}
     try:
         if kind == MSGPACK:
-            return msgpack.unpackb(data, raw=False, strict_map_key=True)
-        if kind in (JSON, "text/plain", "application/x-www-form-urlencoded"):
-            return json.loads(data)
+            return msgpack.unpackb(data, raw=False, strict_map_key=True, object_pairs_hook=_map_once)
+        return json.loads(data, object_pairs_hook=_map_once)
     except (ValueError, TypeError, msgpack.ExtraData, msgpack.FormatError, msgpack.StackError, RecursionError) as exc:
         raise BadRequest(f"malformed {kind} body: {exc}") from None
-    raise BadRequest(f"unsupported content type {kind!r}: send application/msgpack or application/json")
+
+
+def _map_once(pairs: list[tuple[Any, Any]]) -> dict[Any, Any]:
+    """A decoded map, refused when it names a key twice."""
+    out: dict[Any, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise BadRequest(f"the body names {str(key)[:64]!r} twice")
+        out[key] = value
+    return out
 
 
 def describe_error(exc: BaseException) -> str:

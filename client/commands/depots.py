@@ -123,10 +123,13 @@ def health_from_status(
         required = status.get("token_required_for", [])
         if not isinstance(required, list) or not all(isinstance(op, str) for op in required):
             raise _Malformed("its token_required_for is not a list of names")
+        saturated = status.get("saturated") is True  # every request place taken: it answers, but refuses work
+        limit = status.get("max_concurrent_requests")
         return DepotHealth(
             entry.name,
             entry.url,
-            "ok",
+            "busy" if saturated else "ok",
+            f"saturated: all {limit} of its request places are taken" if saturated else None,
             seconds=seconds,
             depot_name=_field(status, "name", str),
             version=_field(status, "version", str),
@@ -234,7 +237,7 @@ async def query_depot(
         except DepotUnreachable as exc:
             failure = ("unreachable", str(exc).removeprefix(f"{entry.url}: "))
         except Busy as exc:
-            failure = ("busy", f"503 busy: {exc.message}")
+            failure = ("busy", f"{exc.status} busy: {exc.message}")
         except (Unauthorized, Forbidden) as exc:
             hint = "the depots file gives no token for it" if entry.token is None else "its token is refused"
             failure = ("refused", f"{exc.status} {exc.code}: {exc.message} ({hint})")

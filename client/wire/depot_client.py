@@ -312,7 +312,10 @@ class DepotClient:
             if value is not None:
                 body[key] = value
         answer = await self._control("POST", f"/v1/copy/{read}", body, wait_s=wait_s)
-        return CopyResult(int(answer["bytes"]), float(answer["seconds"]), float(answer.get("queued_s", 0.0)))
+        copied = CopyResult(int(answer["bytes"]), float(answer["seconds"]), float(answer.get("queued_s", 0.0)))
+        if length is not None and copied.nbytes != length:  # a depot that pushed other than asked did not copy
+            raise Upstream(f"{self.base_url} answered a copy of {length} bytes with {copied.nbytes} bytes copied")
+        return copied
 
     async def digest(
         self, read: str, algorithm: str = "sha256", *, offset: int | None = None, length: int | None = None

@@ -21,9 +21,9 @@ from hypercorn.trio import serve as hypercorn_serve
 from rich.console import Console
 
 from lnet.client.commands.cli import main
-from lnet.client.commands.depots import exit_code, query_all, render_table, to_json
+from lnet.client.commands.depots import exit_code, health_from_status, query_all, render_table, to_json
 from lnet.client.exits import ExitCode
-from lnet.client.formats.overlay import Overlay
+from lnet.client.formats.overlay import DepotEntry, Overlay
 from lnet.client.wire.depot_client import DepotClient
 from lnet.depot import Depot, DepotConfig
 
@@ -251,3 +251,14 @@ def test_the_command_does_not_load_the_depot_server() -> None:
     loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert loaded.strip() == "[]"
 
+
+
+def test_a_saturated_depot_is_busy_and_a_client_over_its_share_too() -> None:
+    status = {"name": "atl", "version": "0.1.0", "protocol": 1, "capacity": 100, "used": 0, "max_allocation": 100,
+              "max_duration": 60.0, "in_flight": 512, "max_concurrent_requests": 512, "saturated": True, "links": []}
+    health = health_from_status(DepotEntry("atl", "http://atl.test:6714"), status, {})
+    assert (health.state, health.reason) == ("busy", "saturated: all 512 of its request places are taken")
+    assert health.in_flight == 512  # its figures are still shown
+    assert exit_code([health]) == ExitCode.UNREACHABLE  # try again later
+    calm = health_from_status(DepotEntry("atl", "http://atl.test:6714"), {**status, "saturated": False}, {})
+    assert (calm.state, calm.reason) == ("ok", None)

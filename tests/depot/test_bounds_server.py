@@ -89,3 +89,31 @@ async def test_http2_is_refused_and_tls_offers_http1_only(tmp_path: Path) -> Non
                 await stream.do_handshake()
             assert stream.selected_alpn_protocol() == "http/1.1"
         nursery.cancel_scope.cancel()
+
+
+async def test_a_request_head_sent_a_byte_at_a_time_is_cut_at_read_timeout(tmp_path: Path) -> None:
+    """Each byte comes well within read_timeout, so no single wait runs out: the head as a whole is bounded."""
+    config = DepotConfig(listen="127.0.0.1:0", data_dir=tmp_path / "d", read_timeout=1.0)
+    async with trio.open_nursery() as nursery:
+        url = await nursery.start(serve, config)
+        parts = urlsplit(url)
+        assert parts.hostname is not None
+        assert parts.port is not None
+        async with await trio.open_tcp_stream(parts.hostname, parts.port) as stream:
+            head = b"GET /v1/status HTTP/1.1\r\nHost: d\r\n" + b"X-Slow: " + b"a" * 200
+            started = trio.current_time()
+            cut = False
+            with trio.move_on_after(15):  # hypercorn's keep-alive timer (75 s) was the only bound
+                for byte in head:
+                    try:
+                        await stream.send_all(bytes([byte]))
+                    except trio.BrokenResourceError:
+                        cut = True
+                        break
+                    with trio.move_on_after(0.25):  # a byte every quarter second
+                        if await stream.receive_some(1024) == b"":
+                            cut = True
+                            break
+            assert cut
+            assert trio.current_time() - started < 3  # read_timeout (1 s), and some slack for a busy machine
+        nursery.cancel_scope.cancel()

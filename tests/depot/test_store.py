@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import json
+import logging
+import stat
 from pathlib import Path
+from unittest.mock import patch
 
 import pytest
 
@@ -160,3 +163,42 @@ def test_soft_allocations_are_private_memory_not_shmem(tmp_path: Path) -> None:
     alloc.buffer[:5] = b"bytes"
     store.commit_write(alloc, 5)
     assert bytes(alloc.view(0, 5)) == b"bytes"
+
+
+def test_an_existing_data_directory_is_made_private(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    data = tmp_path / "data"
+    data.mkdir(mode=0o755)
+    data.chmod(0o755)  # as a directory made by hand (or by an older depot) under the usual umask
+    with caplog.at_level(logging.WARNING, logger="lnet.depot.store"):
+        store = make(tmp_path)
+    assert stat.S_IMODE(data.stat().st_mode) == 0o700
+    assert "had mode 0755; made it 0700" in caplog.text
+    store.close()
+
+
+def test_a_data_directory_that_cannot_be_made_private_is_refused(tmp_path: Path) -> None:
+    """As when the directory belongs to another user (chmod is then refused; root, which runs the suite here, is
+    never refused, hence the stand-in)."""
+    data = tmp_path / "data"
+    data.mkdir()
+    data.chmod(0o755)
+    store = Store(capacity=1000, max_allocation=1000, max_duration=3600, data_dir=data)
+    with patch.object(Path, "chmod", side_effect=PermissionError(1, "Operation not permitted")), \
+            pytest.raises(RuntimeError, match="mode 0755 and cannot be made 0700"):
+        store.open(NOW)
+
+
+def test_orphan_data_files_are_removed_at_start(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    store = make(tmp_path)
+    (kept, _), = store.allocate(100, 600, Reliability.HARD, 1, NOW)
+    store.close()
+    data = tmp_path / "data"
+    orphan = data / ("0" * 32 + ".data")  # a depot stopped between the data file and its record
+    orphan.write_bytes(b"x" * 300)
+    with caplog.at_level(logging.WARNING, logger="lnet.depot.store"):
+        store = make(tmp_path)
+    assert not orphan.exists()
+    assert "removed orphan data file 00000000… (300 bytes)" in caplog.text
+    assert store.allocations == 1
+    assert (data / (kept.ident + ".data")).exists()
+    store.close()
