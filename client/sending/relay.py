@@ -431,7 +431,7 @@ class Relay:
         # Names this transfer's copy lanes at the depots; random so that two transfers never share one.
         self._lane = secrets.token_hex(8)
         self._blocks_to_send: int | None = None  # set by run(): the blocks this run sends
-        self._probe_runs = EdgeProbes(self)
+        self._probe_runs = EdgeProbes(self)  # reads the members of ``ProbingRelay``
         self._pools: dict[str, _Pool] = {}
         self._probing: set[Edge] = set()
         self._records: dict[int, BlockRecord] = {}
@@ -467,6 +467,16 @@ class Relay:
     @property
     def meters(self) -> dict[Edge, EdgeMeter]:
         return self.engine.meters
+
+    @property
+    def finished(self) -> bool:
+        """Whether every block has arrived: probes stop at their next copy."""
+        return self._done.is_set()
+
+    @property
+    def probe_s(self) -> float:
+        """How long a probe runs: the scheduler's ``probe_s``, else the relay's own (a pinned transfer)."""
+        return self.scheduler.config.probe_s if self.scheduler is not None else self.config.probe_s
 
     # -- the whole transfer ---------------------------------------------------------------------------------
 
@@ -753,10 +763,10 @@ class Relay:
                 self.dead.add(node)
                 self._pools.pop(node, None)
                 self._note(f"depot {node} does not answer: avoiding it")
-                self._tell(DepotFailure(node, now))
+                self.tell(DepotFailure(node, now))
                 return
         if u != v and not isinstance(exc, NotFound):
-            self._tell(HopFailure(edge, now))
+            self.tell(HopFailure(edge, now))
 
     def depot_joined(self, node: str, client: DepotClient) -> None:
         """A depot that joined the overlay during the transfer (the directory says so: ``membership.py``): the
@@ -775,7 +785,7 @@ class Relay:
             return
         self.dead.add(node)
         self._pools.pop(node, None)
-        self._tell(DepotFailure(node, self.clock()))
+        self.tell(DepotFailure(node, self.clock()))
 
     # -- steering: measurements in, decisions out ------------------------------------------------------------------
 
@@ -788,7 +798,7 @@ class Relay:
             for edge, sample in self.engine.tick(trio.current_time()):
                 # Each hop's depth is its own (``_resize_windows``): say how many copies it ran at once, and
                 # whether it had work for its depth.
-                self._tell(Measurement(edge, sample.bytes, sample.stream_seconds, now,
+                self.tell(Measurement(edge, sample.bytes, sample.stream_seconds, now,
                                        sample.at_once if adaptive else None,
                                        began=now - (trio.current_time() - sample.began),
                                        starved=adaptive and sample.starved))
@@ -859,7 +869,8 @@ class Relay:
         except NoPathError:
             return None
 
-    def _tell(self, event: Measurement | HopFailure | DepotFailure | ProbeDone) -> None:
+    def tell(self, event: Measurement | HopFailure | DepotFailure | ProbeDone) -> None:
+        """Give the scheduler (else the memory of a pinned transfer) an event, traced; the probes report here too."""
         self._trace_event(event)
         if self.scheduler is not None:
             self.scheduler.measure(event)
@@ -892,7 +903,7 @@ class Relay:
                 for node, alloc in made:
                     await self._release((node, alloc))
             self._probing.discard(edge)
-            self._tell(ProbeDone(edge, self.clock()))
+            self.tell(ProbeDone(edge, self.clock()))
             if not self._probing:
                 self._probes_idle.set()
 
@@ -917,13 +928,13 @@ class Relay:
         finally:
             window.release()
 
-    def _hold(self, node: str) -> float:
+    def hold_s(self, node: str) -> float:
         """How long ``node`` holds a block on its way (or a probe's): ``hold_s``, or less where it allows less."""
         return min(self.config.hold_s, self.config.hold_s_at.get(node, self.config.hold_s))
 
     def _lifetime(self, node: str) -> float:
         """How long a block's allocation at ``node`` is asked for: its duration at the destination, else a hold."""
-        return self.config.duration_s if node == self.dest else self._hold(node)
+        return self.config.duration_s if node == self.dest else self.hold_s(node)
 
     async def _allocate(self, node: str) -> Allocation:
         if node in self.dead:
@@ -934,7 +945,7 @@ class Relay:
             pool = self._pools[node] = _Pool(
                 self.clients[node], self.config.block_size, self._lifetime(node), batch,
                 patience_s=self.config.space_wait_s, name=node, on_wait=partial(self._space_wait, node),
-                on_allocated=self._allocated,
+                on_allocated=self.allocated,
                 # Blocks stay at the destination; elsewhere a block's allocation carries later blocks. A depot
                 # holds a block until it is two depots further on, so about as many as the relay admits at once.
                 keep=0 if node == self.dest else 4 * self.config.max_inflight,
@@ -971,7 +982,8 @@ class Relay:
     def _note(self, text: str) -> None:
         self.on_event(Note(text, self.clock()))
 
-    def _allocated(self, allocations: Sequence[Allocation]) -> None:
+    def allocated(self, allocations: Sequence[Allocation]) -> None:
+        """Report allocations the relay (a block's pool, or a probe) took at one depot (``Allocated``)."""
         if allocations:
             self.on_event(Allocated(allocations[0].depot, tuple(a.manage for a in allocations), self.clock()))
 
