@@ -278,6 +278,24 @@ class PathScheduler:
         """When the loop last re-evaluated the path (``now`` of that tick or of ``start``)."""
         return self._last_evaluation
 
+    # -- what the loop's parts read (``_pathset.PathSetLoop``, ``_probing.ProbingLoop``) -------------------------
+
+    @property
+    def edge_since(self) -> dict[Edge, float]:
+        """When each edge of the set joined it (a hop's samples from its first ``warmup_s`` are not learnt); the
+        path set adds its newcomers' edges and takes out those of the paths that leave."""
+        return self._edge_since
+
+    @property
+    def history(self) -> list[PathAttempt]:
+        """The attempts that ended, in the order they ended; the path set adds the extras that leave."""
+        return self._history
+
+    @property
+    def now(self) -> float:
+        """The time of the latest ``tick`` (or of ``start``)."""
+        return self._now
+
     @property
     def memory_discredited(self) -> bool:
         """Whether this transfer found the remembered estimates wrong and stopped trusting them."""
@@ -310,7 +328,7 @@ class PathScheduler:
         if self.config.max_paths > 1:
             # a warm start runs every path the memory predicts to add from its first second; a cold one scouts
             # once its first path has been measured
-            if not self._set.join(now) and self.config.cold_scouts and has_unknown(self._measured_graph(), path):
+            if not self._set.join(now) and self.config.cold_scouts and has_unknown(self.measured_graph(), path):
                 self._state = self._state.scouts_due()
         return self._with_set(Switch(path, predicted, "start", self._probes(now)))
 
@@ -348,7 +366,7 @@ class PathScheduler:
             return self._with_set(DropDepot(depot, path, path_throughput(self.graph(), path)))
         if News.HOP_FAILED in self._state.news:
             return self._with_set(self._reevaluate(now, failure=True))
-        if self._state.scouts is Scouts.DUE and not has_unknown(self._measured_graph(), self._attempt.path):
+        if self._state.scouts is Scouts.DUE and not has_unknown(self.measured_graph(), self._attempt.path):
             self._state = self._state.scouts_done()
             if self._set.scout(now):
                 return self._with_set(replace(self._set_switch(now, "join"), probes=self._probes(now)))
@@ -412,7 +430,7 @@ class PathScheduler:
             if probe and not deep and self.config.min_streams > streams:
                 hoped = nbytes / seconds * self.config.min_streams / self.config.streams
             seconds *= self.config.streams / streams
-        owner = self._set.owner(edge)
+        owner = self._owner(edge)
         if owner is not None:
             flow = owner.flows.setdefault(edge, _Flow())
             flow.bytes += nbytes
@@ -499,7 +517,7 @@ class PathScheduler:
         current_predicted = -math.inf if current is None else path_throughput(graph, current)
         reason: SwitchReason = "better"
         if self.probing:
-            best = self._best_known(graph)  # probes explore; the transfer stays on measured ground
+            best = self.best_known(graph)  # probes explore; the transfer stays on measured ground
             measured_better = best != current and path_throughput(graph, best) > current_predicted * (
                 1 + self.config.hysteresis
             )
@@ -523,7 +541,7 @@ class PathScheduler:
             if has_unknown(graph, best):
                 reason = "explore"
                 if self.explorations >= self.max_explorations:
-                    best, reason = self._best_known(graph), "settle"
+                    best, reason = self.best_known(graph), "settle"
         if best == current:
             return None
         predicted = path_throughput(graph, best)
@@ -540,8 +558,8 @@ class PathScheduler:
         if not self.probing or self._set.extras or self._set.trial is not None or self._state.hope is not None:
             return None
         assert self._attempt is not None
-        graph = self._measured_graph()
-        best = self._best_known(graph)
+        graph = self.measured_graph()
+        best = self.best_known(graph)
         current = self._attempt.path
         if best == current or has_unknown(graph, current) or has_unknown(graph, best):
             return None  # (nothing measured end to end makes the direct path "best", unmeasured)
@@ -567,17 +585,17 @@ class PathScheduler:
         replace the floor, and a path that did not hold is left at the next evaluation by the measured rules."""
         if self.explorations >= self.max_explorations:
             return None
-        hoped = self._with_ceilings(graph)
+        hoped = self.with_ceilings(graph)
         if hoped is None:
             return None
-        path = self._best_known(hoped)
+        path = self.best_known(hoped)
         predicted = path_throughput(hoped, path)
         margin = 1 + HOPE_HYSTERESIS * self.config.hysteresis
         if path == current or path != best and not predicted > path_throughput(graph, best) * margin:
             return None
         return path, predicted
 
-    def _with_ceilings(self, graph: nx.DiGraph) -> nx.DiGraph | None:
+    def with_ceilings(self, graph: nx.DiGraph) -> nx.DiGraph | None:
         """``graph`` with every floor (an estimate with a ceiling) raised to its ceiling; None if there is none,
         or once a path tried on ceilings has not held."""
         if self._state.ceilings is Ceilings.SPENT:
@@ -595,7 +613,8 @@ class PathScheduler:
             raised.edges[u, v][THROUGHPUT] = max(attrs[THROUGHPUT], entry.ceiling_bps * streams)
         return raised
 
-    def _best_known(self, graph: nx.DiGraph) -> Path:
+    def best_known(self, graph: nx.DiGraph) -> Path:
+        """The widest path of ``graph``'s measured edges; the direct path when none runs end to end."""
         try:
             return tuple(widest_path(measured_only(graph), self.src, self.dst))
         except NoPathError:
@@ -675,7 +694,7 @@ class PathScheduler:
         if self.config.max_paths == 1 or self._attempt is None:
             return decision
         paths = self.current_paths
-        graph = self._measured_graph()
+        graph = self.measured_graph()
         rates = [path_throughput(graph, path) for path in paths]
         if not isinstance(decision, Keep) and decision.path == paths[0]:
             rates[0] = decision.predicted_bps
@@ -685,10 +704,17 @@ class PathScheduler:
         assert self._attempt is not None
         self._changed_at = now
         primary = self._attempt.path
-        return Switch(primary, path_throughput(self._measured_graph(), primary), reason)
+        return Switch(primary, path_throughput(self.measured_graph(), primary), reason)
 
-    def _measured_graph(self) -> nx.DiGraph:
+    def measured_graph(self) -> nx.DiGraph:
+        """The graph paths are compared on: without aging's raises when the loop probes (probes try them)."""
         return self.graph(with_aging=not self.probing)
+
+    def _owner(self, edge: Edge) -> _Attempt | None:
+        """The attempt of the set whose path has ``edge`` (at most one: the set is edge-disjoint)."""
+        if edge not in self._edge_since or self._attempt is None:
+            return None
+        return next((a for a in (self._attempt, *self._set.extras) if edge in edges_of(a.path)), None)
 
     def _probes(self, now: float) -> tuple[Edge, ...]:
         """Edges worth probing now (``ProbePlan.choose``); none when the loop explores by moving. A probe that has
@@ -700,8 +726,10 @@ class PathScheduler:
             self._state = self._state.unheard()
             self._probe_plan.since.clear()
             return ()
-        return self._probe_plan.choose(now)
+        return self._probe_plan.choose(now, self._set.banned_edges)
 
-    def _unverified(self, edge: Edge) -> bool:
+    def unverified(self, edge: Edge) -> bool:
+        """Whether ``edge``'s weight is no measurement of this transfer's to go by: unknown, aged, or remembered
+        from a memory this transfer has discredited and not confirmed since."""
         entry = self.memory.entry(*edge)
         return entry is None or entry.aged or (self.memory_discredited and edge not in self._confirmed)
