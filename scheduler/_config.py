@@ -66,7 +66,8 @@ class SchedulerConfig:
     operation, 14).
     False: a cold start runs one path and learns the others by probes alone, as before 2026-11-28."""
     max_paths: int = 1
-    """How many edge-disjoint paths the transfer may use at once (issue 12). 1: one path, exactly as before."""
+    """How many edge-disjoint paths the transfer may use at once (theory of operation, 12). 1: one path, exactly as
+    before."""
     path_margin: float = 0.15
     """A further path joins the set only when predicted to add at least this fraction of the set's predicted
     total; it must then make the measured total grow by half of it (else it shared a bottleneck), and it leaves
