@@ -14,18 +14,14 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Literal, TypeVar
+from typing import TypeVar
 
 import networkx as nx
 
-from ._memory import (
-    DEFAULT_AGE_AFTER_S,
-    DEFAULT_AGE_MAX_PER_ROUND,
-    DEFAULT_AGE_PERCENT,
-    Edge,
-    EdgeMemory,
-)
-from ._pathset import PathAttempt, PathSet, _Attempt, _Flow
+from ._attempts import PathAttempt, SwitchReason, _Attempt, _Flow
+from ._config import SchedulerConfig
+from ._memory import Edge, EdgeMemory
+from ._pathset import PathSet
 from ._probing import SHARED_DROP, ProbePlan
 from ._state import Ceilings, Exploration, LoopState, Memory, News, Scouts
 from ._widest import THROUGHPUT, NoPathError, edges_of, has_unknown, measured_only, path_throughput, widest_path
@@ -57,97 +53,6 @@ HOPE_HYSTERESIS = 2.0
 transfer) must be predicted this many times the hysteresis faster to be tried: a ceiling adds the hop's whole rate
 to the probe's, so when the two share a link that the hop already fills, the ceiling exceeds the hop by just the
 probe's small share, plus noise, and no move would gain anything."""
-SwitchReason = Literal["start", "explore", "better", "settle", "failure", "join", "drop"]
-"""Why the set changed. ``"join"``: a path was added beside the primary; ``"drop"``: a path other than the primary
-was removed because it stopped adding rate or shared a bottleneck with the set (a failed one is ``"failure"``)."""
-
-
-@dataclass(frozen=True, slots=True)
-class SchedulerConfig:
-    """The loop's knobs; times in seconds, throughputs in bytes/s."""
-
-    reevaluate_s: float = 5.0
-    """How often the loop looks for a better path (the seed's sleep(t))."""
-    min_attempt_s: float = 10.0
-    """No path attempt is judged before it has run this long (unless a hop fails)."""
-    warmup_s: float = 2.0
-    """Samples of an edge that started within this long of the edge joining the path are not learnt from:
-    TCP is still opening its window. They still count towards the attempt's achieved throughput."""
-    hysteresis: float = 0.10
-    """A path must be predicted this fraction faster than the current one to replace it."""
-    early_gain: float = 0.20
-    """A path of measured edges predicted this fraction faster than the current one is moved to at the next
-    re-evaluation, before ``min_attempt_s`` (theory of operation, 2): a cold start that moved to a one-depot path
-    and then measured the chain's middle edge need not run the lesser path for its whole attempt. Never from a
-    path on trial (one tried on ceilings, or a set with newcomers), and never onto unknown or ceiling figures."""
-    age_after_s: float = DEFAULT_AGE_AFTER_S
-    age_percent: float = DEFAULT_AGE_PERCENT
-    age_max_per_round: int = DEFAULT_AGE_MAX_PER_ROUND
-    max_explorations: int | None = None
-    """How many attempts may use a path with unknown edges; None: twice the number of vertices."""
-    memory_mismatch: float = 0.5
-    """A remembered estimate (from before this transfer started, not aged since) that this transfer measures more
-    than this fraction below, or the inverse above, discredits every remembered estimate this transfer has not
-    confirmed: they count as unknown from then on."""
-    probes_per_round: int = 4
-    """0: explore as the seed does, by moving the transfer onto paths with unknown edges. More: never move the
-    transfer onto an unknown edge; instead keep up to this many probes running at once beside the transfer, each
-    a stream of the transfer's own block size on one unknown edge (the ones on the paths that could beat the best
-    known), a new one asked at the first tick after one ends (``ProbeDone``, or ``3 * probe_s`` without news).
-    Few at once, because probes that share a bottleneck see only what the others leave (4 did best in the
-    simulator across shared and unshared topologies, ``bench/scheduler.py``). An engine that ignores ``probes``
-    is noticed (no probe ever reported back within ``3 * probe_s``) and the loop falls back to the seed's way."""
-    probe_s: float = 4.0
-    """How long the engine runs one probe, reporting measurements as for a hop of the path. The engine owns a
-    probe's warm-up (it knows which copy ran on a cold connection): every probe sample it reports is learnt."""
-    min_streams: int = 1
-    """The fewest blocks the engine keeps in flight on a hop when it chooses each hop's depth itself (``streams``
-    is then the most): a one-stream probe's ceiling is this many of its stream (theory of operation, 9). 1: no
-    ceiling from the depth rule."""
-    streams: int = 1
-    """Blocks the transfer keeps in flight on one hop. Measurements are per stream (bytes over the seconds each
-    copy took), and an edge's weight is ``streams`` times its per-stream rate: what this transfer would get on
-    it. A path's predicted throughput is in the transfer's own bytes/s."""
-    deep_probes: bool = True
-    """Probe deep an edge known from one stream only, when ``streams`` of that stream would make its path the best
-    (theory of operation, 13). False: one stream a probe, as before 2026-11-28 (for comparisons)."""
-    cold_scouts: bool = True
-    """With ``max_paths`` > 1, a start that knows nothing of its first path runs, beside it once it has reported, the
-    one-depot paths the round trips rank widest (``PathSet.scout``): the transfer's own blocks measure them (theory of
-    operation, 14).
-    False: a cold start runs one path and learns the others by probes alone, as before 2026-11-28."""
-    max_paths: int = 1
-    """How many edge-disjoint paths the transfer may use at once (issue 12). 1: one path, exactly as before."""
-    path_margin: float = 0.15
-    """A further path joins the set only when predicted to add at least this fraction of the set's predicted
-    total; it must then make the measured total grow by half of it (else it shared a bottleneck), and it leaves
-    when its measured rate falls below half of it of the others' (theory of operation, 12). Chosen in the
-    simulator (``bench/scheduler.py --multipath``): 0.05 to 0.25 do alike where routes differ widely or share one
-    bottleneck; 0.15 leaves out a route adding 10% (``two_routes``' direct link), which 0.10 takes, but at 15%
-    measurement noise 0.10's trial (5% growth) let a path through the shared bottleneck stay and churn the set."""
-
-    def __post_init__(self) -> None:
-        for name in ("reevaluate_s", "min_attempt_s", "age_after_s"):
-            if not getattr(self, name) > 0:
-                raise ValueError(f"{name} must be positive")
-        if not 0 <= self.warmup_s < self.min_attempt_s:
-            raise ValueError("warmup_s must be at least 0 and less than min_attempt_s")
-        if not self.early_gain >= self.hysteresis:
-            raise ValueError("early_gain must be at least hysteresis")
-        if self.hysteresis < 0 or self.age_percent < 0 or self.age_max_per_round < 0:
-            raise ValueError("hysteresis, age_percent and age_max_per_round must not be negative")
-        if self.probes_per_round < 0 or not self.probe_s > self.warmup_s:
-            raise ValueError("probes_per_round must not be negative, and probe_s must exceed warmup_s")
-        if self.streams < 1 or not 1 <= self.min_streams <= self.streams:
-            raise ValueError("streams must be at least 1, and min_streams from 1 to streams")
-        if self.max_explorations is not None and self.max_explorations < 0:
-            raise ValueError("max_explorations must not be negative")
-        if not 0 < self.memory_mismatch < 1:
-            raise ValueError("memory_mismatch must be between 0 and 1")
-        if self.max_paths < 1:
-            raise ValueError("max_paths must be at least 1")
-        if not 0 < self.path_margin < 1:
-            raise ValueError("path_margin must be between 0 and 1")
 
 
 # -- events in -------------------------------------------------------------------------------------------
@@ -373,6 +278,24 @@ class PathScheduler:
         """When the loop last re-evaluated the path (``now`` of that tick or of ``start``)."""
         return self._last_evaluation
 
+    # -- what the loop's parts read (``_pathset.PathSetLoop``, ``_probing.ProbingLoop``) -------------------------
+
+    @property
+    def edge_since(self) -> dict[Edge, float]:
+        """When each edge of the set joined it (a hop's samples from its first ``warmup_s`` are not learnt); the
+        path set adds its newcomers' edges and takes out those of the paths that leave."""
+        return self._edge_since
+
+    @property
+    def history(self) -> list[PathAttempt]:
+        """The attempts that ended, in the order they ended; the path set adds the extras that leave."""
+        return self._history
+
+    @property
+    def now(self) -> float:
+        """The time of the latest ``tick`` (or of ``start``)."""
+        return self._now
+
     @property
     def memory_discredited(self) -> bool:
         """Whether this transfer found the remembered estimates wrong and stopped trusting them."""
@@ -405,7 +328,7 @@ class PathScheduler:
         if self.config.max_paths > 1:
             # a warm start runs every path the memory predicts to add from its first second; a cold one scouts
             # once its first path has been measured
-            if not self._set.join(now) and self.config.cold_scouts and has_unknown(self._measured_graph(), path):
+            if not self._set.join(now) and self.config.cold_scouts and has_unknown(self.measured_graph(), path):
                 self._state = self._state.scouts_due()
         return self._with_set(Switch(path, predicted, "start", self._probes(now)))
 
@@ -443,7 +366,7 @@ class PathScheduler:
             return self._with_set(DropDepot(depot, path, path_throughput(self.graph(), path)))
         if News.HOP_FAILED in self._state.news:
             return self._with_set(self._reevaluate(now, failure=True))
-        if self._state.scouts is Scouts.DUE and not has_unknown(self._measured_graph(), self._attempt.path):
+        if self._state.scouts is Scouts.DUE and not has_unknown(self.measured_graph(), self._attempt.path):
             self._state = self._state.scouts_done()
             if self._set.scout(now):
                 return self._with_set(replace(self._set_switch(now, "join"), probes=self._probes(now)))
@@ -507,7 +430,7 @@ class PathScheduler:
             if probe and not deep and self.config.min_streams > streams:
                 hoped = nbytes / seconds * self.config.min_streams / self.config.streams
             seconds *= self.config.streams / streams
-        owner = self._set.owner(edge)
+        owner = self._owner(edge)
         if owner is not None:
             flow = owner.flows.setdefault(edge, _Flow())
             flow.bytes += nbytes
@@ -594,7 +517,7 @@ class PathScheduler:
         current_predicted = -math.inf if current is None else path_throughput(graph, current)
         reason: SwitchReason = "better"
         if self.probing:
-            best = self._best_known(graph)  # probes explore; the transfer stays on measured ground
+            best = self.best_known(graph)  # probes explore; the transfer stays on measured ground
             measured_better = best != current and path_throughput(graph, best) > current_predicted * (
                 1 + self.config.hysteresis
             )
@@ -618,7 +541,7 @@ class PathScheduler:
             if has_unknown(graph, best):
                 reason = "explore"
                 if self.explorations >= self.max_explorations:
-                    best, reason = self._best_known(graph), "settle"
+                    best, reason = self.best_known(graph), "settle"
         if best == current:
             return None
         predicted = path_throughput(graph, best)
@@ -635,8 +558,8 @@ class PathScheduler:
         if not self.probing or self._set.extras or self._set.trial is not None or self._state.hope is not None:
             return None
         assert self._attempt is not None
-        graph = self._measured_graph()
-        best = self._best_known(graph)
+        graph = self.measured_graph()
+        best = self.best_known(graph)
         current = self._attempt.path
         if best == current or has_unknown(graph, current) or has_unknown(graph, best):
             return None  # (nothing measured end to end makes the direct path "best", unmeasured)
@@ -662,17 +585,17 @@ class PathScheduler:
         replace the floor, and a path that did not hold is left at the next evaluation by the measured rules."""
         if self.explorations >= self.max_explorations:
             return None
-        hoped = self._with_ceilings(graph)
+        hoped = self.with_ceilings(graph)
         if hoped is None:
             return None
-        path = self._best_known(hoped)
+        path = self.best_known(hoped)
         predicted = path_throughput(hoped, path)
         margin = 1 + HOPE_HYSTERESIS * self.config.hysteresis
         if path == current or path != best and not predicted > path_throughput(graph, best) * margin:
             return None
         return path, predicted
 
-    def _with_ceilings(self, graph: nx.DiGraph) -> nx.DiGraph | None:
+    def with_ceilings(self, graph: nx.DiGraph) -> nx.DiGraph | None:
         """``graph`` with every floor (an estimate with a ceiling) raised to its ceiling; None if there is none,
         or once a path tried on ceilings has not held."""
         if self._state.ceilings is Ceilings.SPENT:
@@ -690,7 +613,8 @@ class PathScheduler:
             raised.edges[u, v][THROUGHPUT] = max(attrs[THROUGHPUT], entry.ceiling_bps * streams)
         return raised
 
-    def _best_known(self, graph: nx.DiGraph) -> Path:
+    def best_known(self, graph: nx.DiGraph) -> Path:
+        """The widest path of ``graph``'s measured edges; the direct path when none runs end to end."""
         try:
             return tuple(widest_path(measured_only(graph), self.src, self.dst))
         except NoPathError:
@@ -770,7 +694,7 @@ class PathScheduler:
         if self.config.max_paths == 1 or self._attempt is None:
             return decision
         paths = self.current_paths
-        graph = self._measured_graph()
+        graph = self.measured_graph()
         rates = [path_throughput(graph, path) for path in paths]
         if not isinstance(decision, Keep) and decision.path == paths[0]:
             rates[0] = decision.predicted_bps
@@ -780,10 +704,17 @@ class PathScheduler:
         assert self._attempt is not None
         self._changed_at = now
         primary = self._attempt.path
-        return Switch(primary, path_throughput(self._measured_graph(), primary), reason)
+        return Switch(primary, path_throughput(self.measured_graph(), primary), reason)
 
-    def _measured_graph(self) -> nx.DiGraph:
+    def measured_graph(self) -> nx.DiGraph:
+        """The graph paths are compared on: without aging's raises when the loop probes (probes try them)."""
         return self.graph(with_aging=not self.probing)
+
+    def _owner(self, edge: Edge) -> _Attempt | None:
+        """The attempt of the set whose path has ``edge`` (at most one: the set is edge-disjoint)."""
+        if edge not in self._edge_since or self._attempt is None:
+            return None
+        return next((a for a in (self._attempt, *self._set.extras) if edge in edges_of(a.path)), None)
 
     def _probes(self, now: float) -> tuple[Edge, ...]:
         """Edges worth probing now (``ProbePlan.choose``); none when the loop explores by moving. A probe that has
@@ -795,8 +726,10 @@ class PathScheduler:
             self._state = self._state.unheard()
             self._probe_plan.since.clear()
             return ()
-        return self._probe_plan.choose(now)
+        return self._probe_plan.choose(now, self._set.banned_edges)
 
-    def _unverified(self, edge: Edge) -> bool:
+    def unverified(self, edge: Edge) -> bool:
+        """Whether ``edge``'s weight is no measurement of this transfer's to go by: unknown, aged, or remembered
+        from a memory this transfer has discredited and not confirmed since."""
         entry = self.memory.entry(*edge)
         return entry is None or entry.aged or (self.memory_discredited and edge not in self._confirmed)

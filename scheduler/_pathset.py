@@ -2,68 +2,70 @@
 join it, the trial a join is on, which leave, and the bans that keep a path that did not add out.
 
 A part of the decision loop, pure like it: ``PathSet`` keeps the extras (the paths run beside the primary), their
-trial and the bans, and reads the primary, the memory and the measured graph from the ``PathScheduler`` it
-belongs to. What the model predicts of a set is ``_paths.py``'s; the loop turns a change of the set into a
-decision.
+trial and the bans, and reads the primary, the memory and the measured graph from the loop it belongs to, through
+``PathSetLoop`` (the ``PathScheduler`` has it; this module does not import the loop). What the model predicts of a
+set is ``_paths.py``'s; the loop turns a change of the set into a decision.
 """
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Protocol
 
-from ._memory import Edge
-from ._paths import extend_set, keeps_adding, set_total, trial_keeps
+import networkx as nx
+
+from ._attempts import PathAttempt, _Attempt
+from ._config import SchedulerConfig
+from ._memory import Edge, EdgeMemory
+from ._paths import Path, extend_set, keeps_adding, set_total, trial_keeps
+from ._probing import apply_priors
 from ._widest import THROUGHPUT, edges_of, path_throughput
 
-if TYPE_CHECKING:
-    from ._loop import Path, PathScheduler, SwitchReason
-
-__all__ = ["PathAttempt", "PathSet"]
+__all__ = ["PathSet", "PathSetLoop"]
 
 
-@dataclass(frozen=True, slots=True)
-class PathAttempt:
-    """A period during which the transfer used one path: a row of the seed's Table 1. With several paths at once
-    (``max_paths``), each has its own, and they overlap in time."""
+class PathSetLoop(Protocol):
+    """What the path set uses of the decision loop (``_loop.PathScheduler`` has it): its settings, ends, vertices,
+    memory and round trips, the set in use, when each of its edges joined it and the attempts that ended (both
+    updated by the set as paths join and leave), the time of the latest tick, and the graphs it believes."""
 
-    path: Path
-    start: float
-    end: float | None
-    """None while the attempt is still going on."""
-    throughput_bps: float
-    """Achieved, predicted the way paths are: ``streams`` times the slowest hop's per-stream rate during the
-    attempt; 0.0 if a hop never reported."""
-    reason: SwitchReason
+    @property
+    def config(self) -> SchedulerConfig: ...
 
+    @property
+    def src(self) -> str: ...
 
-@dataclass(slots=True)
-class _Flow:
-    bytes: int = 0
-    seconds: float = 0.0
+    @property
+    def dst(self) -> str: ...
 
+    @property
+    def vertices(self) -> Sequence[str]: ...
 
-@dataclass(slots=True)
-class _Attempt:
-    path: Path
-    start: float
-    reason: SwitchReason
-    predicted: float = math.inf
-    """What the path was predicted to carry when it was chosen."""
-    flows: dict[Edge, _Flow] = field(default_factory=dict)
+    @property
+    def memory(self) -> EdgeMemory: ...
 
-    def throughput(self, streams: int) -> float:
-        rates = []
-        for edge in zip(self.path, self.path[1:], strict=False):
-            flow = self.flows.get(edge)
-            if flow is None or flow.seconds <= 0:
-                return 0.0
-            rates.append(streams * flow.bytes / flow.seconds)
-        return min(rates, default=0.0)
+    @property
+    def rtt_s(self) -> Mapping[str, float]: ...
 
-    def freeze(self, end: float | None, streams: int) -> PathAttempt:
-        return PathAttempt(self.path, self.start, end, self.throughput(streams), self.reason)
+    @property
+    def current_path(self) -> Path | None: ...
+
+    @property
+    def current_paths(self) -> tuple[Path, ...]: ...
+
+    @property
+    def edge_since(self) -> dict[Edge, float]: ...
+
+    @property
+    def history(self) -> list[PathAttempt]: ...
+
+    @property
+    def now(self) -> float: ...
+
+    def graph(self, *, with_aging: bool = True) -> nx.DiGraph: ...
+
+    def measured_graph(self) -> nx.DiGraph: ...
 
 
 @dataclass(slots=True)
@@ -94,7 +96,7 @@ class _Trial:
 class PathSet:
     """The paths one ``PathScheduler`` runs beside its primary, their trial, and the paths banned from the set."""
 
-    def __init__(self, loop: PathScheduler) -> None:
+    def __init__(self, loop: PathSetLoop) -> None:
         self.loop = loop
         self.extras: list[_Attempt] = []
         """The paths beside the primary (``PathScheduler._attempt``), in the order they joined."""
@@ -106,12 +108,6 @@ class PathSet:
     def edges(self) -> set[Edge]:
         return {edge for path in self.loop.current_paths for edge in edges_of(path)}
 
-    def owner(self, edge: Edge) -> _Attempt | None:
-        """The attempt of the set whose path has ``edge`` (at most one: the set is edge-disjoint)."""
-        if edge not in self.loop._edge_since or self.loop._attempt is None:
-            return None
-        return next((a for a in (self.loop._attempt, *self.extras) if edge in edges_of(a.path)), None)
-
     def would_gain(self, primary: Path) -> bool:
         """Whether moving the primary to ``primary`` is worth it for the whole set. A path of the set (a swap) or
         a set of one: always (the single-path rules decided). Otherwise the move ends the other paths, so the set
@@ -119,7 +115,7 @@ class PathSet:
         primary a little wider than the old one is no reason to stop a second path."""
         if not self.extras or primary in self.loop.current_paths:
             return True
-        graph = self.loop._measured_graph()
+        graph = self.loop.measured_graph()
         config, banned = self.loop.config, self.banned_edges()
         src, dst = self.loop.src, self.loop.dst
         extras = extend_set(graph, src, dst, [primary], config.max_paths, config.path_margin, banned)
@@ -133,7 +129,7 @@ class PathSet:
         to ``max_paths``, all at once on one trial (``judge_trial``)."""
         if len(self.extras) + 1 >= self.loop.config.max_paths or self.trial is not None:
             return False
-        graph = self.loop._measured_graph()
+        graph = self.loop.measured_graph()
         paths = self.loop.current_paths
         joined = extend_set(
             graph, self.loop.src, self.loop.dst, paths, self.loop.config.max_paths, self.loop.config.path_margin,
@@ -143,14 +139,14 @@ class PathSet:
             return False
         for path in joined:
             self.extras.append(_Attempt(path, now, "join"))
-            self.loop._edge_since.update((edge, now) for edge in edges_of(path))
+            self.loop.edge_since.update((edge, now) for edge in edges_of(path))
         predicted = {path: path_throughput(graph, path) for path in joined}
         self.trial = _Trial(predicted, now, set_total(graph, paths))
         return True
 
     def scout(self, now: float) -> bool:
         """A cold start's scouts (theory of operation, 14): beside the first path, up to ``max_paths`` - 2 paths
-        through one depot each, the widest by the round trips' guesses (``ProbePlan.apply_priors``), join on one trial
+        through one depot each, the widest by the round trips' guesses (``_probing.apply_priors``), join on one trial
         (one depot each: they are edge-disjoint, and a guess over many hops is a guess many times over). They join
         once every hop of the first path has reported, so that the trial has that path's rate alone to judge them
         by: a scout that takes its rate from the first path (one physical route under both) leaves, banned. What
@@ -160,7 +156,7 @@ class PathSet:
         if not self.loop.rtt_s or len(self.extras) + 2 >= self.loop.config.max_paths or self.trial is not None:
             return False  # no guesses to rank them by, or the set is full or on trial already
         guessed = self.loop.graph()
-        self.loop._probe_plan.apply_priors(guessed)
+        apply_priors(guessed, self.loop.memory, self.loop.src, self.loop.rtt_s)
         taken = {edge for path in self.loop.current_paths for edge in edges_of(path)} | self.banned_edges()
 
         def guess(u: str, v: str) -> float:
@@ -180,10 +176,10 @@ class PathSet:
                 scouts.append((self.loop.src, depot, self.loop.dst))
         if not scouts:
             return False
-        baseline = set_total(self.loop._measured_graph(), self.loop.current_paths)  # the first path alone
+        baseline = set_total(self.loop.measured_graph(), self.loop.current_paths)  # the first path alone
         for path in scouts:
             self.extras.append(_Attempt(path, now, "join"))
-            self.loop._edge_since.update((edge, now) for edge in edges_of(path))
+            self.loop.edge_since.update((edge, now) for edge in edges_of(path))
         self.trial = _Trial({path: path_throughput(guessed, path) for path in scouts}, now, baseline)
         return True
 
@@ -199,7 +195,7 @@ class PathSet:
         newcomers = [extra for extra in self.extras if extra.path in trial.predicted]
         if not newcomers:
             return False
-        graph = self.loop._measured_graph()
+        graph = self.loop.measured_graph()
         total = set_total(graph, self.loop.current_paths)
         rates = []
         for newcomer in newcomers:
@@ -219,7 +215,7 @@ class PathSet:
     def drop_idle(self, now: float) -> bool:
         """Extras whose measured rate fell below half the margin of the others' leave, banned like a failed
         trial (what made them slow, often the set itself, will not change while they are out)."""
-        graph = self.loop._measured_graph()
+        graph = self.loop.measured_graph()
         dropped = False
         for extra in list(self.extras):
             rate = path_throughput(graph, extra.path)
@@ -244,16 +240,17 @@ class PathSet:
 
     def _leave(self, now: float, extra: _Attempt, *, ban: bool) -> None:
         self.extras.remove(extra)
-        self.loop._history.append(extra.freeze(now, self.loop.config.streams))
+        self.loop.history.append(extra.freeze(now, self.loop.config.streams))
         for edge in edges_of(extra.path):
-            self.loop._edge_since.pop(edge, None)
+            self.loop.edge_since.pop(edge, None)
         if self.trial is not None:
             self.trial.predicted.pop(extra.path, None)
             if not self.trial.predicted:
                 self.trial = None
         if ban:
-            assert self.loop._attempt is not None  # an extra leaves a set that has a primary
-            ban_ = self.bans[extra.path] = _Ban(now, self._ban_width(extra.path) or 0.0, self.loop._attempt.path)
+            primary = self.loop.current_path
+            assert primary is not None  # an extra leaves a set that has a primary
+            ban_ = self.bans[extra.path] = _Ban(now, self._ban_width(extra.path) or 0.0, primary)
             self._remember_ban(extra.path, ban_)
 
     def _ban_width(self, path: Path) -> float | None:
@@ -271,7 +268,7 @@ class PathSet:
         margin = self.loop.config.path_margin
         for path, ban in list(self.bans.items()):
             width = self._ban_width(path)
-            settled = self.loop._now - ban.since > self.loop.config.min_attempt_s
+            settled = self.loop.now - ban.since > self.loop.config.min_attempt_s
             if width is None or (settled and width > ban.width * (1 + margin)):
                 del self.bans[path]
                 self.loop.memory.forget_overlap(path)
@@ -281,15 +278,15 @@ class PathSet:
         """At every tick: paths that left in the last ``min_attempt_s`` are held to the widest figure seen since."""
         for path, ban in self.bans.items():
             width = self._ban_width(path)
-            if width is not None and self.loop._now - ban.since <= self.loop.config.min_attempt_s and width > ban.width:
+            if width is not None and self.loop.now - ban.since <= self.loop.config.min_attempt_s and width > ban.width:
                 ban.width = width
                 self._remember_ban(path, ban)
 
     def recall_bans(self, now: float) -> None:
         """What earlier transfers learnt beside the primary (``_remember_ban``), as this transfer's bans: once, when
         the primary is chosen."""
-        assert self.loop._attempt is not None
-        primary, max_age_s = self.loop._attempt.path, self.loop.config.age_after_s
+        primary, max_age_s = self.loop.current_path, self.loop.config.age_after_s
+        assert primary is not None
         for record in self.loop.memory.overlaps(primary, now=now, max_age_s=max_age_s):
             self.bans.setdefault(record.path, _Ban(record.at, record.width_bps, record.beside))
 

@@ -2,22 +2,24 @@
 (theory of operation, 10 and 13, in ``lnet.scheduler``'s docstring).
 
 A part of the decision loop, pure like it: ``ProbePlan`` keeps the probes' own state (when each started, what the
-set's hops ran at then, which run deep) and reads the rest (the memory, the set, what is verified) from the
-``PathScheduler`` it belongs to. It never decides a move; the loop asks it for edges (``choose``) and whether a
-running probe may still beat a path (``may_beat``).
+set's hops ran at then, which run deep) and reads the rest (the memory, the set, what is verified) from the loop it
+belongs to, through ``ProbingLoop`` (the ``PathScheduler`` has it; this module does not import the loop). It never
+decides a move; the loop asks it for edges (``choose``) and whether a running probe may still beat a path
+(``may_beat``).
 """
 
 from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Protocol
 
 import networkx as nx
 
-from ._memory import Edge
-from ._paths import adds_enough, set_total
+from ._config import SchedulerConfig
+from ._memory import Edge, EdgeMemory
+from ._paths import Path, adds_enough, set_total
 from ._widest import (
     THROUGHPUT,
     NoPathError,
@@ -29,19 +31,48 @@ from ._widest import (
     widest_widths,
 )
 
-if TYPE_CHECKING:
-    from ._loop import Path, PathScheduler
-
-__all__ = ["SHARED_DROP", "ProbePlan", "shares_an_end"]
+__all__ = ["SHARED_DROP", "ProbePlan", "ProbingLoop", "apply_priors", "shares_an_end"]
 
 SHARED_DROP = 0.1
 """How much slower a hop of the path must run while a probe runs for the two to count as sharing a link."""
 
 
+class ProbingLoop(Protocol):
+    """What the probe plan uses of the decision loop (``_loop.PathScheduler`` has it): its settings, ends, memory
+    and round trips, the set in use, the graphs it believes, its best measured path, which edges it has not
+    verified, and the graph with floors raised to their ceilings."""
+
+    @property
+    def config(self) -> SchedulerConfig: ...
+
+    @property
+    def src(self) -> str: ...
+
+    @property
+    def dst(self) -> str: ...
+
+    @property
+    def memory(self) -> EdgeMemory: ...
+
+    @property
+    def rtt_s(self) -> Mapping[str, float]: ...
+
+    @property
+    def current_paths(self) -> tuple[Path, ...]: ...
+
+    def graph(self, *, with_aging: bool = True) -> nx.DiGraph: ...
+
+    def best_known(self, graph: nx.DiGraph) -> Path: ...
+
+    def unverified(self, edge: Edge) -> bool: ...
+
+    def with_ceilings(self, graph: nx.DiGraph) -> nx.DiGraph | None: ...
+
+
 class ProbePlan:
     """The probes of one ``PathScheduler``: which to ask for next, and the ones running."""
 
-    def __init__(self, loop: PathScheduler) -> None:
+    def __init__(self, loop: ProbingLoop) -> None:
         self.loop = loop
         self.since: dict[Edge, float] = {}
         """The probes running, and when each was asked for."""
@@ -69,8 +100,10 @@ class ProbePlan:
         least two copies, in at most that time."""
         return any(now - t >= 3 * self.loop.config.probe_s for t in self.since.values())
 
-    def choose(self, now: float) -> tuple[Edge, ...]:
+    def choose(self, now: float, banned_edges: Callable[[], set[Edge]]) -> tuple[Edge, ...]:
         """Edges worth measuring now: unknown or aged ones on the optimistic paths that could beat the best known.
+        ``banned_edges``: the edges of paths banned from the set (``PathSet.banned_edges``), asked for only when the
+        set has room for a path.
 
         Repeatedly take the widest path, unknown edges counting as infinitely fast and aged ones at their raised
         weight; if it could beat the best measured path by the hysteresis margin, its unknown and aged edges are
@@ -85,17 +118,17 @@ class ProbePlan:
         if free <= 0:
             return ()
         measured = self.loop.graph(with_aging=False)
-        known = self.loop._best_known(measured)
+        known = self.loop.best_known(measured)
         bar = 0.0 if has_unknown(measured, known) else path_throughput(measured, known)
         graph = self.loop.graph()
-        on_set = self.loop._set.edges()
+        on_set = self._set_edges()
         for edge in on_set:
             graph.edges[edge].setdefault(THROUGHPUT, 0.0)  # the transfer measures them: no guess, no probe
-        self.apply_priors(graph)
-        graph = self.loop._with_ceilings(graph) or graph  # a floor may hide a wide path: probe the rest of it
+        apply_priors(graph, self.loop.memory, self.loop.src, self.loop.rtt_s)
+        graph = self.loop.with_ceilings(graph) or graph  # a floor may hide a wide path: probe the rest of it
         optimistic = graph.copy()  # edges being probed at their hopes: a chain through one may be worth the rest
         for edge in self.since:
-            if self.loop._unverified(edge):
+            if self.loop.unverified(edge):
                 graph.edges[edge][THROUGHPUT] = 0.0
         chosen: list[Edge] = []
         # A running probe ends before any probe started now could: an edge waiting only for running probes keeps
@@ -104,7 +137,7 @@ class ProbePlan:
         reserved: list[Edge] = []
         while len(chosen) < free:
             path = self._next_to_probe(graph)
-            wanted = [edge for edge in edges_of(path) if edge not in self.since and self.loop._unverified(edge)]
+            wanted = [edge for edge in edges_of(path) if edge not in self.since and self.loop.unverified(edge)]
             wanted = [edge for edge in wanted if edge not in chosen]
             if not wanted and self._lower_ceilings(graph, path, measured):
                 continue  # a path wide only on ceilings is for _choose to try; look past it for edges to probe
@@ -119,8 +152,8 @@ class ProbePlan:
                 graph.edges[edge][THROUGHPUT] = 0.0  # chosen, or waiting for a probe at the same end to finish
         if len(chosen) < free and self.loop.config.max_paths == 1:
             chosen += self._middle_probes(optimistic, bar, free - len(chosen), [*chosen, *reserved])
-        if len(chosen) < free and len(self.loop._set.extras) + 1 < self.loop.config.max_paths:
-            chosen += self._extra_probes(graph, measured, free - len(chosen), chosen)
+        if len(chosen) < free and len(self.loop.current_paths) < self.loop.config.max_paths:
+            chosen += self._extra_probes(graph, measured, free - len(chosen), chosen, banned_edges())
         if self.loop.config.deep_probes and len(chosen) < free and not chosen and not reserved:
             chosen += self._deep_probes(measured, bar, free, [*self.since])
         self.since.update((edge, now) for edge in chosen)
@@ -149,7 +182,7 @@ class ProbePlan:
         start never tried the chain on its ceiling (19 Mbit/s against the 14-16 it ran at), because Washington
         -> Kansas City, being probed, had an unmeasured way on, Kansas City -> Sunnyvale, and such probes ran
         one after another."""
-        running = [edge for edge in self.since if self.loop._unverified(edge)]
+        running = [edge for edge in self.since if self.loop.unverified(edge)]
         if not running:
             return False
         hopes = measured_only(self.loop.graph(), without=running)
@@ -173,7 +206,7 @@ class ProbePlan:
     def _may_deepen(self, edge: Edge) -> bool:
         """Whether ``edge`` is worth a deep probe: known from one stream only, not probed deep yet, and sharing no
         end with a deep probe that slowed the set (``_crowded``)."""
-        if edge not in self.shallow or edge in self.deepened or self.loop._unverified(edge):
+        if edge not in self.shallow or edge in self.deepened or self.loop.unverified(edge):
             return False
         return not shares_an_end(edge, self.crowded)
 
@@ -240,7 +273,7 @@ class ProbePlan:
         guesses.add_nodes_from(graph)
         for u, v, attrs in graph.edges(data=True):
             if attrs.get(THROUGHPUT, math.inf) >= width:
-                unverified = self.loop._unverified((u, v))
+                unverified = self.loop.unverified((u, v))
                 guess = attrs.get(THROUGHPUT) if unverified else None  # None: known, no limit at this stage
                 guesses.add_edge(u, v, guessed=unverified, **{THROUGHPUT: guess})
 
@@ -271,7 +304,7 @@ class ProbePlan:
                 continue
             # A first bound, cheap: the ways in and out may cross (then no simple path is that wide).
             width = min(into.get(u, 0.0), attrs.get(THROUGHPUT, math.inf), onward.get(v, 0.0))
-            if width > threshold and self.loop._unverified(edge):
+            if width > threshold and self.loop.unverified(edge):
                 ranked.append((width, edge))
         ranked.sort(key=lambda item: -item[0])  # stable: ties in the graph's order
         more: list[Edge] = []
@@ -295,7 +328,7 @@ class ProbePlan:
         def cost(u: str, v: str, attrs: dict[str, Any]) -> float | None:
             if attrs.get(THROUGHPUT, math.inf) < width:
                 return None
-            return 1.0 if (u, v) not in self.since and self.loop._unverified((u, v)) else 0.0
+            return 1.0 if (u, v) not in self.since and self.loop.unverified((u, v)) else 0.0
 
         u, v = edge
         try:
@@ -315,11 +348,13 @@ class ProbePlan:
                 lowered = True
         return lowered
 
-    def _extra_probes(self, graph: nx.DiGraph, measured: nx.DiGraph, free: int, chosen: list[Edge]) -> list[Edge]:
-        """Unknown or aged edges of the optimistic paths, edge-disjoint from the set and avoiding banned edges,
+    def _extra_probes(
+        self, graph: nx.DiGraph, measured: nx.DiGraph, free: int, chosen: list[Edge], banned: set[Edge]
+    ) -> list[Edge]:
+        """Unknown or aged edges of the optimistic paths, edge-disjoint from the set and avoiding ``banned`` edges,
         that could join it (predicted to add the margin of the set's measured total)."""
         residual = graph.copy()
-        residual.remove_edges_from([*self.loop._set.edges(), *self.loop._set.banned_edges()])
+        residual.remove_edges_from([*self._set_edges(), *banned])
         total = set_total(measured, self.loop.current_paths)
         more: list[Edge] = []
         while len(more) < free:
@@ -330,7 +365,7 @@ class ProbePlan:
             wanted = [
                 edge
                 for edge in edges_of(path)
-                if edge not in self.since and edge not in chosen and edge not in more and self.loop._unverified(edge)
+                if edge not in self.since and edge not in chosen and edge not in more and self.loop.unverified(edge)
             ]
             if not wanted or not adds_enough(path_throughput(residual, path), total, self.loop.config.path_margin):
                 break
@@ -339,38 +374,42 @@ class ProbePlan:
                 residual.edges[edge][THROUGHPUT] = 0.0
         return more
 
-    def apply_priors(self, graph: nx.DiGraph) -> None:
-        """Give unknown edges an optimistic guess from round-trip times, so that exploration goes first where
-        a fast chain most likely is, not breadth-first through every two-hop path.
+    def _set_edges(self) -> set[Edge]:
+        """The edges of the paths in use (the transfer measures them)."""
+        return {edge for path in self.loop.current_paths for edge in edges_of(path)}
 
-        A stream's rate falls with its round trip (window over RTT; loss-limited TCP too), and the client's
-        round trips bound every other: ``rtt(u, v) >= |rtt(src, v) - rtt(src, u)|``. The guess for an unknown
-        edge is ``K / that bound``, with ``K`` the largest rate x bound among measured edges: as fast as the
-        best-placed measured edge would be at that distance. Depots in the direction of the destination thus
-        look promising, ones behind the source do not. Without round trips (or before any edge is measured)
-        unknown edges stay infinitely fast.
-        """
-        rtt = self.loop.rtt_s
-        floor = min(rtt.values(), default=0.0) / 4
 
-        def bound(u: str, v: str) -> float | None:
-            if u not in rtt and u != self.loop.src or v not in rtt and v != self.loop.src:
-                return None
-            return max(abs(rtt.get(v, 0.0) - rtt.get(u, 0.0)), floor, 1e-4)
+def apply_priors(graph: nx.DiGraph, memory: EdgeMemory, src: str, rtt: Mapping[str, float]) -> None:
+    """Give unknown edges an optimistic guess from round-trip times, so that exploration goes first where
+    a fast chain most likely is, not breadth-first through every two-hop path.
 
-        scale, measured = 0.0, False
-        for u, v, attrs in graph.edges(data=True):
-            if THROUGHPUT in attrs and (entry := self.loop.memory.entry(u, v)) and entry.samples:
-                measured = True
-                if (b := bound(u, v)) is not None:
-                    scale = max(scale, attrs[THROUGHPUT] * b)
-        if scale <= 0:
-            if measured:
-                return  # measured edges without round trips: a guess would not be comparable with them
-            scale = 1.0  # nothing measured yet: the guesses only rank the unknown edges among themselves
-        for u, v, attrs in graph.edges(data=True):
-            if THROUGHPUT not in attrs and (b := bound(u, v)) is not None:
-                attrs[THROUGHPUT] = scale / b
+    A stream's rate falls with its round trip (window over RTT; loss-limited TCP too), and the client's
+    round trips bound every other: ``rtt(u, v) >= |rtt(src, v) - rtt(src, u)|``. The guess for an unknown
+    edge is ``K / that bound``, with ``K`` the largest rate x bound among measured edges: as fast as the
+    best-placed measured edge would be at that distance. Depots in the direction of the destination thus
+    look promising, ones behind the source do not. Without round trips (or before any edge is measured)
+    unknown edges stay infinitely fast.
+    """
+    floor = min(rtt.values(), default=0.0) / 4
+
+    def bound(u: str, v: str) -> float | None:
+        if u not in rtt and u != src or v not in rtt and v != src:
+            return None
+        return max(abs(rtt.get(v, 0.0) - rtt.get(u, 0.0)), floor, 1e-4)
+
+    scale, measured = 0.0, False
+    for u, v, attrs in graph.edges(data=True):
+        if THROUGHPUT in attrs and (entry := memory.entry(u, v)) and entry.samples:
+            measured = True
+            if (b := bound(u, v)) is not None:
+                scale = max(scale, attrs[THROUGHPUT] * b)
+    if scale <= 0:
+        if measured:
+            return  # measured edges without round trips: a guess would not be comparable with them
+        scale = 1.0  # nothing measured yet: the guesses only rank the unknown edges among themselves
+    for u, v, attrs in graph.edges(data=True):
+        if THROUGHPUT not in attrs and (b := bound(u, v)) is not None:
+            attrs[THROUGHPUT] = scale / b
 
 
 def shares_an_end(edge: Edge, others: Sequence[Edge]) -> bool:

@@ -9,17 +9,16 @@ out of there (``blocks``) and freed by the relay at the end.
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Mapping, Sequence
+from typing import Protocol
 
 import trio
 
-from lnet.client.wire.depot_client import Allocation
-from lnet.scheduler import Measurement
+from lnet.client.sending.relay_config import RelayConfig
+from lnet.client.wire.depot_client import Allocation, DepotClient
+from lnet.scheduler import Edge, Measurement
 
-if TYPE_CHECKING:
-    from lnet.client.sending.relay import Edge, Relay
-
-__all__ = ["DEEP_GAIN", "EdgeProbes"]
+__all__ = ["DEEP_GAIN", "EdgeProbes", "ProbingRelay"]
 
 DEEP_GAIN = 1.25
 """A deep probe goes one level deeper (twice the copies at once) while a level carries this much more than the one
@@ -27,10 +26,43 @@ before: twice the streams on an edge held back by their own windows nearly doubl
 nothing."""
 
 
+class ProbingRelay(Protocol):
+    """What the probes use of a relay (``lnet.client.sending.relay.Relay`` has it): its ends, its depot clients and
+    settings, how long a probe runs and whether the transfer is over, how long a depot holds a block, and where
+    allocations and measurements are reported."""
+
+    @property
+    def here(self) -> str: ...
+
+    @property
+    def dest(self) -> str: ...
+
+    @property
+    def clients(self) -> Mapping[str, DepotClient]: ...
+
+    @property
+    def config(self) -> RelayConfig: ...
+
+    @property
+    def clock(self) -> Callable[[], float]: ...
+
+    @property
+    def probe_s(self) -> float: ...
+
+    @property
+    def finished(self) -> bool: ...
+
+    def hold_s(self, node: str) -> float: ...
+
+    def allocated(self, allocations: Sequence[Allocation]) -> None: ...
+
+    def tell(self, event: Measurement) -> None: ...
+
+
 class EdgeProbes:
     """The probe runs of one relay."""
 
-    def __init__(self, relay: Relay) -> None:
+    def __init__(self, relay: ProbingRelay) -> None:
         self.relay = relay
         self.blocks: dict[str, Allocation] = {}
         """A block a probe left at each depot: the source of the next probe out of it."""
@@ -44,26 +76,26 @@ class EdgeProbes:
         time), so the figure is comparable with the path's."""
         u, v = edge
         size = self.relay.config.probe_bytes or self.relay.config.block_size
-        probe_s = self.relay.scheduler.config.probe_s if self.relay.scheduler is not None else self.relay.config.probe_s
+        probe_s = self.relay.probe_s
         source = None if u == self.relay.here else await self._source(u, size)
-        target = await self.relay.clients[v].allocate_one(size, self.relay._hold(v))
-        self.relay._allocated([target])
+        target = await self.relay.clients[v].allocate_one(size, self.relay.hold_s(v))
+        self.relay.allocated([target])
         made.append((v, target))
         samples: list[float] = []
         started = trio.current_time()
         # A copy still going at twice the probe's time is cut off: an edge that slow is slow, whatever it is.
         with trio.move_on_after(2 * probe_s):
-            while not self.relay._done.is_set() and (len(samples) < 2 or trio.current_time() < started + probe_s):
+            while not self.relay.finished and (len(samples) < 2 or trio.current_time() < started + probe_s):
                 samples.append(await self._copy(edge, source, target, size))
-        if self.relay._done.is_set():
+        if self.relay.finished:
             return
         one = 1.0 if self.relay.config.adaptive else None  # as the flushes say streams
         if not samples:
             # Not one copy in twice the probe's time: tell the scheduler the most this edge can be doing.
-            self.relay._tell(Measurement(edge, size, trio.current_time() - started, self.relay.clock(), one))
+            self.relay.tell(Measurement(edge, size, trio.current_time() - started, self.relay.clock(), one))
             return
         learnt = samples[1:] or samples
-        self.relay._tell(Measurement(edge, size * len(learnt), sum(learnt), self.relay.clock(), one))
+        self.relay.tell(Measurement(edge, size * len(learnt), sum(learnt), self.relay.clock(), one))
         if v not in self.blocks and v != self.relay.dest:
             # Keep the block where it landed: the source of the next probe out of v, with no write from here.
             self.blocks[v] = target
@@ -78,7 +110,7 @@ class EdgeProbes:
         twice the probe's time, like a one-stream probe; a level cut off by it is not reported."""
         u, v = edge
         size = self.relay.config.probe_bytes or self.relay.config.block_size
-        probe_s = self.relay.scheduler.config.probe_s if self.relay.scheduler is not None else self.relay.config.probe_s
+        probe_s = self.relay.probe_s
         source = None if u == self.relay.here else await self._source(u, size)
         targets: list[Allocation] = []
         best: tuple[float, int, list[float]] | None = None  # (aggregate, depth, the second copies' seconds)
@@ -89,10 +121,10 @@ class EdgeProbes:
 
         with trio.move_on_after(2 * probe_s):
             depth = 1
-            while not self.relay._done.is_set():
+            while not self.relay.finished:
                 while len(targets) < depth:
-                    target = await self.relay.clients[v].allocate_one(size, self.relay._hold(v))
-                    self.relay._allocated([target])
+                    target = await self.relay.clients[v].allocate_one(size, self.relay.hold_s(v))
+                    self.relay.allocated([target])
                     made.append((v, target))
                     targets.append(target)
                 seconds: list[float] = []
@@ -107,14 +139,14 @@ class EdgeProbes:
                 if depth >= self.relay.config.max_inflight:
                     break
                 depth = min(2 * depth, self.relay.config.max_inflight)
-        if self.relay._done.is_set():
+        if self.relay.finished:
             return
         if best is None:
             # Not one level in twice the probe's time: tell the scheduler the most this edge can be doing.
-            self.relay._tell(Measurement(edge, size, 2 * probe_s, self.relay.clock(), 1.0))
+            self.relay.tell(Measurement(edge, size, 2 * probe_s, self.relay.clock(), 1.0))
             return
         _, depth, seconds = best
-        self.relay._tell(Measurement(edge, size * len(seconds), sum(seconds), self.relay.clock(), float(depth)))
+        self.relay.tell(Measurement(edge, size * len(seconds), sum(seconds), self.relay.clock(), float(depth)))
 
     async def _copy(self, edge: Edge, source: Allocation | None, target: Allocation, size: int) -> float:
         """One probe copy over ``edge`` into ``target``: a write from here when ``source`` is None, else the depot's
@@ -133,8 +165,8 @@ class EdgeProbes:
         async with self.locks.setdefault(node, trio.Lock()):
             held = self.blocks.get(node)
             if held is None:
-                held = await self.relay.clients[node].allocate_one(size, self.relay._hold(node))
-                self.relay._allocated([held])
+                held = await self.relay.clients[node].allocate_one(size, self.relay.hold_s(node))
+                self.relay.allocated([held])
                 self.blocks[node] = held
                 await self.relay.clients[node].write(held.write, self._payload(size))
         return held

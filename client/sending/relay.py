@@ -64,9 +64,10 @@ from lnet.client.engines.relay_core import (
     TimelinePoint,
     inflight_for,
 )
-from lnet.client.formats.manifest import HASH_ALGORITHMS, hash_bytes
+from lnet.client.formats.manifest import hash_bytes
 from lnet.client.sending.probes import EdgeProbes
 from lnet.client.sending.reading import Lease, Offload, ReadBuffers, WholeHash
+from lnet.client.sending.relay_config import MiB, RelayConfig
 from lnet.client.sending.trace import trace_decision, trace_event
 from lnet.client.wire.depot_client import Allocation, DepotClient, DepotUnreachable
 from lnet.protocol import DepotError, DepotFull, NotFound, TooLarge, innermost
@@ -114,7 +115,6 @@ __all__ = [
 
 Edge = tuple[str, str]
 Route = tuple[str, ...]
-MiB = 1024 * 1024
 
 
 class TransferFailed(Exception):
@@ -150,65 +150,6 @@ the depot's max_duration, 401 a wrong token, 413 a block over its max_allocation
 
 def _refused(exc: BaseException) -> TypeGuard[DepotError]:
     return isinstance(exc, DepotError) and 400 <= exc.status < 500 and exc.status not in _RETRIED_4XX
-
-
-@dataclass(frozen=True)
-class RelayConfig:
-    block_size: int = 4 * MiB
-    duration_s: float = 24 * 3600.0
-    """Lifetime of the blocks at the destination (the manifest's expiry)."""
-    hold_s: float = 3600.0
-    """Lifetime of a block's allocation at an intermediate depot (freed as soon as the block is further on)."""
-    hold_s_at: Mapping[str, float] = field(default_factory=dict)
-    """Per depot, a shorter hold than ``hold_s`` where that depot allows no longer (its max_duration)."""
-    min_inflight: int = 2
-    max_inflight: int = 16
-    initial_inflight: int = 4
-    timeout_s: float = 30.0
-    tick_s: float = 0.5
-    retries: int = 8
-    hash_algorithm: str = "blake3"
-    """The blocks' and the whole file's hash (one of ``HASH_ALGORITHMS``); the destination computes the same."""
-    probe_bytes: int | None = None
-    """Bytes a probe copies at once: the transfer's block size when None, so that a probe's figure means what
-    the transfer's would (small copies are mostly slow start and round trips)."""
-    probe_s: float = 4.0
-    lane_extra: int = 2
-    """Copies asked of a depot beyond the hop's window: the depot queues them in the hop's lane and starts each
-    the moment a push ends, so the client's control round trip overlaps the data (docs/protocol.md, lanes)."""
-    backoff_s: float = 0.5
-    window_block: int | None = None
-    """The block size the window formula divides by when most blocks are shorter than ``block_size`` (a packed
-    tree's mean block); ``block_size`` when None."""
-    path_window_s: float = 5.0
-    """With several paths: a path's measured delivery rate halves the weight of what it did every this many
-    seconds (``striping.PathMeter``)."""
-    trace: bool = False
-    """Tell ``on_event`` what the scheduler is told and decides (``Traced``, ``lnet-send --trace``)."""
-    end_game: bool = True
-    """With several paths, once every block is under way: an idle path takes a second copy of a block a slower
-    path would deliver last (``striping.endgame``); the first copy to arrive counts."""
-    space_wait_s: float = 300.0
-    """How long a depot may answer ``507 depot_full`` to every allocation before the transfer stops
-    (``DepotStayedFull``; ``lnet-send --space-wait``). Meanwhile ``SpaceWait`` events say it is waiting."""
-
-    @property
-    def adaptive(self) -> bool:
-        """Each hop chooses its own depth, from ``min_inflight`` to ``max_inflight`` (the default in-flight rule)."""
-        return self.min_inflight < self.max_inflight
-
-    def __post_init__(self) -> None:
-        if self.block_size < 1:
-            raise ValueError("block_size must be at least one byte")
-        if not 1 <= self.min_inflight <= self.initial_inflight <= self.max_inflight:
-            raise ValueError("need 1 <= min_inflight <= initial_inflight <= max_inflight")
-        if self.hash_algorithm not in HASH_ALGORITHMS:
-            raise ValueError(f"hash_algorithm must be one of {', '.join(HASH_ALGORITHMS)}")
-        for name in ("duration_s", "hold_s", "timeout_s", "tick_s", "probe_s", "path_window_s", "space_wait_s"):
-            if not getattr(self, name) > 0:
-                raise ValueError(f"{name} must be more than 0")
-        if not all(hold > 0 for hold in self.hold_s_at.values()):
-            raise ValueError("every hold_s_at must be more than 0")
 
 
 # -- events out, for progress and reports ---------------------------------------------------------------------
@@ -490,7 +431,7 @@ class Relay:
         # Names this transfer's copy lanes at the depots; random so that two transfers never share one.
         self._lane = secrets.token_hex(8)
         self._blocks_to_send: int | None = None  # set by run(): the blocks this run sends
-        self._probe_runs = EdgeProbes(self)
+        self._probe_runs = EdgeProbes(self)  # reads the members of ``ProbingRelay``
         self._pools: dict[str, _Pool] = {}
         self._probing: set[Edge] = set()
         self._records: dict[int, BlockRecord] = {}
@@ -526,6 +467,16 @@ class Relay:
     @property
     def meters(self) -> dict[Edge, EdgeMeter]:
         return self.engine.meters
+
+    @property
+    def finished(self) -> bool:
+        """Whether every block has arrived: probes stop at their next copy."""
+        return self._done.is_set()
+
+    @property
+    def probe_s(self) -> float:
+        """How long a probe runs: the scheduler's ``probe_s``, else the relay's own (a pinned transfer)."""
+        return self.scheduler.config.probe_s if self.scheduler is not None else self.config.probe_s
 
     # -- the whole transfer ---------------------------------------------------------------------------------
 
@@ -812,10 +763,10 @@ class Relay:
                 self.dead.add(node)
                 self._pools.pop(node, None)
                 self._note(f"depot {node} does not answer: avoiding it")
-                self._tell(DepotFailure(node, now))
+                self.tell(DepotFailure(node, now))
                 return
         if u != v and not isinstance(exc, NotFound):
-            self._tell(HopFailure(edge, now))
+            self.tell(HopFailure(edge, now))
 
     def depot_joined(self, node: str, client: DepotClient) -> None:
         """A depot that joined the overlay during the transfer (the directory says so: ``membership.py``): the
@@ -834,7 +785,7 @@ class Relay:
             return
         self.dead.add(node)
         self._pools.pop(node, None)
-        self._tell(DepotFailure(node, self.clock()))
+        self.tell(DepotFailure(node, self.clock()))
 
     # -- steering: measurements in, decisions out ------------------------------------------------------------------
 
@@ -847,7 +798,7 @@ class Relay:
             for edge, sample in self.engine.tick(trio.current_time()):
                 # Each hop's depth is its own (``_resize_windows``): say how many copies it ran at once, and
                 # whether it had work for its depth.
-                self._tell(Measurement(edge, sample.bytes, sample.stream_seconds, now,
+                self.tell(Measurement(edge, sample.bytes, sample.stream_seconds, now,
                                        sample.at_once if adaptive else None,
                                        began=now - (trio.current_time() - sample.began),
                                        starved=adaptive and sample.starved))
@@ -918,7 +869,8 @@ class Relay:
         except NoPathError:
             return None
 
-    def _tell(self, event: Measurement | HopFailure | DepotFailure | ProbeDone) -> None:
+    def tell(self, event: Measurement | HopFailure | DepotFailure | ProbeDone) -> None:
+        """Give the scheduler (else the memory of a pinned transfer) an event, traced; the probes report here too."""
         self._trace_event(event)
         if self.scheduler is not None:
             self.scheduler.measure(event)
@@ -951,7 +903,7 @@ class Relay:
                 for node, alloc in made:
                     await self._release((node, alloc))
             self._probing.discard(edge)
-            self._tell(ProbeDone(edge, self.clock()))
+            self.tell(ProbeDone(edge, self.clock()))
             if not self._probing:
                 self._probes_idle.set()
 
@@ -976,13 +928,13 @@ class Relay:
         finally:
             window.release()
 
-    def _hold(self, node: str) -> float:
+    def hold_s(self, node: str) -> float:
         """How long ``node`` holds a block on its way (or a probe's): ``hold_s``, or less where it allows less."""
         return min(self.config.hold_s, self.config.hold_s_at.get(node, self.config.hold_s))
 
     def _lifetime(self, node: str) -> float:
         """How long a block's allocation at ``node`` is asked for: its duration at the destination, else a hold."""
-        return self.config.duration_s if node == self.dest else self._hold(node)
+        return self.config.duration_s if node == self.dest else self.hold_s(node)
 
     async def _allocate(self, node: str) -> Allocation:
         if node in self.dead:
@@ -993,7 +945,7 @@ class Relay:
             pool = self._pools[node] = _Pool(
                 self.clients[node], self.config.block_size, self._lifetime(node), batch,
                 patience_s=self.config.space_wait_s, name=node, on_wait=partial(self._space_wait, node),
-                on_allocated=self._allocated,
+                on_allocated=self.allocated,
                 # Blocks stay at the destination; elsewhere a block's allocation carries later blocks. A depot
                 # holds a block until it is two depots further on, so about as many as the relay admits at once.
                 keep=0 if node == self.dest else 4 * self.config.max_inflight,
@@ -1030,7 +982,8 @@ class Relay:
     def _note(self, text: str) -> None:
         self.on_event(Note(text, self.clock()))
 
-    def _allocated(self, allocations: Sequence[Allocation]) -> None:
+    def allocated(self, allocations: Sequence[Allocation]) -> None:
+        """Report allocations the relay (a block's pool, or a probe) took at one depot (``Allocated``)."""
         if allocations:
             self.on_event(Allocated(allocations[0].depot, tuple(a.manage for a in allocations), self.clock()))
 

@@ -349,7 +349,7 @@ def test_a_path_tried_on_a_ceiling_that_does_not_hold_is_left_and_ceilings_end()
     assert [a.path for a in scheduler.attempts] == [("s", "d"), ("s", "b", "d"), ("s", "d")]
     memory.observe("b", "d", mbit(6.3), 1.0, 41.0, ceiling_bps=mbit(9.15))
     graph = scheduler.graph()
-    assert scheduler._with_ceilings(graph) is None
+    assert scheduler.with_ceilings(graph) is None
 
 
 def test_a_warm_start_from_a_floor_with_a_ceiling_starts_on_it() -> None:
