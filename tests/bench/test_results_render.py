@@ -39,6 +39,17 @@ def test_every_committed_result_is_of_a_kind_the_page_renders() -> None:
     assert unknown == []
 
 
+def test_the_readme_quotes_the_demo_figures_its_results_give() -> None:
+    renderer = load_renderer()
+    demo = json.loads((REPO / "bench" / "results" / "demo-abilene-transcribed.json").read_text())
+    readme = (REPO / "README.md").read_text()
+    assert demo["command"] in readme
+    for figure in ("warm_mbps", "direct_mbps"):
+        assert renderer.spread(run[figure] for run in demo["runs"]).split(", n=")[0] in readme, figure
+    median, rest = renderer.spread(run["warm_over_direct"] for run in demo["runs"]).split(" ", 1)
+    assert f"**{median}x** {rest.split(', n=')[0]}" in readme
+
+
 def test_runs_are_given_as_median_and_spread_and_an_unknown_file_is_listed(tmp_path: Path) -> None:
     renderer = load_renderer()
     runs = {
