@@ -38,6 +38,8 @@ BENCHES = {
     "scheduler": "`bench/scheduler.py`: the scheduler in the simulator",
     "multisource": "`bench/multisource.py`: lnet-get from several replicas against aria2 (docs/client.md)",
     "follow": "`bench/follow.py`: a receiver draining the destination (`--follow`) against a send alone",
+    "get_startup": "`bench/get_startup.py`: how soon lnet-get's first connection and request go out",
+    "part_commit": "`bench/part_commit.py`: committing a downloaded file (fsync and rename)",
     "small_files": "`bench/small_files.py`: a tree of small files (docs/client.md)",
 }
 
