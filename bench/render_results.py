@@ -43,7 +43,7 @@ BENCHES = {
     "small_files": "`bench/small_files.py`: a tree of small files (docs/client.md)",
 }
 
-_STAMP = re.compile(r"(\d{8})-(\d{6})")
+_STAMP = re.compile(r"(?<!\d)(\d{8})-(\d{6})(?!\d)")
 
 
 def fmt(value: Any, digits: int = 2) -> str:
@@ -148,7 +148,10 @@ def render_follow(name: str, doc: Doc) -> list[str]:
 def render_scheduler_random(name: str, doc: Doc) -> list[str]:
     config = doc.get("config", {})
     switches = ", ".join(f"{k}={v}" for k, v in config.items())
-    lines = [f"#### Random scenarios in the simulator, seed {doc.get('seed')} ({doc.get('scenarios')} scenarios)", "",
+    rules = ", ".join(f"{rule} {'on' if config[rule] else 'off'}" for rule in ("deep_probes", "cold_scouts")
+                      if rule in config)
+    title = f"Random scenarios in the simulator, seed {doc.get('seed')}, {doc.get('scenarios')} scenarios"
+    lines = [f"#### {title}" + (f" ({rules})" if rules else ""), "",
              *provenance(name, doc), f"- configuration: {switches}", ""]
     kinds = doc.get("summary", {}).get("kinds", {})
     rows = [[kind, k.get("n"), k.get("warm_median"), k.get("warm_p10"), k.get("cold_median"), k.get("cold_p10"),
@@ -166,7 +169,8 @@ def render_scheduler_random(name: str, doc: Doc) -> list[str]:
 
 
 def render_pathchoice_random(name: str, doc: Doc) -> list[str]:
-    title = f"Random scenarios on the testbed, seed {doc.get('seed')}, {len(doc.get('scenarios', []))} scenarios"
+    title = (f"Random scenarios on the testbed, seed {doc.get('seed')}, {len(doc.get('scenarios', []))} scenarios, "
+             f"at {doc.get('commit')} ({date_of(name, doc)})")
     lines = [f"#### {title}", "", *provenance(name, doc),
              f"- settings: block {doc.get('block')}, in flight {doc.get('inflight')}, max paths "
              f"{doc.get('max_paths')}, runs {doc.get('runs')}, quick {fmt(doc.get('quick'))}, "

@@ -81,3 +81,10 @@ def test_check_fails_on_a_stale_page(tmp_path: Path) -> None:
     assert renderer.main(["--check", "--results", str(tmp_path / "r"), "--out", str(page)]) == 1
     assert renderer.main(["--results", str(tmp_path / "r"), "--out", str(page)]) == 0
     assert renderer.main(["--check", "--results", str(tmp_path / "r"), "--out", str(page)]) == 0
+
+
+def test_a_file_without_a_date_is_dated_by_the_stamp_in_its_name_not_by_its_seed() -> None:
+    renderer = load_renderer()
+    assert renderer.date_of("pathchoice-random-3569156308-20261128-051458.json", {}) == "2026-11-28 05:14:58"
+    assert renderer.date_of("x.json", {"date": "2026-11-26"}) == "2026-11-26"
+    assert renderer.date_of("x.json", {}) == "not recorded"
