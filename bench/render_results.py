@@ -41,6 +41,7 @@ BENCHES = {
     "get_startup": "`bench/get_startup.py`: how soon lnet-get's first connection and request go out",
     "part_commit": "`bench/part_commit.py`: committing a downloaded file (fsync and rename)",
     "small_files": "`bench/small_files.py`: a tree of small files (docs/client.md)",
+    "directory": "`bench/directory_*.py`: the depot directory on etcd (docs/directory.md)",
 }
 
 _STAMP = re.compile(r"(?<!\d)(\d{8})-(\d{6})(?!\d)")
@@ -91,11 +92,27 @@ def date_of(name: str, doc: Doc) -> str:
     return "not recorded"
 
 
+def machine_of(machine: Any) -> str:
+    """A benchmark's record of its machine (text, or a dict of its facts) as one line."""
+    if machine is None:
+        return "not recorded"
+    if not isinstance(machine, dict):
+        return str(machine)
+    parts = []
+    for key, value in machine.items():
+        if isinstance(value, list):
+            value = "/".join(fmt(v) for v in value)
+        elif isinstance(value, dict):
+            value = ", ".join(f"{k} {v}" for k, v in value.items())
+        parts.append(f"{key} {fmt(value)}")
+    return "; ".join(parts)
+
+
 def provenance(name: str, doc: Doc, commit: Any = None) -> list[str]:
     lines = [f"- file: `bench/results/{name}`"]
     lines.append(f"- command: `{doc.get('command', 'not recorded')}`")
     lines.append(f"- commit: {commit or doc.get('commit', 'not recorded')}")
-    lines.append(f"- machine: {doc.get('machine', 'not recorded')}")
+    lines.append(f"- machine: {machine_of(doc.get('machine'))}")
     lines.append(f"- date: {date_of(name, doc)}")
     if doc.get("source"):
         lines.append(f"- source: {doc['source']}")
@@ -201,6 +218,38 @@ def render_multisource_random(name: str, doc: Doc) -> list[str]:
     return lines
 
 
+def render_depot_throughput(name: str, doc: Doc) -> list[str]:
+    """bench/depot_throughput.py's record: every run's rate per path (bytes/s) and CPU per GiB."""
+    runs = [run for run in doc.get("runs", []) if isinstance(run.get("rates"), dict)]
+    block = doc.get("block_bytes")
+    title = f"Depot throughput on loopback, {block // 2**20 if isinstance(block, int) else '?'} MiB blocks"
+    lines = [f"#### {title} ({date_of(name, doc)})", "", *provenance(name, doc),
+             f"- settings: {doc.get('total_bytes', 0) // 2**20} MiB per path, {len(runs)} runs, fast path "
+             f"{fmt(doc.get('fast_path'))}", ""]
+    paths = list(dict.fromkeys(path for run in runs for path in run["rates"]))
+    rows = []
+    for path in paths:
+        rates = [run["rates"][path] / 1e6 for run in runs if path in run["rates"]]
+        shares = [run["rates"][path] / run["rates"]["raw TCP"] for run in runs
+                  if path in run["rates"] and run["rates"].get("raw TCP")]
+        cpu = [run.get("cpu_s_per_GiB", {}).get(path) for run in runs]
+        # each path's CPU is (the depots', the client's) seconds per GiB
+        depot_cpu = [c[0] for c in cpu if isinstance(c, list) and len(c) == 2]
+        client_cpu = [c[1] for c in cpu if isinstance(c, list) and len(c) == 2]
+        rows.append([path, spread(rates, 0), spread(shares), spread(depot_cpu), spread(client_cpu)])
+    columns = ["path", "MB/s, median (range)", "share of the run's raw TCP", "depots' CPU-s/GiB", "client's CPU-s/GiB"]
+    return [*lines, *md_table(columns, rows), ""]
+
+
+def render_runs(name: str, doc: Doc) -> list[str]:
+    """A benchmark that records only its command and every run's figures (numbers by name)."""
+    lines = [f"#### `{doc.get('command')}` ({date_of(name, doc)})", "", *provenance(name, doc), ""]
+    runs = [run for run in doc["runs"] if isinstance(run, dict)]
+    keys = list(dict.fromkeys(key for run in runs for key in run))
+    rows = [[key, spread(run.get(key) for run in runs)] for key in keys]
+    return [*lines, *md_table(["figure", "median (range), runs"], rows), ""]
+
+
 Renderer = Callable[[str, Doc], list[str]]
 
 
@@ -217,6 +266,10 @@ def kind_of(doc: Doc) -> tuple[str, Renderer] | None:
         return "multisource", render_multisource_random
     if "follow" in str(doc.get("command", "")) and isinstance(doc.get("loopback"), dict):
         return "follow", render_follow
+    if bench == "depot_throughput" and isinstance(doc.get("runs"), list):
+        return "depot_throughput", render_depot_throughput
+    if "bench/directory_" in str(doc.get("command", "")) and isinstance(doc.get("runs"), list):
+        return "directory", render_runs
     return None
 
 
