@@ -1,4 +1,4 @@
-"""Multipath on the testbed (issue 12): does one transfer striped over several disjoint chains move at close to
+"""Multipath on the testbed: does one transfer striped over several disjoint chains move at close to
 the sum of their rates, and does it lose nothing where every chain shares one bottleneck?
 
     flock /tmp/lnet-testbed.lock .venv/bin/python bench/multipath.py [--topologies two,three,shared]

@@ -1,4 +1,4 @@
-"""lnet-get's multi-source download against aria2c on the replicas testbed (issues 6 and 14), with real nginx
+"""lnet-get's multi-source download against aria2c on the replicas testbed (the multi-source work), with real nginx
 replicas.
 
     flock /tmp/lnet-testbed.lock ./run bench multisource [--quick] [--sizes 64MiB,256MiB,1GiB]
@@ -14,7 +14,7 @@ when missing (Debian's `nginx` and `aria2` packages). The time the plan will tak
 
 Competitors, run in the `client` namespace, one after the other and interleaved within each repetition (aria2
 fair, aria2 default, lnet mdtp, lnet static, ..., then again), so that drift on this 2-core machine hits all alike:
-  aria2-fair  aria2c with the fair flags of issue 6 (--split=N for N replicas, 6 on replicas.toml,
+  aria2-fair  aria2c with the fair flags (--split=N for N replicas, 6 on replicas.toml,
               --max-connection-per-server=1 --min-split-size=1M
               --piece-length=1M --uri-selector=inorder --lowest-speed-limit=0: one connection per mirror, like
               lnet), plus only what running it unattended needs (--no-conf, --allow-overwrite,
@@ -58,7 +58,7 @@ made), the same measure for all competitors; the bytes all replicas sent over th
 per-replica report is recorded too, with its --trace (every range request: sent, first and last byte, how it
 ended) and, on the run's line, how close together the replicas' last bytes came (MDTP wants them together).
 
-Targets (issue 14), for lnet mdtp in each scenario and size: never slower than aria2 fair; >= 1.15x aria2 fair
+Targets, for lnet mdtp in each scenario and size: never slower than aria2 fair; >= 1.15x aria2 fair
 where aria2 fair reaches less than 85% of the physical limit; >= 1.25x aria2 default; in normal, >= 97% of the
 physical limit at 256 MiB and above and >= 85% below; every replica used (every replica's bytes > 0 in lnet's
 report) in every run; identical bytes in every run of every competitor.
@@ -71,7 +71,7 @@ benchmark holds /tmp/lnet-testbed.lock while it runs, as every testbed test and 
 itself unless started under `flock /tmp/lnet-testbed.lock`), so two never overlap. nginx, the testbed and the
 temporary files are removed however it ends (Ctrl-C included).
 
-Random replica sets (issue 40):
+Random replica sets:
 
     flock /tmp/lnet-testbed.lock ./run bench multisource --random 12 [--seed S] [--sizes 64MiB] [--runs 3]
         [--only 3,7] [--lnet-arg=...]
@@ -84,7 +84,7 @@ fair and lnet mdtp, interleaved, --runs times at each size (default 64MiB); --ca
 lnet's remembered rates start empty in each set. The oracles: the set's physical limit (its event included,
 at the drawn fraction of the limit's time instead of half time) and aria2 fair. Printed: a line per set and size
 (median times, lnet/fair, each over the limit, lnet's over-fetch, and which replica held lnet's tail), the
-distribution of each ratio over the sets (median, 10th percentile, min), and issue 40's targets: lnet mdtp at
+distribution of each ratio over the sets (median, 10th percentile, min), and the random sets' targets: lnet mdtp at
 least 1.15x aria2 fair at the median and never below 1.0x, and at least 90% of the physical limit at the median
 at 256 MiB and above. Saved: bench/results/multisource-random-<seed>-<timestamp>.json (the seed, the command,
 every set's topology and every run) and a CDF plot of each ratio beside it (.png; matplotlib, the `plot` extra).
@@ -770,7 +770,7 @@ def speedup_target(name: str, row: dict[str, Any], other: dict[str, Any], key: s
 
 def targets(rows: list[dict[str, Any]], runs: list[dict[str, Any]], n_replicas: int,
             sizes: dict[str, int]) -> list[dict[str, Any]]:
-    """Issue 14's targets for lnet mdtp, per scenario and size, and identical bytes everywhere."""
+    """The named scenarios''s targets for lnet mdtp, per scenario and size, and identical bytes everywhere."""
     out = []
     for row in rows:
         if row["competitor"] != "mdtp":
@@ -828,7 +828,7 @@ def print_table(rows: list[dict[str, Any]], hosts: list[str]) -> None:
               f"{share_text + ' %':<32} {fmt(r['median_overfetch'], '.3f'):>9}")
 
 
-# -- random replica sets (issue 40) ---------------------------------------------------------------------------
+# -- random replica sets ---------------------------------------------------------------------------
 RANDOM_LNET = "mdtp"
 RANDOM_COMPETITORS = ("aria2-fair", RANDOM_LNET)
 RANDOM_SIZES = "64MiB"
@@ -946,7 +946,7 @@ def summarise_random(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
 
 def random_targets(summary: dict[str, dict[str, Any]], sizes: dict[str, int],
                    runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Issue 40's targets for lnet mdtp on the distribution over random replica sets, per size; the share of the
+    """The random sets''s targets for lnet mdtp on the distribution over random replica sets, per size; the share of the
     limit at LARGE_FROM and above (said to be unmeasured when no size is that large)."""
     out: list[dict[str, Any]] = []
     for label, ratios in summary.items():
@@ -993,7 +993,7 @@ def print_random(rows: list[dict[str, Any]], summary: dict[str, dict[str, Any]],
             d = ratios[key]
             print(f"  {label:>7} {title:<34} {fmt(d['median'], '.3f')} / {fmt(d['p10'], '.3f')} / "
                   f"{fmt(d['min'], '.3f')}; n={d['n']}")
-    print("\ntargets (issue 40):")
+    print("\ntargets (random replica sets):")
     for check in checks:
         met = "not measured" if check["met"] is None else "met" if check["met"] else "MISSED"
         print(f"  {check['target']}: {check['value']} {met}")
@@ -1301,7 +1301,7 @@ async def main(argv: list[str] | None = None) -> int:
     print("\nphysical limits (Mbit/s): " + ", ".join(f"{s} {v:.4g}" for s, v in result["physical_limit_mbit"].items()))
     for scenario, cap in result["capacity"].items():
         print(f"reachable in {scenario} (sum of each replica's curl alone): {cap['sum_mbps']:.1f} Mbit/s")
-    print("\ntargets (issue 14):")
+    print("\ntargets (named scenarios):")
     for check in checks:
         print(f"  {check['target']}: {check['value']} {'met' if check['met'] else 'MISSED'}")
     args.results.mkdir(parents=True, exist_ok=True)

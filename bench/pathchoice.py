@@ -1,4 +1,4 @@
-"""Path choice on the testbed (issue 11): does lnet find the fastest chain of depots, cold and warm, on emulated
+"""Path choice on the testbed: does lnet find the fastest chain of depots, cold and warm, on emulated
 networks whose best chain is known?
 
     flock /tmp/lnet-testbed.lock .venv/bin/python bench/pathchoice.py [--topologies abilene,detour,...]
@@ -18,7 +18,7 @@ bench/results/pathchoice-random-<seed>-<time>.json and pathchoice-random-<seed>.
 transfer, 12 scenarios in about 35 minutes (the estimate, from the simulator's rates, is printed first).
 
 Needs root (the testbed). Seven topologies (docs/scheduler.md, "Path choice on the testbed", describes each):
-  abilene  deploy/topologies/abilene.toml, seed 003's experiment (window-limited hosts, a four-depot chain)
+  abilene  deploy/topologies/abilene.toml, the logistics paper's experiment (window-limited hosts, a four-depot chain)
   detour   (a) a narrow direct link and a wide three-hop detour through two depots
   lossy    (b) loss-limited: a long lossy direct link and a chain of short links with the same loss
   window   (c) window-limited hosts on a line, the direct route through them, a side depot
@@ -225,7 +225,8 @@ def _r(value: float) -> float:
 
 def abilene(seed: int) -> Case:
     path = REPO / "deploy" / "topologies" / "abilene.toml"
-    return Case("abilene", "seed 003", "seed 003's experiment: window-limited hosts, a four-depot chain (fixed file)",
+    return Case("abilene", "the logistics paper",
+                "the logistics paper's experiment: window-limited hosts, a four-depot chain (fixed file)",
                 path.read_text(), "ornl", "svl")
 
 

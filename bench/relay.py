@@ -11,7 +11,7 @@ and in-flight settings:
   (f) the oracle: each edge of the best path (ORNL, Atlanta, Indianapolis, Kansas City, Denver, Sunnyvale)
       measured alone with lnet's per-hop concurrency (copies of one block, --max-inflight at once, 15 s each);
       the path's bottleneck is the most any relay over it can move.
-Steady state is the throughput over the second half of a run's timeline. Targets (issue 5): (d) >= 2x (a),
+Steady state is the throughput over the second half of a run's timeline. Targets: (d) >= 2x (a),
 >= 1.3x (b), >= 90% of (f) in steady state; (c) reaches 90% of (f) within 30 s.
 On loopback, no emulation: lnet-send through three depots (a chain of four hops) moves >= 200 MB/s.
 Prints a table and one JSON line.

@@ -4,9 +4,9 @@
     .venv/bin/python bench/scheduler.py --multipath [--seeds N] [--margins 0.05,0.1,0.15,0.25]
     .venv/bin/python bench/scheduler.py --random N [--seed S] [--jobs J] [--only I,J,...]
 
-Prints tables and, last, one JSON line with every figure. Targets (issue 4): widest path under 5 ms on a
+Prints tables and, last, one JSON line with every figure. Targets: widest path under 5 ms on a
 full mesh of 50 vertices and under 0.5 s at 1000; in the simulator, at most as many path attempts as vertices
-(the seed needed 13 for its 8). ``--multipath`` (issue 12) runs only the path-set table: cold transfers at 2
+(the seed needed 13 for its 8). ``--multipath`` runs only the path-set table: cold transfers at 2
 streams a hop on ``two_routes``, ``three_routes`` and ``one_bottleneck`` with ``max_paths`` 1, 2 and 3 and each
 path margin; targets: at least 0.85 of the sum of the disjoint routes' pinned rates, at least 1.4x ``max_paths``
 1 where two routes of similar rate exist, never below 0.95x of it where every route shares one bottleneck.
@@ -472,7 +472,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, default=5, help="random topologies per size (default 5)")
     parser.add_argument("--duration-s", type=float, default=600.0, help="simulated seconds per transfer")
-    parser.add_argument("--multipath", action="store_true", help="only the path-set table (issue 12)")
+    parser.add_argument("--multipath", action="store_true", help="only the path-set table")
     parser.add_argument(
         "--margins", default="0.05,0.1,0.15,0.25", help="path margins for --multipath (default 0.05,0.1,0.15,0.25)"
     )

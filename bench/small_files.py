@@ -2,7 +2,7 @@
 
     flock /tmp/lnet-bench.lock ./run bench small_files [--rtt-ms 50,100] [--scale 1.0] [--seed 2]
 
-Seed 002's experiment (Wu et al., Sect. 4): 500 files of 0-100 KB and 500 of 1-2 MB (sizes drawn uniformly from a
+Wu et al.'s experiment (Sect. 4): 500 files of 0-100 KB and 500 of 1-2 MB (sizes drawn uniformly from a
 seeded generator; KB and MB are 10^3 and 10^6 bytes), one 100 Mbit/s link, 50 ms and 100 ms round trip (the
 testbed's delay_ms is one way: 25 and 50), TCP windows well above the BDP. Two hosts: the client, and a depot as
 the destination. Half the files are named ``p-*`` (drawn at random across both sizes, the seed's AVG case), so that
@@ -16,7 +16,7 @@ memory):
 The depot is restarted before each run (the blocks stay allocated for --duration; a fresh depot frees them).
 Throughput is the files' bytes over the transfer's time: for lnet the relay's own (first block out to last block
 verified at the destination), with the whole command's wall-clock time shown beside it; for tar, connect to EOF.
-Targets (issue 7): (a) >= 90% of the link rate and >= 1.1 x (b); in (c) every priority file arrives before the
+Targets: (a) >= 90% of the link rate and >= 1.1 x (b); in (c) every priority file arrives before the
 last ordinary file and throughput is at most 3% below (a). Prints a table; writes bench/results/small_files.json.
 """
 

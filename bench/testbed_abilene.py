@@ -1,4 +1,4 @@
-"""The abilene topology against seed 003: every edge the seed's Table 1 paths use, measured with one plain TCP
+"""The abilene topology against the logistics paper: every edge its Table 1 paths use, measured with one plain TCP
 stream each, and each Table 1 path's predicted throughput (its weakest edge), next to the seed's figures.
 Needs root; about 3 minutes with the default 6 s per edge.
 
@@ -18,7 +18,7 @@ from lnet.testbed.measure import tcp_throughput
 
 TOPOLOGY = trio.Path(__file__).parent.parent / "deploy" / "topologies" / "abilene.toml"
 
-# seed 003, Table 1: path attempts of a cold start, and Table 2: the best path's edges (Mbit/s)
+# the logistics paper, Table 1: path attempts of a cold start, and Table 2: the best path's edges (Mbit/s)
 TABLE1 = [
     (["ornl", "svl"], 2.63),
     (["ornl", "ind", "svl"], 3.58),

@@ -1,7 +1,7 @@
 """Seeded random scenarios on the testbed, for bench/pathchoice.py and bench/multipath.py (``--random N --seed S``):
 which scenarios go (the <=8-depot class only), each scaled to fit the machine and written as a topology, and the
 simulator's run of the benchmark's own plan on the same scaled network, so that every figure is reported twice
-and the two can be compared (issue 40: where they disagree, the simulator's model is what gets fixed).
+and the two can be compared (where they disagree, the simulator's model is what gets fixed).
 
 The scenarios are ``lnet.scheduler.scenarios.scenario(seed, index)``, as bench/scheduler.py runs them, at the
 indices of the <=8-depot class (``index // 6 % 3 == 0``: 0-5, 18-23, 36-41, ...). Each is scaled by

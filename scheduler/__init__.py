@@ -7,7 +7,8 @@ transfer engine owns the sockets and carries the decisions out.
 Theory of operation
 ===================
 
-The seed (Labissoniere & Roche, seeds/003) models the network as a directed graph: the source, the destination
+The seed (Labissoniere & Roche, *Adaptively Improving Long Distance Network Transfers with
+Logistics*) models the network as a directed graph: the source, the destination
 and every depot are vertices, every ordered pair is an edge weighted by the throughput measured on it. A path's
 predicted throughput is its smallest edge (the pipeline runs at its slowest hop), so the best path is the one
 whose smallest edge is largest: the max-min, or widest, path. Its routine is Dijkstra with ``min`` in place of
@@ -82,7 +83,7 @@ Where lnet departs from the seed, and why
    paths (unknown = the round-trip guess of 10, aged = raised) that could beat that path by the hysteresis
    margin, a new one at the first tick after one ends (``ProbeDone``). The engine owns a probe's warm-up. An
    engine that never answers a probe is noticed after ``probe_s`` and the loop falls back to the seed's way.
-9. Comparable measurements (issue 11). Every weight the loop compares means one thing: the throughput this
+9. Comparable measurements. Every weight the loop compares means one thing: the throughput this
    transfer can expect on the edge with its own block size and ``streams`` blocks in flight per hop. How TCP
    behaves on these paths decides how to get it:
 
@@ -124,7 +125,7 @@ Where lnet departs from the seed, and why
      prediction by the hysteresis); the probe ends within seconds, the trial takes ``min_attempt_s`` to judge.
      An unknown edge no probe is measuring does not count: it needs a probe of its own, and counting it
      infinitely fast held the trial back for whole cold starts on the emulated Abilene.
-   - With the default in-flight rule the engine chooses each hop's depth (seed 002's pipelining depth, from
+   - With the default in-flight rule the engine chooses each hop's depth (Wu et al.'s pipelining depth, from
      ``min_inflight`` up to ``streams``): a hop stops at the copies that fill it, so a link full at 2 copies reports
      C / 2 a stream, and ``streams`` (16) x that would weigh it at 8 C. The engine therefore tells the loop how many
      copies ran at once (``Measurement.streams``: over each copy's life, the copies streaming beside it, at most the
@@ -198,9 +199,9 @@ Where lnet departs from the seed, and why
    in-flight rule a link is learnt as 9 says of the transfer's hops and probes: the pushes that ran at once, spread
    over ``streams``, a floor with ``min_streams``' worth as its ceiling (as one push's rate x 16, a probe's push
    over a 3.5 Mbit/s link weighed 43 Mbit/s, and a warm start began there).
-12. Path sets (issue 12, ``max_paths`` > 1; with 1 nothing below happens). The seed runs one path; where the
+12. Path sets (``max_paths`` > 1; with 1 nothing below happens). The seed runs one path; where the
    overlay has routes that do not share a physical bottleneck, a transfer striped over several moves at close
-   to the sum of their rates (MDTP, seed 000, does the same with replicas; the engine shares blocks among the
+   to the sum of their rates (the MDTP paper does the same with replicas; the engine shares blocks among the
    paths by their rates so that all finish together). The model: a set of overlay paths that share no edge,
    each running at its narrowest edge as a single path does, the set at the sum of its paths.
 
@@ -270,7 +271,7 @@ Where lnet departs from the seed, and why
    - Failures: a failed depot fails every edge through it (5), so every path of the set through it leaves at
      the next ``tick`` (``DropDepot`` carries the new set); if the primary was among them, the widest path
      left, often an extra, becomes the primary and carries on without a restart.
-13. Deep probes (issue 40). A one-stream probe cannot tell an edge held back by its streams' own window or loss
+13. Deep probes. A one-stream probe cannot tell an edge held back by its streams' own window or loss
    (16 streams get 16 times as much) from a narrow link (they get no more); rule 9 credits it with
    ``min_streams`` of its stream at most. On random scenarios (``scenarios.py``, kind ``detour``) that left
    detours of window-limited hops unexplored for whole transfers: a hop's one stream read 12 Mbit/s beside a
@@ -286,7 +287,7 @@ Where lnet departs from the seed, and why
    one-stream probes took 31) and cost the ``shared`` kind (warm 10th percentile 0.87 against 0.96); with the
    end rule, 0.94; deferred as well, 0.96, and 31 s. ``SchedulerConfig.deep_probes=False`` runs
    one stream a probe, to compare (``bench/scheduler.py --no-deep-probes``).
-14. Cold scouts (issue 40). Throughput is the expensive measurement, round trips are almost free: the client
+14. Cold scouts. Throughput is the expensive measurement, round trips are almost free: the client
    times its round trip to every depot before the first decision (``rtt_s``), and rule 11's priors rank unknown
    edges by them. A cold start with ``max_paths`` > 1 (its first path has an edge it knows nothing of) runs
    that path alone until every hop of it has reported, then, beside it, up to ``max_paths`` - 2 paths through

@@ -229,7 +229,7 @@ class PathScheduler:
         """Which edges to probe next, and the probes running (``_probing``)."""
         self._last_evaluation = -math.inf
         self._pending_drops: list[str] = []
-        # The path set beside the primary (``_attempt``): issue 12, theory of operation 12.
+        # The path set beside the primary (``_attempt``): theory of operation 12.
         self._set = PathSet(self)
         """The paths beside the primary, their trial and the bans (``_pathset``)."""
         self._changed_at = -math.inf

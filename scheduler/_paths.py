@@ -1,4 +1,4 @@
-"""The path-set rule (issue 12): which further paths run beside the widest one, as pure graph code.
+"""The path-set rule: which further paths run beside the widest one, as pure graph code.
 
 No state, no clock: the decision loop (``_loop.py``) keeps the set, its trials and its bans, and asks these
 functions what the model predicts. See point 12 of the theory of operation in ``lnet.scheduler``.

@@ -291,7 +291,7 @@ class ProbePlan:
         The path-by-path search looks past a path by counting its edges as 0, which hides every other path
         through them: with a probe running on a chain's last edge, the chain's middle edge waited for it to end
         (on the emulated ``lossy`` topology a cold start measured the chain's middle edge 20 s in, three probes
-        after its first). One path only: a set of paths (issue 12) is probed path by path."""
+        after its first). One path only: a set of paths is probed path by path."""
         threshold = bar * (1 + self.loop.config.hysteresis)
         busy = [*self.since, *chosen]
         into = widest_widths(optimistic, self.loop.src)

@@ -10,7 +10,7 @@ A transfer keeps ``streams`` copies in flight on every hop of its path; a probe 
 its slowest hop's aggregate rate; a hop that joins the path starts from nothing and reaches its rate linearly
 over its ramp time (TCP opening its window). Every step, each hop reports a measurement with seeded
 multiplicative noise, in the engine's convention: ``"stream"`` (lnet's: bytes over the seconds each copy took,
-so a per-stream rate) or ``"busy"`` (the convention before issue 11: a hop's bytes over the time it was busy, an
+so a per-stream rate) or ``"busy"`` (an older convention: a hop's bytes over the time it was busy, an
 aggregate of all its streams, while a probe reported its one stream; kept to show what went wrong). A hop of
 capacity 0 reports a failure, a failed vertex on the path a depot failure. Events change the truth at given
 times. Same network, scheduler settings and seed: same run, bit for bit. A pinned run (``simulate_pinned``) runs
@@ -731,7 +731,7 @@ def _physical_network(
     )
 
 
-# -- multipath topologies (issue 12): (one-way delay ms, Mbit/s) per physical link, 4 MiB windows everywhere, so
+# -- multipath topologies: (one-way delay ms, Mbit/s) per physical link, 4 MiB windows everywhere, so
 # that a stream is held back by links only.
 
 MULTIPATH_SRC = "src"

@@ -15,6 +15,9 @@ REPO = Path(__file__).resolve().parents[1]
 UNSEEN = re.compile(r"\bissues? ?-?[0-9]+|\bstops? [0-9]+\b|\.\./shared\b|\bseeds/|\bseed 0[0-9]{2}\b", re.IGNORECASE)
 
 DOCS = sorted([REPO / "README.md", *(REPO / "docs").rglob("*.md")])
+CODE = sorted(path for part in ("bench", "client", "deploy", "depot", "directory", "protocol", "scheduler", "tests",
+                                "units")
+              for path in (REPO / part).rglob("*.py") if path != Path(__file__).resolve())
 
 
 def unseen_references(paths: list[Path]) -> list[str]:
@@ -36,6 +39,11 @@ def test_the_pattern_finds_what_it_is_for() -> None:
 
 def test_docs_refer_to_nothing_a_reader_cannot_see() -> None:
     assert unseen_references(DOCS) == []
+
+
+def test_code_refers_to_nothing_a_reader_cannot_see() -> None:
+    assert len(CODE) > 100
+    assert unseen_references(CODE) == []
 
 
 @pytest.mark.parametrize("doc", DOCS, ids=lambda p: str(p.relative_to(REPO)))

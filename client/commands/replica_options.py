@@ -33,7 +33,7 @@ EPILOG = """\
 replicas (lnet-get URL URL ... -o OUT):
   Every replica gets one persistent connection; byte ranges are pipelined on it, sized by --strategy:
     mdtp        (default) a uniform first chunk each, then chunks proportional to each replica's measured
-                throughput so that every round ends together (seed 000, MDTP)
+                throughput so that every round ends together (the MDTP paper)
     static      equal chunks (--chunk, default 4MiB), the next to whoever has room
     brute       size / n to each replica, once          history  shares from remembered throughputs
     aggressive  equal chunks; doubled for a replica beating the fastest so far, none for one far behind

@@ -31,7 +31,7 @@ least at its bandwidth-delay product; every chunk here is at least ``rate x rtt`
 
 **Strategies** decide the size of a replica's next chunk:
 
-- ``mdtp`` (the default, seed 000): first a uniform ``initial_chunk`` to every replica; then, each time a chunk is
+- ``mdtp`` (the default, the MDTP paper): first a uniform ``initial_chunk`` to every replica; then, each time a chunk is
   sized, the replicas' latest throughputs, their geometric mean to find the fast set, the fastest's download time
   ``T = L / rate_fastest`` for the large chunk ``L``, and ``chunk_i = T x rate_i``: every replica's chunk takes
   about ``T``, so rounds end together. The seed picks ``L`` by hand per file size; here ``L`` defaults to
@@ -42,11 +42,11 @@ least at its bandwidth-delay product; every chunk here is at least ``rate x rtt`
   ``start_i >= T``, with ``T`` chosen so that the shares add up to the free bytes. So every replica finishes at
   ``T``, whatever it had queued, and no tail split is needed: on a real network a split costs the owner's
   connection (an HTTP response cannot be cut short otherwise) and a new connection's handshake and slow start.
-- ``static`` (seed 004's conservative load balancing, MDTP's static chunking): equal chunks, the next to whoever
+- ``static`` (Vazhkudai's conservative load balancing, MDTP's static chunking): equal chunks, the next to whoever
   has room.
-- ``brute`` (seed 004): ``size / n`` to each replica, once.
-- ``history`` (seed 004): one range per replica, sized in proportion to remembered throughputs.
-- ``aggressive`` (seed 004): equal chunks to start; a replica whose chunk beat the running maximum rate gets its
+- ``brute`` (Vazhkudai): ``size / n`` to each replica, once.
+- ``history`` (Vazhkudai): one range per replica, sized in proportion to remembered throughputs.
+- ``aggressive`` (Vazhkudai): equal chunks to start; a replica whose chunk beat the running maximum rate gets its
   chunk doubled (and the maximum reset), one far below it (under ``drop_ratio``) is no longer used.
 
 **The tail** (``tail``): when a replica has room in its pipe (fewer than ``depth`` requests) and nothing is
@@ -218,7 +218,7 @@ class _Request:
 
 @dataclass
 class ReplicaStats:
-    """What one replica did, for the per-replica table (seed 000's Figure 5)."""
+    """What one replica did, for the per-replica table (the MDTP paper's Figure 5)."""
 
     bytes: int = 0  # bytes received into the file
     requests: int = 0

@@ -28,7 +28,7 @@ the path of the set the depot is on (the primary first); else the widest way on 
 gives a block's next hop from where it is (``NextHop``), or says it has none (``Stuck``: the shell re-sends it
 from its nearest holder).
 
-**Windows.** Each hop's depth is seed 002's ``ceil(3 * BDP / block) - 1`` within ``[min_inflight,
+**Windows.** Each hop's depth is Wu et al.'s ``ceil(3 * BDP / block) - 1`` within ``[min_inflight,
 max_inflight]`` (``inflight_for``), the bandwidth the hop's busy-time rate (``EdgeMeter``) and the delay its
 shortest cycle; the window is the depth and, on a depot's hop, the copies its lane queues beyond it
 (``lane_extra``). ``tick`` flushes the meters and returns each edge's sample; ``resize_windows`` the windows'
@@ -96,7 +96,7 @@ class RelayRules(Protocol):
 
 
 def inflight_for(rate_bps: float, delay_s: float, block: int, low: int, high: int) -> int:
-    """Seed 002's pipelining depth for a hop: ``ceil(3 * BDP / block) - 1`` within ``[low, high]``."""
+    """Wu et al.'s pipelining depth for a hop: ``ceil(3 * BDP / block) - 1`` within ``[low, high]``."""
     if rate_bps <= 0 or delay_s <= 0:
         return low
     depth = math.ceil(3 * rate_bps * delay_s / block) - 1

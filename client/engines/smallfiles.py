@@ -4,7 +4,7 @@ A pure engine in the h11 manner: it takes the file list (sizes, priorities), the
 its limits, and returns a ``Plan``; it reads no file, opens no socket and knows no clock. ``lnet.client.tree`` walks
 the directory, feeds it, and hands the plan's blocks to the relay.
 
-Theory of operation (seed 002, Wu et al., "End-to-end dynamic pipelining tuning strategy for small files")
+Theory of operation (Wu et al., "End-to-end dynamic pipelining tuning strategy for small files")
 ---------------------------------------------------------------------------------------------------------------
 Bucket Divide (Algorithm 1, FBD). Files are sorted by size against the BDP into five buckets: four below it,
 ``(0, BDP/4]``, ``(BDP/4, BDP/2]``, ``(BDP/2, 3BDP/4]``, ``(3BDP/4, BDP]``, and one above it (the "big" bucket).
@@ -320,7 +320,7 @@ def pack(batches: Sequence[Batch], block_size: int) -> list[PlannedBlock]:
 
 
 def pipeline_depth(bdp: int, blocks: Sequence[PlannedBlock], low: int, high: int) -> int:
-    """Seed 002's formula over lnet's requests, ``ceil(3 x (BDP + mean block) / mean block) - 1`` within ``[low,
+    """Wu et al.'s formula over lnet's requests, ``ceil(3 x (BDP + mean block) / mean block) - 1`` within ``[low,
     high]``: the bandwidth-delay product of one request's whole cycle, a round trip and the block's own time on the
     wire (departure 5 above)."""
     if not blocks:

@@ -1,6 +1,6 @@
-"""Blocks shared among several paths at once (issue 12): which path a new block takes, and each path's rate.
+"""Blocks shared among several paths at once: which path a new block takes, and each path's rate.
 
-MDTP (seed 000) shares a file among replicas of different speed so that all of them finish together: each gets
+MDTP (the MDTP paper) shares a file among replicas of different speed so that all of them finish together: each gets
 work in proportion to what it delivers. ``lnet.client.sending.relay`` does the same for the paths of one transfer, at
 block granularity (a block is one allocation at every depot it crosses, verified by its own hash, so it is never
 split): a block admitted goes to the path that would deliver it soonest,

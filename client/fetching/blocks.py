@@ -157,7 +157,7 @@ def source_order(
     """The order to try ``block``'s sources in. Sources whose depot failed before, and then sources past their
     expiry, go last (still tried: clocks disagree, depots extend). Among the rest, when the block sits on several
     depots, the one that would finish it soonest given what it is already sending and its measured rate comes
-    first (seed 004's dynamic load balancing, with MDTP's aim: every depot busy in proportion to its rate); a
+    first (Vazhkudai's dynamic load balancing, with MDTP's aim: every depot busy in proportion to its rate); a
     depot not yet measured counts as an average one. Ties keep the manifest's order."""
     loads = loads or {}
 

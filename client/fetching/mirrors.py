@@ -1,4 +1,4 @@
-"""One file from several replicas at once: ``lnet-get URL URL ... -o OUT`` (seed 000, MDTP).
+"""One file from several replicas at once: ``lnet-get URL URL ... -o OUT`` (the MDTP paper).
 
 The I/O shell around ``ChunkPlanner``. Every replica gets one persistent connection (``RangeConnection``) on which
 the planner's range requests are pipelined, so that each replica's pipe stays full between chunks.

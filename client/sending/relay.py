@@ -8,7 +8,7 @@ depot after next (or, at the end, the destination has verified it), so that a bl
 re-sent from the nearest one that still holds it, never from the source unless the source is that nearest one.
 
 Every hop has a window: how many blocks may cross it at once. It follows the hop's bandwidth-delay product, as
-seed 002 sizes its pipelines: ``pp = ceil(3 * BDP / block) - 1``, bounded, with the bandwidth the hop's
+Wu et al. size their pipelines: ``pp = ceil(3 * BDP / block) - 1``, bounded, with the bandwidth the hop's
 measured throughput and the delay the shortest time one copy took as the client saw it (the control round
 trip to the depot, the depot's round trip to the next one, and the block's own time on the wire). A window at
 least that large keeps the hop busy through every round trip, so the client's control messages never cap the
@@ -25,7 +25,7 @@ I/O; the decisions are the scheduler's, and the rules below (routing, the block 
 game) are ``lnet.client.engines.relay_core``'s ``RelayEngine``, a pure engine this module feeds with events and
 ``now`` and whose answers it carries out.
 
-Several paths at once (issue 12). A decision names a set of edge-disjoint paths (``all_paths``, the primary
+Several paths at once. A decision names a set of edge-disjoint paths (``all_paths``, the primary
 first) with each one's predicted rate. Each block is given one of them when it is admitted: the one that would
 deliver it soonest, by what each already carries and its rate (``striping.soonest``, the MDTP rule: all paths
 finish together), the rate being what the path delivered lately once it has delivered a few blocks

@@ -1,4 +1,4 @@
-"""Seeded random replica sets for lnet-get's multi-source benchmark (issue 40): the testbed topologies and the
+"""Seeded random replica sets for lnet-get's multi-source benchmark: the testbed topologies and the
 mid-run events that `bench/multisource.py --random N --seed S` runs aria2 and lnet-get on, beside its named
 scenarios on deploy/topologies/replicas.toml.
 

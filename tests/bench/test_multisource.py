@@ -1,5 +1,5 @@
 """The multi-source benchmark's pure parts: the competitors' command lines, the sweeps, the scenarios' physical
-limits, the estimate and issue 14's targets. (The benchmark itself needs root and the testbed:
+limits, the estimate and the multi-source targets. (The benchmark itself needs root and the testbed:
 bench/multisource.py, docs/client.md.)"""
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ def test_aria2_fair_and_default_differ_only_by_the_fair_flags(tmp_path: Path) ->
     default = ms.competitor_argv("aria2-default", URLS, out, "ab" * 32, TOOLS, Path("lnet-get"), [])
     assert [a for a in fair if a not in ms.aria2_fair(len(URLS))] == default
     assert "--split=2" in fair  # one connection to each mirror, as lnet-get keeps
-    assert "--split=7" in ms.aria2_fair(7)  # a random set of 7: all of them, not aria2's 6 of issue 6's testbed
+    assert "--split=7" in ms.aria2_fair(7)  # a random set of 7: all of them, not aria2's 6 of the named testbed
     assert not any(a.startswith(("--split", "--max-connection", "--min-split")) for a in default)
     assert default[-2:] == URLS
 
@@ -169,7 +169,7 @@ def test_a_speedup_below_the_round_trip_floor_is_marked_unreachable() -> None:
     assert (check["met"], check["reachable"], check["value"]) == (False, True, "1.10x")
 
 
-# -- random replica sets (issue 40) ---------------------------------------------------------------------------
+# -- random replica sets ---------------------------------------------------------------------------
 def test_the_physical_limit_of_any_number_of_replicas() -> None:
     assert ms.limit_mbit([5.0, 10.0, 20.0], None) == 35.0
     assert ms.limit_mbit([5.0, 10.0, 20.0, 40.0, 1.0, 2.0, 3.0, 4.0], 60.0) == 60.0  # the access link caps it

@@ -1,4 +1,4 @@
-"""Issue 11 on the testbed: a cold start leaves a narrow direct link for a wide three-hop detour
+"""On the testbed: a cold start leaves a narrow direct link for a wide three-hop detour
 (deploy/topologies/detour.toml: src -> dst over one 1.2 Mbit/s link; src - d1 - d2 - dst over three of 12 Mbit/s,
 whose 24 KiB windows make every two-hop path run at about half the detour's rate).
 
@@ -87,7 +87,8 @@ async def test_a_cold_start_leaves_a_narrow_direct_link_for_the_detour(requires_
     memory = tmp_path / "edges.json"
     assert not memory.exists()  # a fresh memory, and --cold: nothing known at the start
     async with depots_on(TOPOLOGY, bed_name, tmp_path, "src") as bed:
-        # one chain (issue 11's choice; lnet-send's default runs up to 3, and its path attempts interleave)
+        # one chain, as the path-choice benchmark runs it (lnet-send's default runs up to 3, and its path attempts
+        # interleave)
         argv = bed.send_argv(payload, "dst", memory, "--cold", "--max-inflight", "2", "--max-paths", "1",
                              "--report", str(tmp_path / "report.json"))
         summary = await send_until(bed, argv, tmp_path / "send.log", DEADLINE_S)

@@ -1,4 +1,4 @@
-"""Several paths at once (issue 12), relay side: the block-sharing rule (pure), then the relay on the emulated
+"""Several paths at once, relay side: the block-sharing rule (pure), then the relay on the emulated
 network (tests/client/network.py, MockClock) driven by a scripted scheduler, then what people see (the summary,
 the report and its plot)."""
 
@@ -203,7 +203,7 @@ def test_a_path_meter_counts_busy_time_after_the_pipeline_filled() -> None:
 
 
 class ScriptedScheduler:
-    """A stand-in for ``PathScheduler`` that gives the relay the decisions of the contract (issue 12) on a script:
+    """A stand-in for ``PathScheduler`` that gives the relay the decisions of the contract on a script:
     ``paths`` with ``rates`` from the start, ``changes`` (seconds after the start, paths, rates, reason) later,
     and, after a ``DepotFailure``, a ``DropDepot`` keeping the paths that avoid the depot. Probes: none."""
 

@@ -1,4 +1,4 @@
-"""Issue 12 on the testbed: one transfer over two physically disjoint routes (deploy/topologies/multipath2.toml:
+"""On the testbed: one transfer over two physically disjoint routes (deploy/topologies/multipath2.toml:
 src -> dst over its own 16 Mbit/s link, src - a - dst over two 20 Mbit/s links) uses both, and a depot killed on
 one of them leaves the other carrying the transfer to the end, the lost blocks re-sent.
 

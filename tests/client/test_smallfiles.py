@@ -1,4 +1,4 @@
-"""The small-file planner against seed 002's algorithms, on fixed file sets worked out by hand (pure, no I/O)."""
+"""The small-file planner against Wu et al.'s algorithms, on fixed file sets worked out by hand (pure, no I/O)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Path sets (issue 12): several edge-disjoint paths at once, joined when the model predicts they add rate, kept
+"""Path sets: several edge-disjoint paths at once, joined when the model predicts they add rate, kept
 only while the measurements agree. The pure rule, the loop driven by hand, and the loop on the simulator with
 shared physical links."""
 

@@ -1,4 +1,4 @@
-"""The measurement model on a network whose overlay edges share physical links (issue 11).
+"""The measurement model on a network whose overlay edges share physical links.
 
 Every weight the scheduler compares is the rate this transfer would get on an edge at its own number of streams
 per hop: a per-stream rate (bytes over the seconds each copy took) times ``streams``. These tests run the loop
@@ -246,7 +246,7 @@ def test_a_cold_start_on_shared_abilene_leaves_the_direct_route_for_the_four_dep
 
 
 def test_the_old_measurements_kept_the_transfer_on_the_direct_route() -> None:
-    # Before issue 11: a hop reported its aggregate over the time it was busy (two streams), a probe its one
+    # The old convention: a hop reported its aggregate over the time it was busy (two streams), a probe its one
     # stream, eight probes at once beside the transfer. Every chain looked slower than direct.
     paths = cold_start(streams=2, measure="busy", scheduler_streams=1, probes=8, rtts=False)
     assert paths == [("ornl", "svl")]

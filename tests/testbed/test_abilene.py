@@ -1,4 +1,5 @@
-"""abilene.toml reproduces the shape of seed 003's Tables 1 and 2, measured with plain single TCP streams: the
+"""abilene.toml reproduces the shape of the logistics paper's Tables 1 and 2,
+measured with plain single TCP streams: the
 direct ORNL -> Sunnyvale transfer is slower than every edge of the four-depot chain, the chain's bottleneck
 (Denver -> Sunnyvale) is about twice the direct throughput, and relaying through New York or Washington is worse
 than direct, and skipping any depot of the chain is worse than the chain. Root only; about 30 s."""

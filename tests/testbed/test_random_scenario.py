@@ -1,4 +1,4 @@
-"""One seeded random scenario on the testbed (issue 40): the simulator's scenario generator's network, scaled as
+"""One seeded random scenario on the testbed: the simulator's scenario generator's network, scaled as
 the benchmarks scale it (``bench/pathchoice.py --random``), carries lnet-send's cold start and then its warm start
 with lnet-send's defaults, and the file lnet-get rebuilds at the destination is the file sent, both times.
 
