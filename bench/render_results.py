@@ -43,6 +43,7 @@ BENCHES = {
     "part_commit": "`bench/part_commit.py`: committing a downloaded file (fsync and rename)",
     "small_files": "`bench/small_files.py`: a tree of small files (docs/client.md)",
     "directory": "`bench/directory_*.py`: the depot directory on etcd (docs/directory.md)",
+    "trickle": "`bench/trickle.py`: a normal client beside hundreds of trickling clients (docs/depot.md)",
 }
 
 _STAMP = re.compile(r"(?<!\d)(\d{8})-(\d{6})(?!\d)")
@@ -271,6 +272,8 @@ def kind_of(doc: Doc) -> tuple[str, Renderer] | None:
         return "depot_throughput", render_depot_throughput
     if "bench/directory_" in str(doc.get("command", "")) and isinstance(doc.get("runs"), list):
         return "directory", render_runs
+    if bench == "trickle" and isinstance(doc.get("runs"), list):
+        return "trickle", render_runs
     return None
 
 
