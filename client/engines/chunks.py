@@ -613,7 +613,7 @@ class ChunkPlanner:
         a third of a round. The request sent when one ends reaches the server a round trip after the server
         began the one queued behind it, so with ``depth`` 2 a far replica's server has only ``T - rtt`` of work
         in hand when the next request arrives; at +500 ms to the fastest replica on the replicas testbed (rounds
-        of 1 s) its link then ran at 18-46 Mbit/s by turns instead of its 40 (docs/client.md, "--depth")."""
+        of 1 s) its link then ran at 18-46 Mbit/s by turns instead of its 40 (docs/client.md, "Measured")."""
         depth = self.config.depth
         if self.config.strategy == "mdtp" and rep.rtt is not None and round_s is not None and 3 * rep.rtt > round_s:
             return depth + 1

@@ -147,7 +147,7 @@ class DepotClient:
         # Requests go straight to the transport (``_send``): httpx's client adds per request a merge with the base
         # URL, a cookie jar's pass over the answer and an auth and redirect flow, none of which a depot uses, and
         # on this project's machine that was about half of what a control request cost the client in CPU
-        # (docs/depot.md, "Where the rest goes"). The client object is kept for its conveniences elsewhere.
+        # (docs/depot.md, "The data path"). The client object is kept for its conveniences elsewhere.
         self._transport: httpx.AsyncBaseTransport = transport or httpx.AsyncHTTPTransport(
             verify=verify,
             limits=httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections),
