@@ -243,13 +243,14 @@ def _ratio(num: float, den: float | None) -> float | None:
     return None if not den else num / den
 
 
-def run_random(job: tuple[int, int, float, float, float, bool, bool]) -> dict[str, Any]:
+def run_random(job: tuple[int, int, float, float, float, bool, bool, int | None, int | None]) -> dict[str, Any]:
     """One scenario's cold and warm transfers and its figures (run in a worker process)."""
-    seed, index, cold_s, warm_s, step_s, deep, scouts = job
+    seed, index, cold_s, warm_s, step_s, deep, scouts, depots, max_depots = job
     began = time.perf_counter()
-    case = scenario(seed, index, cold_s=cold_s, warm_s=warm_s, step_s=step_s)
+    case = scenario(seed, index, cold_s=cold_s, warm_s=warm_s, step_s=step_s, depots=depots)
     built = time.perf_counter() - began
-    network, config = case.network, replace(send_config(), deep_probes=deep, cold_scouts=scouts)
+    network, config = case.network, replace(send_config(), deep_probes=deep, cold_scouts=scouts,
+                                            max_depots=max_depots or None)
     rtt = network.rtts_from(case.src)
     memory = EdgeMemory()
     noise = seed * 1_000_003 + 2 * index
@@ -319,7 +320,7 @@ def summarise_random(rows: list[dict[str, Any]]) -> dict[str, Any]:
             for r in worst
         ]
         summary["kinds"][kind] = figures
-    for size in SIZE_CLASSES:
+    for size in [*SIZE_CLASSES, *sorted({r["size_class"] for r in rows} - set(SIZE_CLASSES), key=int)]:
         times = [r["cold_to_90_s"] for r in rows if r["size_class"] == size]
         if times:
             reached = [t for t in times if t is not None]
@@ -410,8 +411,8 @@ def random_distribution(args: argparse.Namespace, argv: list[str]) -> int:
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(2**32)
     indices = [int(i) for i in args.only.split(",")] if args.only else list(range(args.random))
     print(f"seed {seed} (rerun: bench/scheduler.py --random {args.random} --seed {seed})", flush=True)
-    jobs = [(seed, i, args.cold_s, args.warm_s, args.step_s, not args.no_deep_probes, not args.no_cold_scouts)
-            for i in indices]
+    jobs = [(seed, i, args.cold_s, args.warm_s, args.step_s, not args.no_deep_probes, not args.no_cold_scouts,
+             args.depots, args.max_depots) for i in indices]
     # Biggest first, so that the workers finish together.
     jobs.sort(key=lambda job: -scenario_size_class(job[1]))
     # The scheduler's runs depend on the order of some sets of strings, so on Python's hash seed: the workers get
@@ -436,13 +437,16 @@ def random_distribution(args: argparse.Namespace, argv: list[str]) -> int:
     RESULTS.mkdir(exist_ok=True)
     stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
     rule = ("-no-deep-probes" if args.no_deep_probes else "") + ("-no-cold-scouts" if args.no_cold_scouts else "")
+    rule += (f"-{args.depots}-depots" if args.depots else "") + (
+        f"-max-depots-{args.max_depots}" if args.max_depots != SchedulerConfig().max_depots else "")
     out = RESULTS / f"scheduler-random-{seed}{rule}-{stamp}.json"
     document = {
         "bench": "scheduler-random", "commit": _commit(), "command": " ".join(["bench/scheduler.py", *argv]),
         "seed": seed, "scenarios": len(rows), "cold_s": args.cold_s, "warm_s": args.warm_s, "step_s": args.step_s,
         "config": {"streams": STREAMS, "min_streams": MIN_STREAMS, "max_paths": send_config().max_paths,
                    "depth": "adaptive", "deep_probes": not args.no_deep_probes,
-                   "cold_scouts": not args.no_cold_scouts, "python_hash_seed": 0},
+                   "cold_scouts": not args.no_cold_scouts, "depots": args.depots,
+                   "max_depots": args.max_depots or None, "python_hash_seed": 0},
         "wall_s": round(elapsed, 1), "jobs": args.jobs, "summary": summary, "rows": rows,
     }
     out.write_text(json.dumps(_finite(document), indent=1, allow_nan=False) + "\n")
@@ -484,6 +488,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="--random: one stream a probe, as before deep probes (to compare the rules)")
     parser.add_argument("--no-cold-scouts", action="store_true",
                         help="--random: a cold start runs one path, as before cold scouts (to compare the rules)")
+    parser.add_argument("--depots", type=int, metavar="N",
+                        help="--random: every scenario with N depots, instead of the size classes (4-8, 16, 32)")
+    parser.add_argument("--max-depots", type=int, metavar="M", default=SchedulerConfig().max_depots,
+                        help="--random: the scheduler's candidates at most (default %(default)s; 0: every depot)")
     parser.add_argument("--only", metavar="I,J", help="--random: only these scenario indices (printed, not saved)")
     parser.add_argument("--cold-s", type=float, default=COLD_S, help=f"--random: cold run, sim. s ({COLD_S:g})")
     parser.add_argument("--warm-s", type=float, default=WARM_S, help=f"--random: warm run, sim. s ({WARM_S:g})")

@@ -297,6 +297,15 @@ Where lnet departs from the seed, and why
    from that path leaves, banned; one that adds less than the margin later leaves by rule 12 (``PathSet.drop_idle``);
    at the end the relay's end game takes the blocks a slow one holds. ``SchedulerConfig.cold_scouts=False``
    starts on one path, to compare (``bench/scheduler.py --no-cold-scouts``).
+15. Candidates. Every rule above looks at the full mesh over the vertices, and exploration repeats a widest path
+   once per probe it places: over 300 depots (a directory's overlay, 90,000 edges) the first decision took two
+   minutes of the client's CPU. A transfer explores a few paths of one to four hops anyway, so the loop keeps at
+   most ``SchedulerConfig.max_depots`` depots (32, the largest overlay the random scenarios' targets were met on),
+   the destination always (``_candidates.candidates``): the depots the memory knows a measured way through, widest
+   first, in at most three quarters of the places; then the depots the round trips place best for a one-depot
+   path (the longer of its two legs as rule 11 bounds them, shortest first); then any remembered depot left.
+   Those left out are not asked for anything more; a depot that joins the directory during the transfer is added
+   as before. ``max_depots=None`` keeps every vertex (``bench/scheduler.py --max-depots 0``, to compare).
 """
 
 from ._loop import (

@@ -65,6 +65,9 @@ class SchedulerConfig:
     one-depot paths the round trips rank widest (``PathSet.scout``): the transfer's own blocks measure them (theory of
     operation, 14).
     False: a cold start runs one path and learns the others by probes alone, as before 2026-11-28."""
+    max_depots: int | None = 32
+    """At most this many depots (the destination among them) are the transfer's candidates, chosen by
+    ``candidates`` (theory of operation, 15) when the overlay has more. None: every vertex, however many."""
     max_paths: int = 1
     """How many edge-disjoint paths the transfer may use at once (theory of operation, 12). 1: one path, exactly as
     before."""
@@ -96,5 +99,7 @@ class SchedulerConfig:
             raise ValueError("memory_mismatch must be between 0 and 1")
         if self.max_paths < 1:
             raise ValueError("max_paths must be at least 1")
+        if self.max_depots is not None and self.max_depots < 1:
+            raise ValueError("max_depots must be at least 1 (the destination), or None")
         if not 0 < self.path_margin < 1:
             raise ValueError("path_margin must be between 0 and 1")

@@ -19,6 +19,7 @@ from typing import TypeVar
 import networkx as nx
 
 from ._attempts import PathAttempt, SwitchReason, _Attempt, _Flow
+from ._candidates import candidates
 from ._config import SchedulerConfig
 from ._memory import Edge, EdgeMemory
 from ._pathset import PathSet
@@ -207,14 +208,19 @@ class PathScheduler:
     ) -> None:
         """``rtt_s``: the round-trip time from ``src`` to each vertex it knows it for (seconds), measured by the
         engine with a small request; it orders exploration (``_prior``), and is never a measurement of rate."""
-        self.vertices: tuple[str, ...] = tuple(dict.fromkeys(vertices))
         self.rtt_s = {v: t for v, t in (rtt_s or {}).items() if t > 0 and math.isfinite(t)}
-        if src not in self.vertices or dst not in self.vertices or src == dst:
+        if src not in vertices or dst not in vertices or src == dst:
             raise ValueError("src and dst must be two different vertices among vertices")
         self.src = src
         self.dst = dst
         self.memory = memory
         self.config = config if config is not None else SchedulerConfig()
+        limit = self.config.max_depots
+        self.vertices: tuple[str, ...] = (
+            tuple(dict.fromkeys(vertices)) if limit is None
+            else candidates(vertices, src, dst, memory, self.rtt_s, limit)
+        )
+        """The transfer's candidates: ``vertices``, or at most ``max_depots`` of them (theory of operation, 15)."""
         configured = self.config.max_explorations
         self.max_explorations = 2 * len(self.vertices) if configured is None else configured
         self.explorations = 0

@@ -254,20 +254,25 @@ class Scenario:
         return self.oracles[1]
 
 
-def scenarios(seed: int, count: int, **options: float) -> Iterator[Scenario]:
+def scenarios(
+    seed: int, count: int, *, cold_s: float = COLD_S, warm_s: float = WARM_S, step_s: float = STEP_S
+) -> Iterator[Scenario]:
     """``scenario(seed, index)`` for index 0 to ``count - 1``."""
     for index in range(count):
-        yield scenario(seed, index, **options)
+        yield scenario(seed, index, cold_s=cold_s, warm_s=warm_s, step_s=step_s)
 
 
 def scenario(
-    seed: int, index: int, *, cold_s: float = COLD_S, warm_s: float = WARM_S, step_s: float = STEP_S
+    seed: int, index: int, *, cold_s: float = COLD_S, warm_s: float = WARM_S, step_s: float = STEP_S,
+    depots: int | None = None,
 ) -> Scenario:
-    """The ``index``-th scenario of ``seed``: kind and size class by the index, everything else drawn."""
+    """The ``index``-th scenario of ``seed``: kind and size class by the index, everything else drawn.
+    ``depots``: that many depots instead of the size class's (for overlays larger than the classes)."""
     kind = KINDS[index % len(KINDS)]
     low, high = SIZES[(index // len(KINDS)) % len(SIZES)]
     rng = random.Random(f"lnet-scenario:{seed}:{index}")
-    depots = rng.randint(low, high)
+    drawn = rng.randint(low, high)
+    depots = drawn if depots is None else depots
     for draw in range(1, MAX_DRAWS + 1):
         built = _BUILDERS[kind](_Draft(rng), depots, (cold_s, warm_s), step_s)
         if _holds(kind, built):

@@ -86,6 +86,9 @@ __all__ = [
     "summary",
 ]
 
+STATUS_CHECKS = 64
+"""Depots asked for their status at once before a transfer: a directory may list hundreds."""
+
 SendEvent = RelayEvent | Published | ReceiverProgress
 """What ``send`` tells its ``on_event``: the relay's events, the publication's URL, the receiver's progress."""
 
@@ -306,9 +309,15 @@ async def send(
             if await clients[name].healthy():
                 rtt_s[name] = trio.current_time() - began
 
+        checking = trio.CapacityLimiter(STATUS_CHECKS)
+
+        async def check_one(name: str) -> None:
+            async with checking:
+                await check(name)
+
         async with trio.open_nursery() as nursery:
             for name in clients:
-                nursery.start_soon(check, name)
+                nursery.start_soon(check_one, name)
         if not alive[dest]:
             url = overlay.depots[dest].url
             raise SendError(ExitCode.UNREACHABLE, f"the destination {dest} ({url}) does not answer")
@@ -340,6 +349,11 @@ async def send(
             config = replace(scheduler_config or SchedulerConfig(), streams=relay_config.max_inflight,
                              min_streams=relay_config.min_inflight)
             scheduler = PathScheduler(vertices, overlay.here, dest, memory, config, rtt_s=rtt_s)
+            left_out = len(vertices) - len(scheduler.vertices)
+            if left_out and on_event is not None:
+                on_event(Note(f"{len(scheduler.vertices) - 1} of the {len(vertices) - 1} depots that answered are "
+                              f"this transfer's candidates (the ways the memory knows, then the best placed by "
+                              f"round trip); {left_out} left out", clock()))
         delivered: dict[int, BlockRecord] = {}
         previous: PublicationCaps | None = None
         drained: frozenset[int] = frozenset()
@@ -391,7 +405,8 @@ async def send(
             file,
             overlay.here,
             dest,
-            {name: client for name, client in clients.items() if alive[name] and name not in excluded},
+            {name: client for name, client in clients.items()
+             if alive[name] and name not in excluded and (scheduler is None or name in scheduler.vertices)},
             scheduler=scheduler,
             pinned=pinned,
             memory=memory,
