@@ -1,7 +1,7 @@
 """Depot throughput on loopback, each figure beside a plain TCP socket measured in the same run.
 
     flock /tmp/lnet-testbed.lock ./run bench depot_throughput [--total 256MiB] [--block 8MiB] [--runs 5]
-        [--chain-only | --no-chain] [--duration 10m] [--no-fast-path]
+        [--chain-only | --no-chain] [--duration 10m] [--no-fast-path] [--no-prefault]
 
 Every run measures, one after another (so that a noisy neighbour hits them all alike):
   raw TCP       a trio sender and a blocking ``recv_into`` receiver in its own process: the reference;
@@ -24,7 +24,9 @@ figure of the same run. The machine's cores and load average are printed before 
 gives low, scattered figures, so compare A/B runs made back to back. Prints a table with the targets, then one
 JSON line, and writes everything (commit, command, machine, library versions, whether the depots' fast path was
 on, every run's figures and the summary) to bench/results/depot_throughput-<block>-<time>.json.
-``--no-fast-path`` runs the depots with their fast path switched off (docs/depot.md), for an A/B of it.
+``--no-fast-path`` runs the depots with their fast path switched off (docs/depot.md), for an A/B of it;
+``--no-prefault`` without prefaulting fresh allocations. The time the fresh allocations took to be lent is
+printed below the table (with prefault, their pages are faulted in then, in a worker thread).
 """
 
 from __future__ import annotations
@@ -268,7 +270,10 @@ async def one_run(
             for suffix in ("", " fresh"):
                 if suffix:
                     await pools_emptied(one, two)
+                began = time.perf_counter()
                 sources, targets = await fresh()
+                if suffix:  # what lending fresh buffers costs (with the depots' prefault, their pages come in here)
+                    FRESH_ALLOCATE_S.append(time.perf_counter() - began)
                 puts = [["-T", str(block_file), x.write_url] for x in sources]
                 rates[f"curl PUT{suffix}"] = await meter(f"curl PUT{suffix}", curl(puts, total))
                 if not suffix:
@@ -325,6 +330,7 @@ async def pools_emptied(*clients: DepotClient) -> None:
             await trio.sleep(0.2)  # noqa: ASYNC110  (another process's state: polled)
 
 
+FRESH_ALLOCATE_S: list[float] = []  # per run: both depots' allocate requests for the curl paths' fresh buffers
 CHAIN_CPU: list[dict[str, float]] = []  # per chain run: CPU seconds per GiB of lnet-send and of each depot
 
 
@@ -377,6 +383,8 @@ async def main(argv: list[str] | None = None) -> int:
                         "raw TCP, client, curl or httpx paths)")
     parser.add_argument("--no-fast-path", action="store_true", help="run the depots with their fast path switched "
                         "off (lnet-depot --no-fast-path)")
+    parser.add_argument("--no-prefault", action="store_true", help="run the depots without prefaulting fresh "
+                        "allocations (lnet-depot --no-prefault)")
     parser.add_argument("--results", type=Path, default=REPO / "bench" / "results", help="where the JSON record "
                         "goes (default bench/results)")
     args = parser.parse_args(argv)
@@ -397,7 +405,7 @@ async def main(argv: list[str] | None = None) -> int:
     runs: list[dict[str, float]] = []
     capacity = str(2 * total + 64 * MiB)
     common = ["--capacity", capacity, "--max-allocation", str(block_size), "--log-level", "warning",
-              *(["--no-fast-path"] if args.no_fast_path else [])]
+              *(["--no-fast-path"] if args.no_fast_path else []), *(["--no-prefault"] if args.no_prefault else [])]
     with tempfile.TemporaryDirectory(dir=SCRATCH) as tmp:
         work = Path(tmp)
         block_file = work / "block"
@@ -433,7 +441,9 @@ async def main(argv: list[str] | None = None) -> int:
         "bench": "depot_throughput", "command": command, "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
         **await commit(), "machine": machine(load_before, load_after), "fast_path": fast_path_on,
         "total_bytes": total, "block_bytes": block_size, "unit": "bytes/s",
+        "prefault": not args.no_prefault,
         "runs": [{"rates": rates, "cpu_s_per_GiB": cpu[index] if index < len(cpu) else {},
+                  "fresh_allocate_s": FRESH_ALLOCATE_S[index] if index < len(FRESH_ALLOCATE_S) else None,
                   "chain_cpu_s_per_GiB": CHAIN_CPU[index] if index < len(CHAIN_CPU) else {}}
                  for index, rates in enumerate(runs)],
     }
@@ -485,6 +495,12 @@ async def main(argv: list[str] | None = None) -> int:
     print(f"depot RSS holding {total // MiB} MiB of blocks: {rss['full'] / MiB:.0f} MiB "
           f"(capacity {int(capacity) // MiB} MiB)")
     result["rss_full_bytes"] = rss["full"]
+    if FRESH_ALLOCATE_S:
+        low, high = min(FRESH_ALLOCATE_S), max(FRESH_ALLOCATE_S)
+        result["fresh_allocate_ms"] = statistics.median(FRESH_ALLOCATE_S) * 1000
+        print(f"lending the fresh buffers ({total // block_size} x {block_size // MiB} MiB at each of a and b, "
+              f"prefault {'off' if args.no_prefault else 'on'}): {result['fresh_allocate_ms']:.0f} ms "
+              f"({low * 1000:.0f}-{high * 1000:.0f})")
     if CHAIN_CPU:
         print(chain_cpu_line())
     if CHAIN_REPORTS:

@@ -64,7 +64,7 @@ from .fair_share import BodyPace, BodyTimer, ClientShares, client_key
 from .fast_path import FastPath
 from .lanes import LANE_NAME, MAX_LANE_WIDTH, CopyLanes, TooManyLanes
 from .metrics import DepotMetrics
-from .store import Allocation, Kind, Reliability, Store
+from .store import Allocation, Kind, Reliability, Store, prefault
 from .weather import TCP_INFO_LENGTH, LinkLog, PushSample, Source, parse_tcp_info
 from .weather_probes import WeatherProbes
 
@@ -84,6 +84,7 @@ ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 STREAM_CHUNK = 1024 * 1024
 # A push sends views of the allocation (no copy, no memory held): larger pieces, fewer trips through httpx.
 PUSH_CHUNK = 8 * 1024 * 1024
+PREFAULT_MIN_SIZE = 1024 * 1024  # smaller fresh allocations are faulted in by their writes: a thread hop costs more
 MAX_CONTROL_BODY = 64 * 1024
 _WRITE_URL = re.compile(r"/v1/data/([A-Za-z0-9_-]+)")
 _RANGE_SPEC = re.compile(r"([0-9]*)-([0-9]*)")
@@ -379,6 +380,12 @@ class Depot:
             if exc.status == 507:
                 exc.retry_after = self.config.full_retry_after
             raise
+        fresh = [a for a, _ in made if a.fresh and a.size >= PREFAULT_MIN_SIZE]
+        if fresh and self.config.prefault:
+            with contextlib.ExitStack() as pins:
+                for alloc in fresh:
+                    pins.enter_context(self.store.pinned(alloc))
+                await self._offload(prefault, [alloc.buffer for alloc in fresh])
         allocations = [
             {"read": caps.read, "write": caps.write, "manage": caps.manage, "size": a.size, "expires": a.expires,
              "reliability": str(a.reliability)}

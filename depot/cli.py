@@ -123,6 +123,11 @@ def _parser() -> argparse.ArgumentParser:
         "--no-fast-path", dest="fast_path", action="store_const", const=False, default=None,
         help="serve data through hypercorn and h11 as they are, without the fast path (slower; see docs/depot.md)",
     )
+    p.add_argument(
+        "--no-prefault", dest="prefault", action="store_const", const=False, default=None,
+        help="leave a fresh allocation's pages to be faulted in by its first write, on the event loop, instead of "
+             "when it is lent, in a worker thread (see docs/depot.md, 'The data path')",
+    )
     p.add_argument("--print-config", action="store_true", help="print the effective configuration and exit")
     p.add_argument("--version", action="version", version=f"lnet-depot {VERSION}")
     return p
@@ -134,7 +139,7 @@ def load_config(args: argparse.Namespace, environ: dict[str, str]) -> DepotConfi
         for key in (
             "listen", "name", "capacity", "max_allocation", "max_duration", "operator_token", "data_dir",
             "certfile", "keyfile", "max_concurrent_requests", "copy_timeout", "read_timeout", "graceful_timeout",
-            "log_level", "max_lanes", "weather_bytes_per_hour", "weather_interval", "weather_block",
+            "log_level", "max_lanes", "weather_bytes_per_hour", "weather_interval", "weather_block", "prefault",
             "require_token_for", "fast_path", "advertise", "directory_prefix", "directory_ttl", "directory_user",
             "directory_cafile", "max_requests_per_client", "min_bytes_per_second", "body_grace",
         )

@@ -106,6 +106,10 @@ class DepotConfig:
     # The data path's fast path (fast_path.py): on unless switched off; it also stays off, and says so, with library
     # versions it was not checked against.
     fast_path: bool = True
+    # Fault a fresh soft allocation's pages in when it is lent, in a worker thread (store.prefault), not while its
+    # first write streams in on the event loop. Off: pages are faulted in by the writes, and an allocation never
+    # written costs no memory.
+    prefault: bool = True
     # Copy lanes (an lnet extension): lanes with a push running or waiting at once; beyond it, 503 busy.
     max_lanes: int = 1024
     # Network weather probes: off unless both peers and a budget are given. The budget is a hard cap on the
@@ -467,6 +471,7 @@ _CONVERTERS: dict[str, Callable[[Any], Any]] = {
     "full_retry_after": parse_duration,
     "log_level": _as_str,
     "fast_path": _as_bool,
+    "prefault": _as_bool,
     "max_lanes": _as_int,
     "weather_peers": _as_peers,
     "weather_bytes_per_hour": parse_size,

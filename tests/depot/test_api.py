@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 import blake3
 import httpx
 import msgpack
@@ -447,3 +449,20 @@ async def test_digest_is_computed_at_the_depot(open_depot: MakeDepot) -> None:
             await client.digest(alloc.read, offset=len(payload), length=1)
         with pytest.raises(NotFound):
             await client.digest(alloc.write)
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="prefaulting is Linux's (MADV_POPULATE_WRITE, 5.14 and later)")
+@pytest.mark.parametrize("prefault", [True, False])
+async def test_a_fresh_allocation_is_in_memory_when_lent_with_prefault_and_not_without(
+    open_depot: MakeDepot, prefault: bool
+) -> None:
+    import psutil
+
+    process = psutil.Process()
+    async with open_depot(capacity=64 * MiB, max_allocation=32 * MiB, prefault=prefault) as (_, client):
+        before = process.memory_info().rss
+        alloc = await client.allocate_one(32 * MiB, 60)
+        grown = process.memory_info().rss - before
+        assert grown >= 30 * MiB if prefault else grown < 8 * MiB
+        await client.write(alloc.write, b"x" * MiB)
+        assert await client.read(alloc.read) == b"x" * MiB

@@ -2,6 +2,7 @@ from pathlib import Path
 
 import pytest
 
+from lnet.depot.cli import _parser, load_config
 from lnet.depot.config import ConfigError, DepotConfig, WeatherPeer
 
 MiB = 1024 * 1024
@@ -152,3 +153,13 @@ def test_the_fast_path_switch_from_file_environment_and_flag(tmp_path: Path) -> 
     assert DepotConfig.load(None, {}, {"fast_path": False}).fast_path is False
     with pytest.raises(ConfigError, match="LNET_DEPOT_FAST_PATH: expected true or false"):
         DepotConfig.load(None, {"LNET_DEPOT_FAST_PATH": "maybe"})
+
+
+def test_the_prefault_switch_from_file_environment_and_flag(tmp_path: Path) -> None:
+    file = tmp_path / "depot.toml"
+    file.write_text("prefault = false\n")
+    assert DepotConfig().prefault is True
+    assert DepotConfig.load(file).prefault is False
+    assert DepotConfig.load(None, {"LNET_DEPOT_PREFAULT": "off"}).prefault is False
+    assert load_config(_parser().parse_args(["--no-prefault"]), {}).prefault is False
+    assert load_config(_parser().parse_args([]), {}).prefault is True

@@ -5,12 +5,13 @@ from __future__ import annotations
 import json
 import logging
 import stat
+import sys
 from pathlib import Path
 from unittest.mock import patch
 
 import pytest
 
-from lnet.depot.store import POOL_IDLE_S, Kind, Reliability, Store
+from lnet.depot.store import POOL_IDLE_S, Kind, Reliability, Store, prefault
 from lnet.protocol import NotFound
 
 NOW = 1_800_000_000.0
@@ -201,4 +202,37 @@ def test_orphan_data_files_are_removed_at_start(tmp_path: Path, caplog: pytest.L
     assert "removed orphan data file 00000000… (300 bytes)" in caplog.text
     assert store.allocations == 1
     assert (data / (kept.ident + ".data")).exists()
+    store.close()
+
+
+def _rss() -> int:
+    import psutil
+
+    return int(psutil.Process().memory_info().rss)
+
+
+def test_fresh_marks_the_new_anonymous_mappings_only(tmp_path: Path) -> None:
+    store = make(tmp_path, capacity=64 * MiB)
+    (new, _), = store.allocate(2 * MiB, 10, Reliability.SOFT, 1, NOW)
+    (hard, _), = store.allocate(2 * MiB, 10, Reliability.HARD, 1, NOW)
+    assert new.fresh
+    assert not hard.fresh  # a file's pages are the page cache's
+    store.free(new)
+    (again, _), = store.allocate(2 * MiB, 10, Reliability.SOFT, 1, NOW)  # from the pool: written before
+    assert not again.fresh
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="MADV_POPULATE_WRITE is Linux's (5.14 and later)")
+def test_prefault_brings_every_page_in_and_keeps_the_buffer_zeroed_and_writable(tmp_path: Path) -> None:
+    store = make(tmp_path, capacity=256 * MiB)
+    (alloc, _), = store.allocate(64 * MiB, 10, Reliability.SOFT, 1, NOW)
+    before = _rss()
+    with store.pinned(alloc):
+        assert prefault([alloc.buffer])
+    assert _rss() - before >= 60 * MiB  # resident now, not at the first write
+    assert alloc.buffer[:4096] == bytes(4096)
+    assert alloc.buffer[-4096:] == bytes(4096)
+    alloc.buffer[MiB : MiB + 5] = b"bytes"
+    assert alloc.buffer[MiB : MiB + 5] == b"bytes"
+    store.free(alloc)  # the export prefault took is gone: the buffer goes to the pool or is unmapped
     store.close()
