@@ -382,10 +382,7 @@ class Depot:
             raise
         fresh = [a for a, _ in made if a.fresh and a.size >= PREFAULT_MIN_SIZE]
         if fresh and self.config.prefault:
-            with contextlib.ExitStack() as pins:
-                for alloc in fresh:
-                    pins.enter_context(self.store.pinned(alloc))
-                await self._offload(prefault, [alloc.buffer for alloc in fresh])
+            self._nursery.start_soon(self._prefault, fresh)
         allocations = [
             {"read": caps.read, "write": caps.write, "manage": caps.manage, "size": a.size, "expires": a.expires,
              "reliability": str(a.reliability)}
@@ -393,6 +390,15 @@ class Depot:
         ]
         log.debug("allocated %d x %d bytes (%s)", count, size, reliability_name)
         return _respond(request, {"allocations": allocations, "depot": self.config.name}, status=201)
+
+    async def _prefault(self, fresh: list[Allocation]) -> None:
+        """Fault the pages of allocations just lent in, in a worker thread, while their first writes come: the
+        event loop then only copies bytes into them. Racing a write is harmless (a page is faulted in once,
+        whichever comes first); the allocations stay mapped until it is done, even if freed meanwhile."""
+        with contextlib.ExitStack() as pins:
+            for alloc in fresh:
+                pins.enter_context(self.store.pinned(alloc))
+            await self._offload(prefault, [alloc.buffer for alloc in fresh])
 
     async def write(self, request: Request) -> Response:
         alloc = self._lookup(request, Kind.WRITE)
