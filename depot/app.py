@@ -382,6 +382,8 @@ class Depot:
             raise
         fresh = [a for a, _ in made if a.fresh and a.size >= PREFAULT_MIN_SIZE]
         if fresh and self.config.prefault:
+            for alloc in fresh:  # set before the answer: a write may come before the task below starts
+                alloc.prefaulting = trio.Event()
             self._nursery.start_soon(self._prefault, fresh)
         allocations = [
             {"read": caps.read, "write": caps.write, "manage": caps.manage, "size": a.size, "expires": a.expires,
@@ -392,13 +394,21 @@ class Depot:
         return _respond(request, {"allocations": allocations, "depot": self.config.name}, status=201)
 
     async def _prefault(self, fresh: list[Allocation]) -> None:
-        """Fault the pages of allocations just lent in, in a worker thread, while their first writes come: the
-        event loop then only copies bytes into them. Racing a write is harmless (a page is faulted in once,
-        whichever comes first); the allocations stay mapped until it is done, even if freed meanwhile."""
-        with contextlib.ExitStack() as pins:
+        """Fault the pages of allocations just lent in, one after another in a worker thread, while the answer
+        goes out: the event loop then only copies bytes into them. A write that comes first waits for its own
+        allocation's (``write``): faulting the same pages from two threads at once was slower than either alone
+        (the fresh curl PUT fell from 64% to 45% of raw TCP). Each stays mapped until done, even if freed."""
+        try:
             for alloc in fresh:
-                pins.enter_context(self.store.pinned(alloc))
-            await self._offload(prefault, [alloc.buffer for alloc in fresh])
+                with self.store.pinned(alloc):
+                    await self._offload(prefault, [alloc.buffer])
+                alloc.prefaulting.set()
+                alloc.prefaulting = None
+        finally:
+            for alloc in fresh:  # cancelled (the depot stops): no write waits for what will not come
+                if alloc.prefaulting is not None:
+                    alloc.prefaulting.set()
+                    alloc.prefaulting = None
 
     async def write(self, request: Request) -> Response:
         alloc = self._lookup(request, Kind.WRITE)
@@ -417,6 +427,9 @@ class Depot:
             raise Conflict("another write to this allocation is in progress")
         alloc.writing = True
         try:
+            if alloc.prefaulting is not None:  # its pages are being faulted in: a few ms for 64 MiB (_prefault)
+                with trio.move_on_after(self.config.read_timeout):
+                    await alloc.prefaulting.wait()
             with self.store.pinned(alloc):
                 body = direct.current()
                 timer = self.pace.timer(trio.current_time())

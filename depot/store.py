@@ -100,6 +100,8 @@ class Allocation:
     path: Path | None = None
     fresh: bool = False
     """A new anonymous mapping (not from the pool, not a file): its pages are not in memory yet."""
+    prefaulting: Any = None
+    """The depot's event (``trio.Event``) while a worker thread faults the pages in (``prefault``); None after."""
 
     def view(self, start: int, end: int) -> memoryview:
         """A window on the buffer; hold a pin (``Store.pinned``) while it is alive."""

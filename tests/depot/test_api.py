@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
+from typing import Any
 
 import blake3
 import httpx
@@ -22,6 +24,8 @@ from lnet.client.wire.depot_client import (
     Unauthorized,
     Upstream,
 )
+from lnet.depot import Depot, DepotConfig
+from lnet.depot.store import prefault
 from lnet.protocol import redact
 
 from .conftest import MakeDepot, MiB
@@ -468,3 +472,34 @@ async def test_a_fresh_allocation_comes_into_memory_before_any_write_with_prefau
         assert grown >= 30 * MiB if prefault else grown < 8 * MiB
         await client.write(alloc.write, b"x" * MiB)
         assert await client.read(alloc.read) == b"x" * MiB
+
+
+async def test_a_write_that_comes_while_its_buffer_is_prefaulted_waits_for_it_and_lands_whole(
+    config_for: Callable[..., DepotConfig],
+) -> None:
+    released = trio.Event()
+    prefaulted: list[int] = []
+
+    async def slow_offload(function: Callable[..., Any], *args: Any) -> Any:
+        if function is prefault:  # the worker thread that faults the pages in, held until released
+            await released.wait()
+            prefaulted.append(len(args[0][0]))
+        return function(*args)
+
+    async with Depot(config_for("d1", capacity=64 * MiB, max_allocation=16 * MiB), offload=slow_offload) as depot:
+        async with DepotClient("http://d1.test:6714", transport=httpx.ASGITransport(app=depot.app)) as client:
+            alloc = await client.allocate_one(8 * MiB, 60)  # answered at once: the prefault runs beside it
+            data = bytes(range(256)) * (8 * MiB // 256)
+            written = trio.Event()
+
+            async def write() -> None:
+                await client.write(alloc.write, data)
+                written.set()
+
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(write)
+                await trio.testing.wait_all_tasks_blocked()
+                assert not written.is_set()  # waiting for its buffer's pages, not faulting them beside the thread
+                released.set()
+            assert prefaulted == [8 * MiB]
+            assert await client.read(alloc.read) == data
