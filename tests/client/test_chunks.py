@@ -679,3 +679,58 @@ def test_a_round_trip_under_a_third_of_a_round_adds_nothing() -> None:
     far = [0.512, *RTTS[1:]]
     assert most_outstanding(1024 * MiB, far) == [2] * 6
     assert most_outstanding(64 * MiB, far, PlanConfig(strategy="static")) == [2] * 6
+
+
+def _slowing(rebalance: bool, after: float) -> tuple[ChunkPlanner, Fetch, list[Fetch | Stop | Drop], int]:
+    """Replica 0 streams its first chunk at 5 MB/s, then its second (a 4 s round) at 5 MB/s for a second and at
+    ``after`` x that for 0.8 s more, while most of the file is still free; replica 1 keeps pace at 5 MB/s. The decisions of the
+    poll after that, and how far replica 0's second chunk had come."""
+    planner = ChunkPlanner(None, 2, PlanConfig(initial_chunk=5 * MB, round_min_s=4.0, rebalance=rebalance))
+    first, other = fetches(planner.poll(0.0))
+    planner.sized(256 * MiB)
+    now = 0.01
+    for _ in range(50):  # 5 MB in 1 s, both
+        now += 0.02
+        planner.received(first.request, 100_000, now)
+        planner.received(other.request, 100_000, now)
+    issued = fetches(planner.poll(now))
+    second = next(f for f in issued if f.replica == first.replica)
+    third = next(f for f in issued if f.replica == other.replica)
+    pos = 0
+    for rate, seconds in ((5 * MB, 1.0), (5 * MB * after, 0.8)):
+        for _ in range(round(seconds / 0.02)):
+            now += 0.02
+            planner.received(second.request, int(rate * 0.02), now)
+            planner.received(third.request, int(5 * MB * 0.02), now)
+            pos += int(rate * 0.02)
+    return planner, second, planner.poll(now), second.start + pos
+
+
+def test_a_replica_that_slows_while_bytes_are_free_keeps_a_round_and_gives_back_the_rest() -> None:
+    planner, second, decisions, pos = _slowing(True, after=1 / 7)
+    [stop] = [d for d in decisions if isinstance(d, Stop)]
+    assert (stop.request, stop.replica) == (second.request, second.replica)
+    rate = planner._current_rate(planner._replicas[second.replica])
+    assert rate == pytest.approx(5 * MB / 7, rel=0.15)
+    assert pos < stop.at <= pos + rate * 4.0 + MiB  # a round (4 s here) at its new rate, no more
+    assert stop.at < second.end
+    # the rest went back for the next rounds: free, or already in a new chunk sized for the new rate
+    again = [(f.start, f.end) for f in fetches(decisions)]
+    assert all(end - start <= rate * 4.0 + MiB for start, end in again)
+    covered = sorted([*planner._free, *again])
+    at = stop.at
+    for a, b in covered:
+        if a <= at < b:
+            at = b
+    assert at >= second.end
+
+
+def test_a_replica_that_holds_its_pace_or_dips_a_little_keeps_its_chunks() -> None:
+    for after in (1.0, 0.8):
+        _, _, decisions, _ = _slowing(True, after=after)
+        assert not [d for d in decisions if isinstance(d, Stop)]
+
+
+def test_without_rebalance_a_slowed_replica_keeps_its_chunk_while_bytes_are_free() -> None:
+    _, _, decisions, _ = _slowing(False, after=1 / 7)
+    assert not [d for d in decisions if isinstance(d, Stop)]
