@@ -683,8 +683,8 @@ def test_a_round_trip_under_a_third_of_a_round_adds_nothing() -> None:
 
 def _slowing(rebalance: bool, after: float) -> tuple[ChunkPlanner, Fetch, list[Fetch | Stop | Drop], int]:
     """Replica 0 streams its first chunk at 5 MB/s, then its second (a 4 s round) at 5 MB/s for a second and at
-    ``after`` x that for 0.8 s more, while most of the file is still free; replica 1 keeps pace at 5 MB/s. The
-    decisions of the poll after that, and how far replica 0's second chunk had come."""
+    ``after`` x that for 0.8 s more, while most of the file is still free; replica 1 keeps pace at 5 MB/s. The decisions of the
+    poll after that, and how far replica 0's second chunk had come."""
     planner = ChunkPlanner(None, 2, PlanConfig(initial_chunk=5 * MB, round_min_s=4.0, rebalance=rebalance))
     first, other = fetches(planner.poll(0.0))
     planner.sized(256 * MiB)
