@@ -54,9 +54,6 @@ def add_arguments(p: argparse.ArgumentParser, title: str = "replicas (URL mode)"
     g.add_argument("--depth", type=_depth, default=PlanConfig.depth, metavar="N",
                    help=f"requests outstanding per replica on its connection (default {PlanConfig.depth}; mdtp "
                    "gives one more to a replica whose round trip is over a third of a round)")
-    g.add_argument("--no-rebalance", dest="rebalance", action="store_false",
-                   help="mdtp: let a replica that slows down keep its chunks until nothing is free (to compare; by "
-                   "default it keeps a round's work at its new rate and the rest goes to the others)")
     g.add_argument("--chunk", metavar="SIZE", help="mdtp: the fastest replica's chunk (default: 1/16 of the "
                    "expected time, 1-8 s of it); static, aggressive: the equal chunk (default 4MiB)")
     g.add_argument("--initial-chunk", default="1MiB", metavar="SIZE", help="mdtp: the uniform first chunk (1MiB)")
@@ -80,18 +77,16 @@ class ReplicaArgs:
     ignore_validators: bool
     history: Path | None
     depth: int
-    rebalance: bool = True
 
     @classmethod
     def from_namespace(cls, ns: argparse.Namespace) -> ReplicaArgs:
         return cls(ns.strategy, ns.tail, ns.chunk, ns.initial_chunk, ns.sha256, ns.ignore_validators, ns.history,
-                   ns.depth, getattr(ns, "rebalance", True))
+                   ns.depth)
 
     def plan_config(self, timeout_s: float) -> PlanConfig:
         """The planner's configuration; a replica stalls after ``timeout_s``. Raises ``ValueError`` on a bad size."""
         chunk = parse_size(self.chunk) if self.chunk else None
         changes: dict[str, Any] = {"strategy": self.strategy, "tail": self.tail, "depth": self.depth,
-                                   "rebalance": self.rebalance,
                                    "stall_s": timeout_s, "initial_chunk": parse_size(self.initial_chunk)}
         if chunk is not None:
             changes["large_chunk" if self.strategy == "mdtp" else "static_chunk"] = chunk

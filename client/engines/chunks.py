@@ -58,11 +58,6 @@ remainder sooner than its owner. A replica whose request has had no byte for ``L
 one that has not answered yet, or one gone silent) counts as rate 0 there: the other takes all of it, however
 little. A replica takes a tail only once it has delivered a byte (since its latest failure, if any).
 
-**A replica that slows down** (``rebalance``, mdtp): one streaming at less than half its latest chunk's rate
-while bytes are still free keeps one round's work at its new rate; the rest of its chunk and the requests queued
-behind it go back to ``free``, and the next rounds share them (``_rebalance``). The tail rules alone act only
-once nothing is free, and a fast replica that slowed half-way held chunks sized for its old rate until then.
-
 **Failures.** A replica that errors, or stalls (no byte for ``stall_s`` while it has a request; a request
 pipelined behind another waits from the moment that one ended), gives its unreceived bytes back to ``free`` and
 is retried after a back-off that doubles up to ``backoff_max_s``; after ``max_failures`` failures in a row it is
@@ -103,7 +98,6 @@ MiB = 1024 * KiB
 LIVE_RATE_AFTER_S = 1.0  # a streaming chunk's rate counts once it has run this long (a window, once a chunk is done)
 LIVE_WINDOW_S = 0.5  # ... over its latest this many seconds, or 4 round trips if longer
 SLOWDOWN = 0.7  # ... and is below this share of the latest chunk's
-REBALANCE_BELOW = 0.5  # mdtp: a replica streaming below this share of its latest chunk's rate is rebalanced
 RECONNECT_S = 1.0  # what a new connection may cost beyond its round trips (a lost handshake: the kernel's retry)
 
 
@@ -129,7 +123,6 @@ class PlanConfig:
     backoff_max_s: float = 30.0
     max_failures: int = 5
     drop_ratio: float = 0.25  # aggressive: a replica below this share of the running maximum is dropped
-    rebalance: bool = True  # mdtp: a replica that slows while bytes are free keeps a round's work (``_rebalance``)
 
     def __post_init__(self) -> None:
         if self.strategy not in STRATEGIES:
@@ -496,9 +489,6 @@ class ChunkPlanner:
             return decisions
         if self.config.strategy in ("brute", "history") and not self._ranges_given:
             self._one_range_each(now)
-        if self.config.strategy == "mdtp" and self.config.rebalance:
-            for rep in ready:
-                self._rebalance(rep, now)
         round_s = self._round_s()  # from the rates alone, which issuing requests does not change
         depth = {rep.index: self._depth_of(rep, round_s) for rep in ready}
         progress = True
@@ -791,33 +781,6 @@ class ChunkPlanner:
         if head.last_byte is not None:
             return head.last_byte
         return max(head.issued, rep.last_byte if rep.last_byte is not None else head.issued)
-
-    # -- a replica that slows down --------------------------------------------------------------------------
-
-    def _rebalance(self, rep: _ReplicaPlan, now: float) -> None:
-        """A replica streaming at less than ``REBALANCE_BELOW`` of its latest chunk's rate while bytes are still
-        free keeps what it gets in one round at its new rate; the rest of its streaming chunk, and every request
-        queued behind it, go back to ``free`` for the next rounds of all (its connection closes at the cut, and
-        its next request opens a new one). Without it a replica that slows mid-range keeps chunks sized for its
-        old rate, and the tail rules act only once nothing is free: on the random replica sets the worst case of
-        lnet-get against aria2 was a fast replica that fell to a seventh half-way. Only if what goes back is
-        more than a round at the new rate (a cut costs a new connection)."""
-        if not self._free or not rep.queue or rep.rate is None:
-            return
-        head = self._requests[rep.queue[0]]
-        if head.first_byte is None or head.partner is not None or head.stopped:
-            return
-        live = self._current_rate(rep)
-        round_s = self._round_s()
-        if live is None or live <= 0 or live >= REBALANCE_BELOW * rep.rate or round_s is None:
-            return  # not slowed (or silent: the stall rule's)
-        keep = max(int(live * round_s), int(live * (rep.rtt or 0.0)), self.config.min_chunk)
-        cut = self._align_up(head.pos + keep)
-        back = max(0, head.end - cut) + sum(
-            self._requests[rid].end - self._requests[rid].pos for rid in rep.queue[1:])
-        if back <= max(keep, self.config.min_chunk):
-            return
-        self._stop(head, min(cut, head.end))
 
     # -- the tail -------------------------------------------------------------------------------------------
 
