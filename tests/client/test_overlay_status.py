@@ -27,6 +27,8 @@ from lnet.client.formats.overlay import DepotEntry, Overlay
 from lnet.client.wire.depot_client import DepotClient
 from lnet.depot import Depot, DepotConfig
 
+from .network import inline
+
 MiB = 1024 * 1024
 TOKEN = "operator-token-0123456789"
 
@@ -86,9 +88,10 @@ async def test_a_mix_of_depots_in_process(tmp_path: Path, autojump_clock: trio.a
            ("atl", "sunnyvale", "denver", "chicago", "houston", "kc", "elpaso")}
     gated = {"operator_token": TOKEN, "require_token_for": ("allocate", "status")}
     async with AsyncExitStack() as stack:
-        atl = await stack.enter_async_context(Depot(config(tmp_path, "atl"), copy_transport=hosts))
-        sunnyvale = await stack.enter_async_context(Depot(config(tmp_path, "sunnyvale", **gated)))
-        denver = await stack.enter_async_context(Depot(config(tmp_path, "denver-1", **gated)))
+        # worker-thread work (a fresh allocation's prefault) inline: the autojump clock jumps while a thread runs
+        atl = await stack.enter_async_context(Depot(config(tmp_path, "atl"), copy_transport=hosts, offload=inline))
+        sunnyvale = await stack.enter_async_context(Depot(config(tmp_path, "sunnyvale", **gated), offload=inline))
+        denver = await stack.enter_async_context(Depot(config(tmp_path, "denver-1", **gated), offload=inline))
         hosts.apps[url["atl"]] = httpx.ASGITransport(app=atl.app)
         hosts.apps[url["sunnyvale"]] = httpx.ASGITransport(app=sunnyvale.app)
         hosts.apps[url["denver"]] = httpx.ASGITransport(app=denver.app)
