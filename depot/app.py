@@ -401,14 +401,11 @@ class Depot:
         try:
             for alloc in fresh:
                 with self.store.pinned(alloc):
-                    await self._offload(prefault, [alloc.buffer])
+                    await self._offload(prefault, alloc.buffer)
                 alloc.prefaulting.set()
-                alloc.prefaulting = None
         finally:
             for alloc in fresh:  # cancelled (the depot stops): no write waits for what will not come
-                if alloc.prefaulting is not None:
-                    alloc.prefaulting.set()
-                    alloc.prefaulting = None
+                alloc.prefaulting.set()
 
     async def write(self, request: Request) -> Response:
         alloc = self._lookup(request, Kind.WRITE)
@@ -427,7 +424,7 @@ class Depot:
             raise Conflict("another write to this allocation is in progress")
         alloc.writing = True
         try:
-            if alloc.prefaulting is not None:  # its pages are being faulted in: a few ms for 64 MiB (_prefault)
+            if alloc.prefaulting is not None:  # its pages may be being faulted in: a few ms for 64 MiB (_prefault)
                 with trio.move_on_after(self.config.read_timeout):
                     await alloc.prefaulting.wait()
             with self.store.pinned(alloc):

@@ -28,6 +28,7 @@ import ctypes
 import ctypes.util
 import errno
 import fcntl
+import functools
 import heapq
 import json
 import logging
@@ -101,7 +102,7 @@ class Allocation:
     fresh: bool = False
     """A new anonymous mapping (not from the pool, not a file): its pages are not in memory yet."""
     prefaulting: Any = None
-    """The depot's event (``trio.Event``) while a worker thread faults the pages in (``prefault``); None after."""
+    """The depot's event (``trio.Event``) for a worker thread faulting the pages in (``prefault``), set once done."""
 
     def view(self, start: int, end: int) -> memoryview:
         """A window on the buffer; hold a pin (``Store.pinned``) while it is alive."""
@@ -470,37 +471,35 @@ def _anonymous(size: int) -> mmap.mmap:
 
 
 _MADV_POPULATE_WRITE = 23  # Linux 5.14 and later; the mmap module of Python 3.11 does not name it
-_libc_madvise: Any = None
 
 
-def prefault(buffers: list[mmap.mmap]) -> bool:
-    """Fault every page of ``buffers`` in now, writable (``madvise(MADV_POPULATE_WRITE)``), so that the writes that
-    fill them later only copy. Called in a worker thread: the call goes through ctypes, which lets the event loop
+@functools.cache
+def _madvise() -> Any:
+    """libc's ``madvise`` through ctypes (which lets other threads run during the call), or None without one."""
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
+        madvise = libc.madvise
+    except (OSError, AttributeError):
+        return None
+    madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    madvise.restype = ctypes.c_int
+    return madvise
+
+
+def prefault(buffer: mmap.mmap) -> bool:
+    """Fault every page of ``buffer`` in now, writable (``madvise(MADV_POPULATE_WRITE)``), so that the writes that
+    fill it later only copy. Called in a worker thread: the call goes through ctypes, which lets the event loop
     run meanwhile (``mmap.madvise`` holds the GIL for the whole call: 22 ms a 64 MiB buffer on this project's
-    machine). The caller keeps the buffers mapped (``Store.pinned``). False where the system cannot (not Linux,
+    machine). The caller keeps the buffer mapped (``Store.pinned``). False where the system cannot (not Linux,
     a kernel before 5.14): the pages are then faulted in by the writes, as without it."""
-    global _libc_madvise
-    if _libc_madvise is None:
-        name = ctypes.util.find_library("c")
-        try:
-            libc = ctypes.CDLL(name, use_errno=True)
-            libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
-            libc.madvise.restype = ctypes.c_int
-            _libc_madvise = libc.madvise
-        except (OSError, AttributeError):
-            _libc_madvise = False
-    if _libc_madvise is False:
+    madvise = _madvise()
+    if madvise is None:
         return False
-    for buffer in buffers:
-        if len(buffer) == 0:
-            continue
-        anchor = ctypes.c_char.from_buffer(buffer)  # holds an export: the buffer cannot be closed meanwhile
-        try:
-            if _libc_madvise(ctypes.addressof(anchor), len(buffer), _MADV_POPULATE_WRITE) != 0:
-                return False
-        finally:
-            del anchor
-    return True
+    anchor = ctypes.c_char.from_buffer(buffer)  # holds an export: the buffer cannot be closed meanwhile
+    try:
+        return bool(madvise(ctypes.addressof(anchor), len(buffer), _MADV_POPULATE_WRITE) == 0)
+    finally:
+        del anchor
 
 
 def _map_file(path: Path, size: int, *, create: bool) -> mmap.mmap:

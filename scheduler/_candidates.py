@@ -71,9 +71,8 @@ def _remembered(others: Sequence[str], src: str, dst: str, memory: EdgeMemory) -
     among = {src, dst, *others}
     graph = nx.DiGraph()
     graph.add_nodes_from([src, *others, dst])
-    for u, v in memory:
-        entry = memory.entry(u, v)
-        if u in among and v in among and u != v and entry is not None and not entry.failed and entry.samples > 0:
+    for (u, v), entry in memory.snapshot().items():
+        if u in among and v in among and u != v and not entry.failed and entry.samples > 0:
             graph.add_edge(u, v, **{THROUGHPUT: entry.weight})
     into = widest_widths(graph, src)
     onward = widest_widths(graph.reverse(copy=False), dst)

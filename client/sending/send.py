@@ -297,27 +297,24 @@ async def send(
         statuses: dict[str, dict[str, Any]] = {}
         rtt_s: dict[str, float] = {}
 
-        async def check(name: str) -> None:
-            try:
-                statuses[name] = await clients[name].status()
-                alive[name] = True
-            except Exception:  # noqa: BLE001 - any failure here means: do not use this depot
-                alive[name] = False
-                return
-            # The round trip on the now open connection: it orders the scheduler's exploration.
-            began = trio.current_time()
-            if await clients[name].healthy():
-                rtt_s[name] = trio.current_time() - began
-
         checking = trio.CapacityLimiter(STATUS_CHECKS)
 
-        async def check_one(name: str) -> None:
+        async def check(name: str) -> None:
             async with checking:
-                await check(name)
+                try:
+                    statuses[name] = await clients[name].status()
+                    alive[name] = True
+                except Exception:  # noqa: BLE001 - any failure here means: do not use this depot
+                    alive[name] = False
+                    return
+                # The round trip on the now open connection: it orders the scheduler's exploration.
+                began = trio.current_time()
+                if await clients[name].healthy():
+                    rtt_s[name] = trio.current_time() - began
 
         async with trio.open_nursery() as nursery:
             for name in clients:
-                nursery.start_soon(check_one, name)
+                nursery.start_soon(check, name)
         if not alive[dest]:
             url = overlay.depots[dest].url
             raise SendError(ExitCode.UNREACHABLE, f"the destination {dest} ({url}) does not answer")

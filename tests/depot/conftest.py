@@ -14,6 +14,7 @@ import trio
 
 from lnet.client.wire.depot_client import DepotClient
 from lnet.depot import Depot, DepotConfig
+from tests.client.network import inline
 
 MiB = 1024 * 1024
 
@@ -76,12 +77,6 @@ def routes() -> Routes:
     return Routes()
 
 
-async def inline(function: Callable[..., Any], *args: Any) -> Any:
-    """The depot's worker-thread work (prefaulting, hashing) run in the event loop: trio's mock clocks jump while
-    the loop waits for a thread, which would expire the allocations of tests that keep time."""
-    return function(*args)
-
-
 @pytest.fixture
 def open_depot(config_for: Callable[..., DepotConfig], routes: Routes) -> MakeDepot:
     """``async with open_depot("d1", capacity=...) as (depot, client):`` an in-process depot and its client."""
@@ -92,6 +87,8 @@ def open_depot(config_for: Callable[..., DepotConfig], routes: Routes) -> MakeDe
     ]:
         config = config_for(name, **overrides)
         base_url = f"http://{name}.test:6714"
+        # worker-thread work (prefaulting, hashing) inline: trio's mock clocks jump while the loop waits for a
+        # thread, which would expire the allocations of tests that keep time
         async with Depot(config, copy_transport=routes, offload=inline) as depot:
             routes.add(base_url, depot)
             async with DepotClient(base_url, token=token, transport=httpx.ASGITransport(app=depot.app)) as client:

@@ -483,7 +483,7 @@ async def test_a_write_that_comes_while_its_buffer_is_prefaulted_waits_for_it_an
     async def slow_offload(function: Callable[..., Any], *args: Any) -> Any:
         if function is prefault:  # the worker thread that faults the pages in, held until released
             await released.wait()
-            prefaulted.append(len(args[0][0]))
+            prefaulted.append(len(args[0]))
         return function(*args)
 
     async with Depot(config_for("d1", capacity=64 * MiB, max_allocation=16 * MiB), offload=slow_offload) as depot:

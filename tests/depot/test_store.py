@@ -228,7 +228,7 @@ def test_prefault_brings_every_page_in_and_keeps_the_buffer_zeroed_and_writable(
     (alloc, _), = store.allocate(64 * MiB, 10, Reliability.SOFT, 1, NOW)
     before = _rss()
     with store.pinned(alloc):
-        assert prefault([alloc.buffer])
+        assert prefault(alloc.buffer)
     assert _rss() - before >= 60 * MiB  # resident now, not at the first write
     assert alloc.buffer[:4096] == bytes(4096)
     assert alloc.buffer[-4096:] == bytes(4096)
