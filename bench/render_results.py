@@ -24,6 +24,8 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
+from lnet.units import format_size
+
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "bench" / "results"
 PAGE = REPO / "docs" / "results.md"
@@ -170,6 +172,10 @@ def render_scheduler_random(name: str, doc: Doc) -> list[str]:
     rules = ", ".join(f"{rule} {'on' if config[rule] else 'off'}" for rule in ("deep_probes", "cold_scouts")
                       if rule in config)
     title = f"Random scenarios in the simulator, seed {doc.get('seed')}, {doc.get('scenarios')} scenarios"
+    if isinstance(doc.get("cold_s"), int | float) and isinstance(doc.get("warm_s"), int | float):
+        title += f", cold {doc['cold_s']:g} s and warm {doc['warm_s']:g} s"
+    if config.get("block_bytes"):
+        title += f", a sample a {format_size(int(config['block_bytes']))} block"
     lines = [f"#### {title}" + (f" ({rules})" if rules else ""), "",
              *provenance(name, doc), f"- configuration: {switches}", ""]
     kinds = doc.get("summary", {}).get("kinds", {})

@@ -59,6 +59,7 @@ from lnet.scheduler.simulator import (
     three_routes,
     two_routes,
 )
+from lnet.units import parse_size
 
 MODES = {"seed": SchedulerConfig(probes_per_round=0), "probes": SchedulerConfig()}
 
@@ -223,6 +224,7 @@ def multipath(seeds: int, duration_s: float, margins: list[float], noise: float)
 
 RESULTS = Path(__file__).resolve().parent / "results"
 SIZE_CLASSES = ("<=8", "16", "32")
+SEND_BLOCK = parse_size("4MiB")  # lnet-send's --block-size default
 
 
 def send_config() -> SchedulerConfig:
@@ -243,18 +245,22 @@ def _ratio(num: float, den: float | None) -> float | None:
     return None if not den else num / den
 
 
-def run_random(job: tuple[int, int, float, float, float, bool, bool, int | None, int | None]) -> dict[str, Any]:
+def run_random(
+    job: tuple[int, int, float, float, float, bool, bool, int | None, int | None, int | None, bool],
+) -> dict[str, Any]:
     """One scenario's cold and warm transfers and its figures (run in a worker process)."""
-    seed, index, cold_s, warm_s, step_s, deep, scouts, depots, max_depots = job
+    seed, index, cold_s, warm_s, step_s, deep, scouts, depots, max_depots, block, wait = job
     began = time.perf_counter()
     case = scenario(seed, index, cold_s=cold_s, warm_s=warm_s, step_s=step_s, depots=depots)
     built = time.perf_counter() - began
     network, config = case.network, replace(send_config(), deep_probes=deep, cold_scouts=scouts,
+                                            scout_after_s=None if wait else SchedulerConfig().scout_after_s,
                                             max_depots=max_depots or None)
     rtt = network.rtts_from(case.src)
     memory = EdgeMemory()
     noise = seed * 1_000_003 + 2 * index
-    options: dict[str, Any] = {"step_s": step_s, "depth": "adaptive", "min_depth": config.min_streams}
+    options: dict[str, Any] = {"step_s": step_s, "depth": "adaptive", "min_depth": config.min_streams,
+                               "block_bytes": block}
     cold = simulate_transfer(network, PathScheduler(network.vertices, case.src, case.dst, memory, config, rtt_s=rtt),
                              duration_s=cold_s, seed=noise, **options)
     warm = simulate_transfer(network, PathScheduler(network.vertices, case.src, case.dst, memory, config, rtt_s=rtt),
@@ -412,7 +418,7 @@ def random_distribution(args: argparse.Namespace, argv: list[str]) -> int:
     indices = [int(i) for i in args.only.split(",")] if args.only else list(range(args.random))
     print(f"seed {seed} (rerun: bench/scheduler.py --random {args.random} --seed {seed})", flush=True)
     jobs = [(seed, i, args.cold_s, args.warm_s, args.step_s, not args.no_deep_probes, not args.no_cold_scouts,
-             args.depots, args.max_depots) for i in indices]
+             args.depots, args.max_depots, args.block_size or None, args.scouts_wait) for i in indices]
     # Biggest first, so that the workers finish together.
     jobs.sort(key=lambda job: -scenario_size_class(job[1]))
     # The scheduler's runs depend on the order of some sets of strings, so on Python's hash seed: the workers get
@@ -437,6 +443,9 @@ def random_distribution(args: argparse.Namespace, argv: list[str]) -> int:
     RESULTS.mkdir(exist_ok=True)
     stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
     rule = ("-no-deep-probes" if args.no_deep_probes else "") + ("-no-cold-scouts" if args.no_cold_scouts else "")
+    rule += "-fluid" if not args.block_size else ""
+    rule += "-scouts-wait" if args.scouts_wait else ""
+    rule += f"-cold-{args.cold_s:g}s" if args.cold_s != COLD_S else ""
     rule += (f"-{args.depots}-depots" if args.depots else "") + (
         f"-max-depots-{args.max_depots}" if args.max_depots != SchedulerConfig().max_depots else "")
     out = RESULTS / f"scheduler-random-{seed}{rule}-{stamp}.json"
@@ -445,8 +454,11 @@ def random_distribution(args: argparse.Namespace, argv: list[str]) -> int:
         "seed": seed, "scenarios": len(rows), "cold_s": args.cold_s, "warm_s": args.warm_s, "step_s": args.step_s,
         "config": {"streams": STREAMS, "min_streams": MIN_STREAMS, "max_paths": send_config().max_paths,
                    "depth": "adaptive", "deep_probes": not args.no_deep_probes,
-                   "cold_scouts": not args.no_cold_scouts, "depots": args.depots,
-                   "max_depots": args.max_depots or None, "python_hash_seed": 0},
+                   "cold_scouts": not args.no_cold_scouts,
+                   "scout_after_s": None if args.scouts_wait else SchedulerConfig().scout_after_s,
+                   "depots": args.depots,
+                   "max_depots": args.max_depots or None, "block_bytes": args.block_size or None,
+                   "python_hash_seed": 0},
         "wall_s": round(elapsed, 1), "jobs": args.jobs, "summary": summary, "rows": rows,
     }
     out.write_text(json.dumps(_finite(document), indent=1, allow_nan=False) + "\n")
@@ -488,10 +500,17 @@ def main(argv: list[str] | None = None) -> int:
                         help="--random: one stream a probe, as before deep probes (to compare the rules)")
     parser.add_argument("--no-cold-scouts", action="store_true",
                         help="--random: a cold start runs one path, as before cold scouts (to compare the rules)")
+    parser.add_argument("--scouts-wait", action="store_true",
+                        help="--random: a cold start's scouts wait for its first path's reports however long, as "
+                        "before scout_after_s (to compare the rules)")
     parser.add_argument("--depots", type=int, metavar="N",
                         help="--random: every scenario with N depots, instead of the size classes (4-8, 16, 32)")
     parser.add_argument("--max-depots", type=int, metavar="M", default=SchedulerConfig().max_depots,
                         help="--random: the scheduler's candidates at most (default %(default)s; 0: every depot)")
+    parser.add_argument("--block-size", type=parse_size, default=SEND_BLOCK, metavar="SIZE",
+                        help="--random: each hop reports a sample per block's worth, as the engine reports a copy "
+                        "when it ends (default lnet-send's, %(default)s bytes; 0: a sample every step, the fluid "
+                        "model)")
     parser.add_argument("--only", metavar="I,J", help="--random: only these scenario indices (printed, not saved)")
     parser.add_argument("--cold-s", type=float, default=COLD_S, help=f"--random: cold run, sim. s ({COLD_S:g})")
     parser.add_argument("--warm-s", type=float, default=WARM_S, help=f"--random: warm run, sim. s ({WARM_S:g})")

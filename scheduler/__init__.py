@@ -290,13 +290,19 @@ Where lnet departs from the seed, and why
 14. Cold scouts. Throughput is the expensive measurement, round trips are almost free: the client
    times its round trip to every depot before the first decision (``rtt_s``), and rule 11's priors rank unknown
    edges by them. A cold start with ``max_paths`` > 1 (its first path has an edge it knows nothing of) runs
-   that path alone until every hop of it has reported, then, beside it, up to ``max_paths`` - 2 paths through
+   that path alone until every hop of it has reported, or ``scout_after_s`` (3 s) has passed, whichever is first,
+   then, beside it, up to ``max_paths`` - 2 paths through
    one depot each, the widest by those guesses (``PathSet.scout``; one place stays free for what measurement finds):
    the transfer's own blocks measure them, at its depth, on every hop at once, where a probe measures one edge
    with one stream. They join on one trial whose baseline is the first path alone, so one that takes its rate
    from that path leaves, banned; one that adds less than the margin later leaves by rule 12 (``PathSet.drop_idle``);
    at the end the relay's end game takes the blocks a slow one holds. ``SchedulerConfig.cold_scouts=False``
-   starts on one path, to compare (``bench/scheduler.py --no-cold-scouts``).
+   starts on one path, to compare (``bench/scheduler.py --no-cold-scouts``). The deadline: a hop reports when a
+   copy ends, so a slow first path (4 MiB copies two at a time at 3 Mbit/s: 22 s) held its scouts back for as
+   long, and nothing else could replace it meanwhile (a path with an unknown hop counts as infinitely fast). On
+   the testbed a cold start ran such a direct path alone for 17.6 s. A first path that has not reported by the
+   deadline counts as carrying nothing in its scouts' trial and in ``drop_idle`` (``shown_rate``), so a scout
+   that carries anything stays until the usual rules judge it (docs/decisions/0009).
 15. Candidates. Every rule above looks at the full mesh over the vertices, and exploration repeats a widest path
    once per probe it places: over 300 depots (a directory's overlay, 90,000 edges) the first decision took two
    minutes of the client's CPU. A transfer explores a few paths of one to four hops anyway, so the loop keeps at

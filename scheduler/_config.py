@@ -65,6 +65,12 @@ class SchedulerConfig:
     one-depot paths the round trips rank widest (``PathSet.scout``): the transfer's own blocks measure them (theory of
     operation, 14).
     False: a cold start runs one path and learns the others by probes alone, as before 2026-11-28."""
+    scout_after_s: float | None = 3.0
+    """A cold start's scouts join once every hop of its first path has reported, or this long after the start,
+    whichever comes first (theory of operation, 14): a first path that has not ended a copy past its warm-up by
+    then is slow, and no baseline worth waiting for (3 s: a copy ending a second or more past ``warmup_s``, before
+    which no sample of a new hop is learnt; at ``warmup_s`` itself no first path would ever have reported).
+    None: they wait for the reports, however long, as before 2026-11-28."""
     max_depots: int | None = 32
     """At most this many depots (the destination among them) are the transfer's candidates, chosen by
     ``candidates`` (theory of operation, 15) when the overlay has more. None: every vertex, however many."""

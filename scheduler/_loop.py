@@ -372,7 +372,7 @@ class PathScheduler:
             return self._with_set(DropDepot(depot, path, path_throughput(self.graph(), path)))
         if News.HOP_FAILED in self._state.news:
             return self._with_set(self._reevaluate(now, failure=True))
-        if self._state.scouts is Scouts.DUE and not has_unknown(self.measured_graph(), self._attempt.path):
+        if self._state.scouts is Scouts.DUE and self._scouts_ready(now):
             self._state = self._state.scouts_done()
             if self._set.scout(now):
                 return self._with_set(replace(self._set_switch(now, "join"), probes=self._probes(now)))
@@ -403,6 +403,15 @@ class PathScheduler:
         return self._with_set(replace(decision, probes=probes) if probes else decision)
 
     # -- internals ----------------------------------------------------------------------------------------
+
+    def _scouts_ready(self, now: float) -> bool:
+        """Whether a cold start's scouts may join: its first path has been measured on every hop, or
+        ``scout_after_s`` has passed since the start."""
+        assert self._attempt is not None
+        after = self.config.scout_after_s
+        if after is not None and now - self._attempt.start >= after:
+            return True
+        return not has_unknown(self.measured_graph(), self._attempt.path)
 
     def _measured(
         self,

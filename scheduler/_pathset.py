@@ -20,7 +20,7 @@ from ._config import SchedulerConfig
 from ._memory import Edge, EdgeMemory
 from ._paths import Path, extend_set, keeps_adding, set_total, trial_keeps
 from ._probing import apply_priors
-from ._widest import THROUGHPUT, edges_of, path_throughput
+from ._widest import THROUGHPUT, edges_of, has_unknown, path_throughput
 
 __all__ = ["PathSet", "PathSetLoop"]
 
@@ -80,6 +80,12 @@ class _Ban:
     width: float
     beside: Path
     """The primary when it left: what the memory keeps it beside (``PathSet._remember_ban``)."""
+
+
+def shown_rate(graph: nx.DiGraph, path: Path) -> float:
+    """What a path of the set has shown it carries: its width over measured edges, nothing while a hop of it has
+    not reported (a cold start's first path, slower than its scouts' deadline, is no infinitely fast path)."""
+    return 0.0 if has_unknown(graph, path) else path_throughput(graph, path)
 
 
 @dataclass(slots=True)
@@ -176,7 +182,10 @@ class PathSet:
                 scouts.append((self.loop.src, depot, self.loop.dst))
         if not scouts:
             return False
-        baseline = set_total(self.loop.measured_graph(), self.loop.current_paths)  # the first path alone
+        measured = self.loop.measured_graph()
+        # the first path alone; one that has not reported yet counts as nothing (its scouts are judged on what
+        # they carry, and one that adds less than the margin leaves by drop_idle)
+        baseline = sum(shown_rate(measured, path) for path in self.loop.current_paths)
         for path in scouts:
             self.extras.append(_Attempt(path, now, "join"))
             self.loop.edge_since.update((edge, now) for edge in edges_of(path))
@@ -196,10 +205,10 @@ class PathSet:
         if not newcomers:
             return False
         graph = self.loop.measured_graph()
-        total = set_total(graph, self.loop.current_paths)
+        total = sum(shown_rate(graph, path) for path in self.loop.current_paths)
         rates = []
         for newcomer in newcomers:
-            rate = path_throughput(graph, newcomer.path)
+            rate = shown_rate(graph, newcomer.path)
             if any(edge not in newcomer.flows for edge in edges_of(newcomer.path)):
                 # A hop that never reported since the join: what the graph says of it is still the probe's figure.
                 total -= rate
@@ -218,8 +227,8 @@ class PathSet:
         graph = self.loop.measured_graph()
         dropped = False
         for extra in list(self.extras):
-            rate = path_throughput(graph, extra.path)
-            others = set_total(graph, self.loop.current_paths) - rate
+            rate = shown_rate(graph, extra.path)
+            others = sum(shown_rate(graph, path) for path in self.loop.current_paths) - rate
             if not keeps_adding(rate, others, self.loop.config.path_margin):
                 self._leave(now, extra, ban=True)
                 dropped = True

@@ -407,11 +407,24 @@ def _run(
             shared[key] = network.share(flows, t)
         return shared[key]
 
+    last_depths: dict[Edge, int] = {}
+
+    def probe_depths_of(edge: Edge) -> int:
+        return last_depths.get(edge, 1)
+
+    runs: dict[Edge, _ProbeRun] = {}
+    """With ``block_bytes``: what each probe has carried, as the engine's copies."""
+    pending: dict[Edge, _Pending] = {}
+    """With ``block_bytes``: what each hop of the set has carried since its last sample."""
+
     def run_hop(
         edge: Edge, started: float, shared: float, count: int, events: list[Event], *, report: bool
     ) -> float | None:
         """The hop's true aggregate rate during this step (None if it is dead); its sample or failure goes to
-        ``events`` when ``report``."""
+        ``events`` when ``report``: every step in the fluid model, or with ``block_bytes`` once a block's worth
+        has arrived, as the engine reports each copy when it ends: the hop's first ``count`` copies began together
+        and end together, later ones one block apart (a copy's time, ``count`` blocks at the hop's rate, dates
+        its ``began``)."""
         if network.capacity(edge, t) <= 0:
             if report:
                 events.append(HopFailure(edge, t + step_s))
@@ -421,7 +434,21 @@ def _run(
         if report:
             seconds = step_s * (count if measure == "stream" else 1)
             streams = float(count) if depth == "adaptive" else None
-            events.append(Measurement(edge, round(measured * step_s), seconds, t + step_s, streams, began=t))
+            if block_bytes is None:
+                events.append(Measurement(edge, round(measured * step_s), seconds, t + step_s, streams, began=t))
+                return rate
+            held = pending.get(edge)
+            if held is None or held.started != started:
+                held = pending[edge] = _Pending(started)
+            held.nbytes += measured * step_s
+            held.seconds += seconds
+            # the hop's first copies began together and end together; later ones end one block apart
+            if held.nbytes >= block_bytes * (count if held.first else 1):
+                held.first = False
+                copy_s = count * block_bytes / rate if rate > 0 else step_s
+                began = max(started, t + step_s - copy_s)
+                events.append(Measurement(edge, round(held.nbytes), held.seconds, t + step_s, streams, began=began))
+                held.nbytes = held.seconds = 0.0
         return rate
 
     def adapt(flows: dict[Edge, int], hops: list[Edge]) -> dict[Edge, int]:
@@ -453,15 +480,23 @@ def _run(
         down = [v for v in dict.fromkeys(v for path in paths for v in path) if network.failed(v, t)]
         events.extend(DepotFailure(v, t + step_s) for v in down)
         for edge, started in list(probing.items()):
-            if t - started >= probe_s:
-                del probing[edge]
-                deep.discard(edge)
-                events.append(ProbeDone(edge, t))
+            run = runs.get(edge)
+            if run is not None and run.over(t - started, probe_s, block_bytes or 0.0):
+                # as the engine's probe ends: its copies after the first, else the first, else a bound
+                events.append(run.measurement(edge, t, started, block_bytes or 0.0, probe_depths_of(edge),
+                                              adaptive=depth == "adaptive"))
+                del runs[edge]
+            elif block_bytes is not None or t - started < probe_s:
+                continue
+            del probing[edge]
+            deep.discard(edge)
+            events.append(ProbeDone(edge, t))
         flows: dict[Edge, int] = {}
         for path in paths:
             for edge in edges_of(path):
                 flows[edge] = flows.get(edge, 0) + n
         probe_depths = {edge: n if edge in deep else 1 for edge in probing}
+        last_depths.update(probe_depths)
         for edge, d in probe_depths.items():
             flows[edge] = flows.get(edge, 0) + d
         depths = {edge: n for path in paths for edge in edges_of(path)}
@@ -481,13 +516,22 @@ def _run(
             path_rates.append(min(rates, default=0.0))
         # Probes run beside the transfer, one stream each on a connection of its own that starts cold.
         for edge, started in list(probing.items()):
-            warm = t - started >= warmup_s
             d = probe_depths[edge]
-            if run_hop(edge, started, shares[edge] * d / flows[edge], d, events, report=warm) is None:
+            if block_bytes is None:
+                warm = t - started >= warmup_s
+                rate = run_hop(edge, started, shares[edge] * d / flows[edge], d, events, report=warm)
+            else:  # the engine's copies: reported when the probe ends
+                warm = edge in runs and runs[edge].copies(block_bytes) >= 1
+                rate = run_hop(edge, started, shares[edge] * d / flows[edge], d, [], report=False)
+                if rate is not None:
+                    measured = rate * max(0.01, 1.0 + rng.gauss(0.0, network.noise))
+                    runs.setdefault(edge, _ProbeRun()).carry(rate, measured, step_s, d, block_bytes)
+            if rate is None:
                 if not warm:
                     events.append(HopFailure(edge, t + step_s))
                 events.append(ProbeDone(edge, t + step_s))
                 del probing[edge]
+                runs.pop(edge, None)
                 deep.discard(edge)
         if tail is not None and size_bytes is not None and block_bytes is not None:
             held = {path: block_bytes * sum(depths[edge] for edge in edges_of(path)) for path in paths}
@@ -513,6 +557,55 @@ def _run(
             since = {edge: since.get(edge, t) for path in decision.all_paths for edge in edges_of(path)}
             paths = decision.all_paths
     return SimResult([] if scheduler is None else scheduler.attempts, samples, decisions, delivered, finished_at)
+
+
+@dataclass
+class _ProbeRun:
+    """A probe's copies so far, with ``block_bytes``: as the engine's (``EdgeProbes.one_stream``), it runs for the
+    probe's time and at least two copies, cut off at twice the probe's time; it reports the copies after its first
+    (which ran on a cold connection), or its first if that is all, or a block over its time if not one ended."""
+
+    carried: float = 0.0
+    """True bytes, which decide when copies end."""
+    after_bytes: float = 0.0
+    after_seconds: float = 0.0
+    """What the copies after the first measured (noisy bytes, stream-seconds)."""
+    first_s: float = 0.0
+    """The first copy's stream-seconds (until it ended)."""
+
+    def copies(self, block: float) -> int:
+        return int(self.carried // block) if block > 0 else 0
+
+    def carry(self, rate: float, measured: float, step_s: float, depth: int, block: float) -> None:
+        if self.copies(block) >= 1:
+            self.after_bytes += measured * step_s
+            self.after_seconds += step_s * depth
+        else:
+            self.first_s += step_s * depth
+        self.carried += rate * step_s
+
+    def over(self, elapsed: float, probe_s: float, block: float) -> bool:
+        return elapsed >= 2 * probe_s or elapsed >= probe_s and self.copies(block) >= 2
+
+    def measurement(
+        self, edge: Edge, at: float, started: float, block: float, depth: int, *, adaptive: bool
+    ) -> Measurement:
+        streams = float(depth) if adaptive else None
+        if self.copies(block) >= 2 and self.after_seconds > 0:
+            return Measurement(edge, round(self.after_bytes), self.after_seconds, at, streams, began=started)
+        if self.copies(block) == 1:
+            return Measurement(edge, round(block), max(self.first_s, 1e-3), at, streams, began=started)
+        return Measurement(edge, round(block), max(at - started, 1e-3) * depth, at, streams, began=started)
+
+
+@dataclass
+class _Pending:
+    """A hop's bytes and stream-seconds since its last block-sized sample, for the hop started at ``started``."""
+
+    started: float
+    nbytes: float = 0.0
+    seconds: float = 0.0
+    first: bool = True
 
 
 class _Tail:

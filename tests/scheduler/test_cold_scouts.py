@@ -61,3 +61,30 @@ def test_a_warm_start_does_not_scout() -> None:
                 memory.observe(u, v, 1_000_000, 1.0, 0.0)
     memory.observe(*DIRECT, 10_000_000, 1.0, 0.0)
     assert scouted(scheduler(memory)) == (DIRECT,)  # it knows direct is best, and nothing else adds enough
+
+
+def test_scouts_join_after_scout_after_s_when_the_first_path_has_not_reported() -> None:
+    # A first path too slow to end a copy in its first seconds: the scouts do not wait for it.
+    waiting = scheduler(scout_after_s=None)
+    waiting.start(0.0)
+    assert waiting.tick(2.0).all_paths == (DIRECT,)
+    assert waiting.tick(6.0).all_paths == (DIRECT,)  # still nothing from direct: no scouts, however long
+    bounded = scheduler(scout_after_s=2.0)
+    bounded.start(0.0)
+    assert bounded.tick(1.5).all_paths == (DIRECT,)
+    decision = bounded.tick(2.0)
+    assert isinstance(decision, Switch) and decision.reason == "join"
+    assert decision.all_paths == (DIRECT, ("src", "mid", "dst"))
+
+
+def test_a_scout_beside_a_first_path_that_never_reported_stays_when_it_carries() -> None:
+    # Its trial's baseline is nothing (the first path has no rate to judge by): what it carries is what it adds.
+    s = scheduler(scout_after_s=2.0)
+    s.start(0.0)
+    s.tick(2.0)
+    scout = ("src", "mid", "dst")
+    for t in (4.0, 6.0, 8.0, 10.0, 12.0):
+        for edge in (("src", "mid"), ("mid", "dst")):
+            s.measure(Measurement(edge, 8_000_000, 8.0, t, 4.0, began=t - 2.0))
+        s.tick(t)
+    assert scout in s.tick(12.5).all_paths
