@@ -323,9 +323,12 @@ def simulate_transfer(
     to ``streams``, that get it within 5% of what ``streams`` would (the engine stops adding copies once they no
     longer add rate), and its measurements say how many (``Measurement.streams``).
 
-    ``block_bytes`` (with ``size_bytes``) models the end of the transfer as the relay runs it (``_Tail``): once
+    ``block_bytes`` makes the samples the engine's: a hop reports when a copy ends, a probe once when it ends
+    (``_ProbeRun``), so a slow hop's first learnt sample comes many steps in, as on the testbed. With
+    ``size_bytes`` as well it models the end of the transfer as the relay runs it (``_Tail``): once
     every block is under way, each path holds the blocks in its hops' copies and must deliver them itself, unless
-    ``end_game`` (the relay's default) lets idle paths take second copies. None: the fluid model, no tail.
+    ``end_game`` (the relay's default) lets idle paths take second copies. None: the fluid model, a sample from
+    every hop and probe every step, no tail.
     """
     n = scheduler.config.streams if streams is None else streams
     return _run(network, scheduler, (), start_s=start_s, duration_s=duration_s, size_bytes=size_bytes, step_s=step_s,

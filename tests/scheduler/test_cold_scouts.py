@@ -73,7 +73,8 @@ def test_scouts_join_after_scout_after_s_when_the_first_path_has_not_reported() 
     bounded.start(0.0)
     assert bounded.tick(1.5).all_paths == (DIRECT,)
     decision = bounded.tick(2.0)
-    assert isinstance(decision, Switch) and decision.reason == "join"
+    assert isinstance(decision, Switch)
+    assert decision.reason == "join"
     assert decision.all_paths == (DIRECT, ("src", "mid", "dst"))
 
 
