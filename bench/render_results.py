@@ -171,6 +171,9 @@ def render_scheduler_random(name: str, doc: Doc) -> list[str]:
     switches = ", ".join(f"{k}={v}" for k, v in config.items())
     rules = ", ".join(f"{rule} {'on' if config[rule] else 'off'}" for rule in ("deep_probes", "cold_scouts")
                       if rule in config)
+    if "scout_after_s" in config:
+        after = config["scout_after_s"]
+        rules += ", scouts wait for the first path" if after is None else f", scouts after {after:g} s at most"
     title = f"Random scenarios in the simulator, seed {doc.get('seed')}, {doc.get('scenarios')} scenarios"
     if isinstance(doc.get("cold_s"), int | float) and isinstance(doc.get("warm_s"), int | float):
         title += f", cold {doc['cold_s']:g} s and warm {doc['warm_s']:g} s"
