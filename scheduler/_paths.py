@@ -11,7 +11,7 @@ from collections.abc import Collection, Iterable, Sequence
 import networkx as nx
 
 from ._memory import Edge
-from ._widest import THROUGHPUT, NoPathError, path_throughput, widest_path
+from ._widest import THROUGHPUT, NoPathError, has_unknown, path_throughput, widest_path
 
 __all__ = [
     "adds_enough",
@@ -57,6 +57,17 @@ def set_total(graph: nx.DiGraph, paths: Iterable[Sequence[str]]) -> float:
     """The set's predicted throughput: the sum of its paths' widths (the model: edge-disjoint paths do not slow
     each other; where they share a physical link it is optimistic, and the loop learns so from a trial)."""
     return sum(path_throughput(graph, path) for path in paths)
+
+
+def shown_rate(graph: nx.DiGraph, path: Sequence[str]) -> float:
+    """What a path of the set has shown it carries: its width over measured edges, nothing while a hop of it has
+    not reported (a cold start's first path, slower than its scouts' deadline, is no infinitely fast path)."""
+    return 0.0 if has_unknown(graph, path) else path_throughput(graph, path)
+
+
+def shown_total(graph: nx.DiGraph, paths: Iterable[Sequence[str]]) -> float:
+    """What the set has shown it carries: ``set_total`` with paths that have not reported counting as nothing."""
+    return sum(shown_rate(graph, path) for path in paths)
 
 
 def adds_enough(rate: float, others: float, margin: float) -> bool:

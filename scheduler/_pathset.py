@@ -18,9 +18,9 @@ import networkx as nx
 from ._attempts import PathAttempt, _Attempt
 from ._config import SchedulerConfig
 from ._memory import Edge, EdgeMemory
-from ._paths import Path, extend_set, keeps_adding, set_total, trial_keeps
+from ._paths import Path, extend_set, keeps_adding, set_total, shown_rate, shown_total, trial_keeps
 from ._probing import apply_priors
-from ._widest import THROUGHPUT, edges_of, has_unknown, path_throughput
+from ._widest import THROUGHPUT, edges_of, path_throughput
 
 __all__ = ["PathSet", "PathSetLoop"]
 
@@ -80,12 +80,6 @@ class _Ban:
     width: float
     beside: Path
     """The primary when it left: what the memory keeps it beside (``PathSet._remember_ban``)."""
-
-
-def shown_rate(graph: nx.DiGraph, path: Path) -> float:
-    """What a path of the set has shown it carries: its width over measured edges, nothing while a hop of it has
-    not reported (a cold start's first path, slower than its scouts' deadline, is no infinitely fast path)."""
-    return 0.0 if has_unknown(graph, path) else path_throughput(graph, path)
 
 
 @dataclass(slots=True)
@@ -185,7 +179,7 @@ class PathSet:
         measured = self.loop.measured_graph()
         # the first path alone; one that has not reported yet counts as nothing (its scouts are judged on what
         # they carry, and one that adds less than the margin leaves by drop_idle)
-        baseline = sum(shown_rate(measured, path) for path in self.loop.current_paths)
+        baseline = shown_total(measured, self.loop.current_paths)
         for path in scouts:
             self.extras.append(_Attempt(path, now, "join"))
             self.loop.edge_since.update((edge, now) for edge in edges_of(path))
@@ -205,7 +199,7 @@ class PathSet:
         if not newcomers:
             return False
         graph = self.loop.measured_graph()
-        total = sum(shown_rate(graph, path) for path in self.loop.current_paths)
+        total = shown_total(graph, self.loop.current_paths)
         rates = []
         for newcomer in newcomers:
             rate = shown_rate(graph, newcomer.path)
@@ -228,7 +222,7 @@ class PathSet:
         dropped = False
         for extra in list(self.extras):
             rate = shown_rate(graph, extra.path)
-            others = sum(shown_rate(graph, path) for path in self.loop.current_paths) - rate
+            others = shown_total(graph, self.loop.current_paths) - rate
             if not keeps_adding(rate, others, self.loop.config.path_margin):
                 self._leave(now, extra, ban=True)
                 dropped = True

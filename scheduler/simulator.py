@@ -410,11 +410,6 @@ def _run(
             shared[key] = network.share(flows, t)
         return shared[key]
 
-    last_depths: dict[Edge, int] = {}
-
-    def probe_depths_of(edge: Edge) -> int:
-        return last_depths.get(edge, 1)
-
     runs: dict[Edge, _ProbeRun] = {}
     """With ``block_bytes``: what each probe has carried, as the engine's copies."""
     pending: dict[Edge, _Pending] = {}
@@ -483,14 +478,16 @@ def _run(
         down = [v for v in dict.fromkeys(v for path in paths for v in path) if network.failed(v, t)]
         events.extend(DepotFailure(v, t + step_s) for v in down)
         for edge, started in list(probing.items()):
-            run = runs.get(edge)
-            if run is not None and run.over(t - started, probe_s, block_bytes or 0.0):
+            if block_bytes is None:
+                if t - started < probe_s:
+                    continue
+            else:
+                run = runs.get(edge)
+                if run is None or not run.over(t - started, probe_s):
+                    continue
                 # as the engine's probe ends: its copies after the first, else the first, else a bound
-                events.append(run.measurement(edge, t, started, block_bytes or 0.0, probe_depths_of(edge),
-                                              adaptive=depth == "adaptive"))
+                events.append(run.measurement(edge, t, started, adaptive=depth == "adaptive"))
                 del runs[edge]
-            elif block_bytes is not None or t - started < probe_s:
-                continue
             del probing[edge]
             deep.discard(edge)
             events.append(ProbeDone(edge, t))
@@ -499,7 +496,6 @@ def _run(
             for edge in edges_of(path):
                 flows[edge] = flows.get(edge, 0) + n
         probe_depths = {edge: n if edge in deep else 1 for edge in probing}
-        last_depths.update(probe_depths)
         for edge, d in probe_depths.items():
             flows[edge] = flows.get(edge, 0) + d
         depths = {edge: n for path in paths for edge in edges_of(path)}
@@ -524,11 +520,12 @@ def _run(
                 warm = t - started >= warmup_s
                 rate = run_hop(edge, started, shares[edge] * d / flows[edge], d, events, report=warm)
             else:  # the engine's copies: reported when the probe ends
-                warm = edge in runs and runs[edge].copies(block_bytes) >= 1
+                warm = edge in runs and runs[edge].copies >= 1
                 rate = run_hop(edge, started, shares[edge] * d / flows[edge], d, [], report=False)
                 if rate is not None:
                     measured = rate * max(0.01, 1.0 + rng.gauss(0.0, network.noise))
-                    runs.setdefault(edge, _ProbeRun()).carry(rate, measured, step_s, d, block_bytes)
+                    asked = n if edge in deep else 1  # the depth reported: what the probe was asked to run
+                    runs.setdefault(edge, _ProbeRun(block_bytes)).carry(rate, measured, step_s, d, asked)
             if rate is None:
                 if not warm:
                     events.append(HopFailure(edge, t + step_s))
@@ -568,6 +565,9 @@ class _ProbeRun:
     probe's time and at least two copies, cut off at twice the probe's time; it reports the copies after its first
     (which ran on a cold connection), or its first if that is all, or a block over its time if not one ended."""
 
+    block: float
+    depth: int = 1
+    """The copies at once of its latest step (more than one on a deep probe)."""
     carried: float = 0.0
     """True bytes, which decide when copies end."""
     after_bytes: float = 0.0
@@ -576,29 +576,29 @@ class _ProbeRun:
     first_s: float = 0.0
     """The first copy's stream-seconds (until it ended)."""
 
-    def copies(self, block: float) -> int:
-        return int(self.carried // block) if block > 0 else 0
+    @property
+    def copies(self) -> int:
+        return int(self.carried // self.block)
 
-    def carry(self, rate: float, measured: float, step_s: float, depth: int, block: float) -> None:
-        if self.copies(block) >= 1:
+    def carry(self, rate: float, measured: float, step_s: float, depth: int, asked: int) -> None:
+        self.depth = asked
+        if self.copies >= 1:
             self.after_bytes += measured * step_s
             self.after_seconds += step_s * depth
         else:
             self.first_s += step_s * depth
         self.carried += rate * step_s
 
-    def over(self, elapsed: float, probe_s: float, block: float) -> bool:
-        return elapsed >= 2 * probe_s or elapsed >= probe_s and self.copies(block) >= 2
+    def over(self, elapsed: float, probe_s: float) -> bool:
+        return elapsed >= 2 * probe_s or elapsed >= probe_s and self.copies >= 2
 
-    def measurement(
-        self, edge: Edge, at: float, started: float, block: float, depth: int, *, adaptive: bool
-    ) -> Measurement:
-        streams = float(depth) if adaptive else None
-        if self.copies(block) >= 2 and self.after_seconds > 0:
+    def measurement(self, edge: Edge, at: float, started: float, *, adaptive: bool) -> Measurement:
+        streams = float(self.depth) if adaptive else None
+        if self.copies >= 2 and self.after_seconds > 0:
             return Measurement(edge, round(self.after_bytes), self.after_seconds, at, streams, began=started)
-        if self.copies(block) == 1:
-            return Measurement(edge, round(block), max(self.first_s, 1e-3), at, streams, began=started)
-        return Measurement(edge, round(block), max(at - started, 1e-3) * depth, at, streams, began=started)
+        if self.copies == 1:
+            return Measurement(edge, round(self.block), max(self.first_s, 1e-3), at, streams, began=started)
+        return Measurement(edge, round(self.block), max(at - started, 1e-3) * self.depth, at, streams, began=started)
 
 
 @dataclass
