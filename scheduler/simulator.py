@@ -524,8 +524,7 @@ def _run(
                 rate = run_hop(edge, started, shares[edge] * d / flows[edge], d, [], report=False)
                 if rate is not None:
                     measured = rate * max(0.01, 1.0 + rng.gauss(0.0, network.noise))
-                    asked = n if edge in deep else 1  # the depth reported: what the probe was asked to run
-                    runs.setdefault(edge, _ProbeRun(block_bytes)).carry(rate, measured, step_s, d, asked)
+                    runs.setdefault(edge, _ProbeRun(block_bytes)).carry(rate, measured, step_s, d)
             if rate is None:
                 if not warm:
                     events.append(HopFailure(edge, t + step_s))
@@ -567,7 +566,8 @@ class _ProbeRun:
 
     block: float
     depth: int = 1
-    """The copies at once of its latest step (more than one on a deep probe)."""
+    """The copies at once of its latest step (more than one on a deep probe): the depth it reports, as the
+    engine reports the depth of its best level."""
     carried: float = 0.0
     """True bytes, which decide when copies end."""
     after_bytes: float = 0.0
@@ -580,8 +580,8 @@ class _ProbeRun:
     def copies(self) -> int:
         return int(self.carried // self.block)
 
-    def carry(self, rate: float, measured: float, step_s: float, depth: int, asked: int) -> None:
-        self.depth = asked
+    def carry(self, rate: float, measured: float, step_s: float, depth: int) -> None:
+        self.depth = depth
         if self.copies >= 1:
             self.after_bytes += measured * step_s
             self.after_seconds += step_s * depth

@@ -27,16 +27,18 @@ def config(*, deep: bool = True) -> SchedulerConfig:
 
 
 class Recording(PathScheduler):
-    """The scheduler, keeping every edge it asked to probe deep."""
+    """The scheduler, keeping every edge it asked to probe deep, and every edge a path of its set has crossed."""
 
     def __init__(self, *args: Any, **options: Any) -> None:
         super().__init__(*args, **options)
         self.deep: set[tuple[str, str]] = set()
+        self.used: set[tuple[str, str]] = set()
 
     def tick(self, now: float) -> Decision:
         decision = super().tick(now)
         if not isinstance(decision, DropDepot):
             self.deep |= set(decision.deep)
+        self.used |= {edge for path in decision.all_paths for edge in zip(path, path[1:], strict=False)}
         return decision
 
 
@@ -105,3 +107,31 @@ def test_a_deep_probes_figure_is_the_edges_own_with_no_ceiling() -> None:
     assert entry.ceiling_bps is None
     weight = scheduler.graph().edges[edge]["throughput"]  # per-stream figures x streams
     assert weight > mbit(180)  # 16 streams' worth (210), not one (13)
+
+
+def test_a_deep_probe_on_a_full_link_reports_the_depth_it_ran_at() -> None:
+    # Detour links of 60 Mbit/s: one stream gets 13.1, sixteen would get 210 if the links held them, so the detour's
+    # hops are probed deep; five copies fill a link, and the probe runs about that many. In the engine's sampling
+    # (a probe reports when it ends) its figure must say so: saying the sixteen asked for made each hop read
+    # 60 x 16/5 = 192 Mbit/s, above direct's 110, until the transfer tried the chain (docs/decisions/0009).
+    network = window_detour(detour_mbit=60.0, noise=0.0)
+    scheduler = Recording(network.vertices, "src", "dst", EdgeMemory(), config(), rtt_s=network.rtts_from("src"))
+    read: list[tuple[Measurement, float]] = []
+    """Each deep probe's figure, with the edge's weight right after the scheduler heard it."""
+    measure = scheduler.measure
+
+    def keep(event: object) -> None:
+        measure(event)  # type: ignore[arg-type]
+        if isinstance(event, Measurement) and event.edge in scheduler.deep and event.edge not in scheduler.used:
+            read.append((event, scheduler.graph().edges[event.edge]["throughput"]))
+
+    scheduler.measure = keep  # type: ignore[method-assign]
+    result = simulate_transfer(network, scheduler, duration_s=90.0, step_s=0.25, depth="adaptive", min_depth=2,
+                               seed=1, block_bytes=4 * 1024 * 1024)
+    assert scheduler.deep == {("src", "d"), ("d", "dst")}
+    assert read
+    for sample, weight in read:
+        assert sample.streams is not None
+        assert 1 < sample.streams < 16
+        assert weight < 1.15 * mbit(60)
+    assert result.final_paths == (DIRECT,)
