@@ -30,9 +30,9 @@ from its nearest holder).
 
 **Windows.** Each hop's depth is Wu et al.'s ``ceil(3 * BDP / block) - 1`` within ``[min_inflight,
 max_inflight]`` (``inflight_for``), the bandwidth the hop's busy-time rate (``EdgeMeter``) and the delay its
-shortest cycle; the window is the depth and, on a depot's hop, the copies its lane queues beyond it
-(``lane_extra``). ``tick`` flushes the meters and returns each edge's sample; ``resize_windows`` the windows'
-new sizes, which the shell applies.
+shortest cycle, or more where a trial of twice the depth carried more (``depth.DepthClimb``); the window is the
+depth and, on a depot's hop, the copies its lane queues beyond it (``lane_extra``). ``tick`` flushes the meters
+and returns each edge's sample; ``resize_windows`` the windows' new sizes, which the shell applies.
 
 **The end game.** Once every block is under way and no depot is full, ``end_game`` names the blocks a slower
 path would deliver last and the paths to send their second copies on (``striping.endgame``).
@@ -45,6 +45,7 @@ from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Generic, NamedTuple, Protocol, TypeVar
 
+from lnet.client.engines.depth import DepthClimb, Flushed
 from lnet.client.engines.striping import PathMeter, Travelling, endgame, soonest
 
 __all__ = [
@@ -154,6 +155,11 @@ class EdgeMeter:
         self._open = 0.0
         self._starved = 0.0
         self.shortest_cycle_s = math.inf
+        self._copies = 0
+        self._changed_at = -math.inf
+        self._began_since_change = 0
+        self.flushed: Flushed | None = None
+        """What the last flush counted, for the hop's depth (``DepthClimb``); None once read, or if no copy ended."""
         self.total_bytes = 0
         self.samples = 0
         # Decayed sums, not an average of per-flush rates: copies that overlap a flush make single samples
@@ -212,8 +218,16 @@ class EdgeMeter:
             self._began = min(self._began, started)
             self.total_bytes += nbytes
             self.shortest_cycle_s = min(self.shortest_cycle_s, now - started)
+            self._copies += 1
+            if started >= self._changed_at:
+                self._began_since_change += 1
         # A failed copy moved nothing that can be measured: the time since the mark is not counted.
         self._mark = now
+
+    def depth_changed(self) -> None:
+        """The hop's depth changed: copies that began before now do not count as the new depth's."""
+        self._changed_at = self._tick
+        self._began_since_change = 0
 
     @property
     def rate_bps(self) -> float:
@@ -243,6 +257,8 @@ class EdgeMeter:
             streams = (self._integral - self._flushed_integral) / self._open if self._open > 0 else 1.0
         starved = self._open > 0 and self._starved > self._open / 2
         sample = HopSample(self._bytes, self._stream_seconds, max(1.0, streams), self._began, starved)
+        self.flushed = Flushed(self._bytes, self._busy, self._copies, self._began_since_change, starved)
+        self._copies = self._began_since_change = 0
         self._decayed_bytes = 0.7 * self._decayed_bytes + self._bytes
         self._decayed_seconds = 0.7 * self._decayed_seconds + self._busy
         self.samples += 1
@@ -379,6 +395,8 @@ class RelayEngine(Generic[A]):
         """Depots that answer they have no room: the end game waits, and the scheduler is not asked to move."""
         self.meters: dict[Edge, EdgeMeter] = {}
         self.depths: dict[Edge, int] = {}
+        self.climbs: dict[Edge, DepthClimb] = {}
+        """Each hop's floor on its depth above Wu's rule (``DepthClimb``)."""
         self.predicted: dict[Route, float] = {}
         self.outstanding: dict[Route, int] = {}
         """Bytes each path carries (its blocks admitted and not yet arrived)."""
@@ -721,7 +739,8 @@ class RelayEngine(Generic[A]):
         return samples
 
     def resize_windows(self) -> dict[Edge, int]:
-        """Each measured hop's depth from its meter (``inflight_for``); its window's size, by edge."""
+        """Each measured hop's depth from its meter (``inflight_for``), raised by its trials (``DepthClimb``); its
+        window's size, by edge."""
         rules = self.rules
         sizes = {}
         for edge, meter in self.meters.items():
@@ -732,7 +751,14 @@ class RelayEngine(Generic[A]):
                 # blocks of many sizes: the shortest cycle is a short block's, mostly round trip; a mean block
                 # takes that and its own time on the wire
                 delay, block = delay + rules.window_block / meter.rate_bps, rules.window_block
-            depth = inflight_for(meter.rate_bps, delay, block, rules.min_inflight, rules.max_inflight)
+            rule = inflight_for(meter.rate_bps, delay, block, rules.min_inflight, rules.max_inflight)
+            climb = self.climbs.get(edge)
+            if climb is None:
+                climb = self.climbs[edge] = DepthClimb(rules.min_inflight, rules.max_inflight)
+            depth = climb.depth(rule, meter.flushed)
+            meter.flushed = None
+            if depth != self.depth(edge):
+                meter.depth_changed()
             self.depths[edge] = depth
             meter.width = depth
             sizes[edge] = self.window(edge)

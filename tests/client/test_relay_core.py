@@ -3,13 +3,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 
 import pytest
 
 from lnet.client.engines.relay_core import (
     Block,
+    CopyMark,
     NextHop,
     PathChanged,
     PathShares,
@@ -361,6 +362,52 @@ def test_a_hops_window_follows_its_bandwidth_delay_product() -> None:
     assert relay.meters[("a", DST)].width == depth
     # the copies ahead in the lane and its own push, at the hop's rate
     assert relay.copy_wait(("a", DST)) == pytest.approx((depth + 2) * MiB / (10 * MiB))
+
+
+def run_at_depth(
+    relay: RelayEngine[str], edge: tuple[str, str], copy_s: Callable[[int], float], seconds: float, start: float = 0.0
+) -> None:
+    """Copies of 1 MiB over ``edge`` for ``seconds``, as many at once as the hop's depth, each taking
+    ``copy_s(depth)``; a tick and a resize every half second, as the relay's steering loop does."""
+    meter = relay.meter(edge)
+    ends: list[tuple[float, CopyMark, float]] = []
+    now, tick = start, start + 0.5
+    while now < start + seconds:
+        while len(ends) < relay.depth(edge):
+            mark = meter.started(now)
+            ends.append((now + copy_s(relay.depth(edge)), mark, now))
+            ends.sort(key=lambda end: end[0])
+        end, mark, began = ends.pop(0)
+        while tick <= end:
+            relay.tick(tick)
+            relay.resize_windows()
+            tick += 0.5
+        now = end
+        meter.finished(MiB, began, now, mark=mark)
+
+
+def test_a_hop_whose_copies_do_not_slow_with_more_of_them_climbs_past_wus_rule() -> None:
+    # On the testbed a direct hop's copies took 0.5 to 1.0 s however many ran (its link was not full), and one
+    # took 0.3 s. Against that one, Wu's rule held the hop at two copies, at half what six carried.
+    relay = engine(VIA_A, rules=Rules(initial_inflight=2))
+    edge = (HERE, "a")
+    times = iter([0.3] + [0.6, 0.9, 0.7, 1.0, 0.75, 0.85, 0.65, 0.95] * 100)
+    run_at_depth(relay, edge, lambda depth: next(times), seconds=30.0)
+    rule = inflight_for(relay.meters[edge].rate_bps, 0.3, MiB, 2, 16)
+    assert relay.depth(edge) >= 8
+    assert relay.depth(edge) > rule or rule >= 8
+
+
+def test_on_a_full_link_a_deeper_level_is_tried_and_given_up() -> None:
+    # 10 MiB/s: a copy takes 0.1 s alone and 0.1 s x the copies at once beside it; twice the copies carry no more
+    relay = engine(VIA_A, rules=Rules(initial_inflight=2))
+    edge = (HERE, "a")
+    run_at_depth(relay, edge, lambda depth: 0.1 * depth, seconds=60.0)
+    climb, meter = relay.climbs[edge], relay.meters[edge]
+    assert climb.tried >= 3  # they go on, one every ten seconds at most
+    assert climb.floor == 2  # and every one failed
+    rule = inflight_for(meter.rate_bps, meter.shortest_cycle_s, MiB, 2, 16)
+    assert relay.depth(edge) == (rule if climb.trial is None else max(rule, climb.trial))
 
 
 def test_a_window_for_blocks_of_many_sizes_adds_a_mean_blocks_time_on_the_wire() -> None:
