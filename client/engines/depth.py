@@ -4,7 +4,7 @@ Wu et al.'s rule (``relay_core.inflight_for``) sizes a hop's window from its mea
 takes with no queue (the shortest copy). Both come from the depth the hop runs at, so the rule can hold a hop
 where it is: on the testbed a direct hop whose copies took 0.5 to 1.0 s however many ran (the link was not full),
 and one of which took 0.3 s, fell from its first four copies to two and stayed there for the whole transfer, at
-26 Mbit/s where six or seven copies carried 48 pinned (``bench/results/depth-rule-r018-20261128.json``).
+26 Mbit/s where six or seven copies carried 48 pinned (``bench/results/traces/depth-rule-r018-20261128.json``).
 
 So a hop that has carried enough at its depth tries twice the depth, and keeps it as a floor if it carries
 ``DEPTH_GAIN`` times more: the rule of the deep probes (``lnet.client.sending.probes.DEEP_GAIN``), where twice the
