@@ -278,7 +278,7 @@ Where lnet departs from the seed, and why
    direct path at 16 x 6.6 = 105, while the detour carried 198 at 16 (0.56 of the best path at the 10th
    percentile, warm and cold). So an edge known only from a one-stream probe, whose path would beat the best
    measured path by the hysteresis were the edge to carry ``streams`` of that stream, is probed again, *deep*
-   (``Keep.deep``): the engine runs its copies 1, 2, 4, ... at once while a level carries ``DEEP_GAIN`` (1.25)
+   (``Keep.deep``): the engine runs its copies 1, 2, 4, ... at once while a level carries ``DEPTH_GAIN`` (1.25)
    times the one before, and reports the level it stopped at as ``Measurement.streams``; that figure is the
    edge's own, with no ceiling. Each edge once a transfer; deep probes only once no unknown or aged edge is worth
    a probe, and never at an end where a deep probe slowed a hop of the set (that end's access link is full: a

@@ -7,7 +7,7 @@ and one of which took 0.3 s, fell from its first four copies to two and stayed t
 26 Mbit/s where six or seven copies carried 48 pinned (``bench/results/traces/depth-rule-r018-20261128.json``).
 
 So a hop that has carried enough at its depth tries twice the depth, and keeps it as a floor if it carries
-``DEPTH_GAIN`` times more: the rule of the deep probes (``lnet.client.sending.probes.DEEP_GAIN``), where twice the
+``DEPTH_GAIN`` times more: the rule the deep probes use too (``lnet.client.sending.probes``), where twice the
 copies on a hop held back by each copy's own window nearly double it, and on a full link add nothing. A trial that
 fails is not tried again for ``COOLDOWN_FLUSHES`` flushes. Each level is judged on copies that began at it: the
 first ``depth`` copies after a change are let go by (they began at the level before), then ``2 x depth`` copies are
@@ -22,7 +22,8 @@ from dataclasses import dataclass
 __all__ = ["COOLDOWN_FLUSHES", "DEPTH_GAIN", "DepthClimb", "Flushed"]
 
 DEPTH_GAIN = 1.25
-"""A deeper level is kept when it carries this many times what the level below did."""
+"""A deeper level is kept when it carries this many times what the level below did: a hop's trial here, and a deep
+probe's next level (``EdgeProbes.deep``)."""
 
 COOLDOWN_FLUSHES = 20
 """Flushes (half-seconds by default) after a failed trial before the next."""

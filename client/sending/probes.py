@@ -14,16 +14,12 @@ from typing import Protocol
 
 import trio
 
+from lnet.client.engines.depth import DEPTH_GAIN
 from lnet.client.sending.relay_config import RelayConfig
 from lnet.client.wire.depot_client import Allocation, DepotClient
 from lnet.scheduler import Edge, Measurement
 
-__all__ = ["DEEP_GAIN", "EdgeProbes", "ProbingRelay"]
-
-DEEP_GAIN = 1.25
-"""A deep probe goes one level deeper (twice the copies at once) while a level carries this much more than the one
-before: twice the streams on an edge held back by their own windows nearly double it, on a full link they add
-nothing."""
+__all__ = ["EdgeProbes", "ProbingRelay"]
 
 
 class ProbingRelay(Protocol):
@@ -103,7 +99,7 @@ class EdgeProbes:
 
     async def deep(self, edge: Edge, made: list[tuple[str, Allocation]]) -> None:
         """Copies of one block at 1, 2, 4, ... at once (up to ``max_inflight``), each level two copies a stream,
-        deeper while a level carries ``DEEP_GAIN`` times the one before: an edge held back by its streams' own
+        deeper while a level carries ``DEPTH_GAIN`` times the one before: an edge held back by its streams' own
         window or loss grows with them, a full link does not. The best level's second copies are reported with
         its depth as ``streams`` (the first copy of each stream may have run on a cold connection), so the
         scheduler learns what the edge carries at the depth that fills it (theory of operation, 13). Bounded by
@@ -132,7 +128,7 @@ class EdgeProbes:
                     for target in targets[:depth]:
                         nursery.start_soon(stream, target, seconds)
                 aggregate = sum(size / t for t in seconds if t > 0)
-                if best is not None and aggregate < best[0] * DEEP_GAIN:
+                if best is not None and aggregate < best[0] * DEPTH_GAIN:
                     best = max(best, (aggregate, depth, seconds))
                     break
                 best = (aggregate, depth, seconds)
