@@ -9,10 +9,11 @@ the sum of their rates, and does it lose nothing where every chain shares one bo
 
 --random N runs N seeded random scenarios of <=8 depots (bench/testbed_scenarios.py; a fresh seed unless --seed,
 always printed) through the plan below with lnet-send's in-flight rule unless --max-inflight says otherwise. A
-scenario with disjoint routes is a disjoint case (multi/sum); any other pins its best candidate path and runs
-every --max-paths asked for (worst/single: multipath must not lose). The simulator runs the same plan on the same
-scaled network at the same size; each ratio is printed for both with their distribution and saved with the CDFs in
-bench/results/multipath-random-<seed>-<time>.json and .png. --quick --max-paths 3: 12 scenarios in about 35
+scenario with disjoint routes is a disjoint case (multi/sum); any other pins its best candidate path; every
+scenario runs every --max-paths asked for, whatever its number of routes (worst/single: multipath must not
+lose). The simulator runs the same plan on the same scaled network at the same size; each ratio is printed for
+both with their distribution and saved with the CDFs in bench/results/multipath-random-<seed>-<time>.json and
+.png. --quick --max-paths 3: 12 scenarios in about 35
 minutes (45 with the default 2,3; the estimate is printed first).
 
 Needs root (the testbed) and an lnet-send with --max-paths. Three fixed topologies (deploy/topologies/):
@@ -26,8 +27,8 @@ For each topology, --runs repetitions of, each on freshly started depots:
   2. a cold start (--cold, a fresh memory file, --max-paths the largest asked for), which leaves the memory every
      later run of the repetition starts from;
   3. warm runs, each on freshly started depots (no weather of earlier runs) from a copy of that memory:
-     --max-paths 1 (today's single path), --max-paths N for each N of --max-paths (up to the topology's number of
-     routes), and for each N the like-for-like control, --max-paths 1 with N times the blocks in flight per hop
+     --max-paths 1 (today's single path), --max-paths N for each N of --max-paths (up to a named topology's number
+     of routes), and for each N the like-for-like control, --max-paths 1 with N times the blocks in flight per hop
      (N x --max-inflight; N x 16, lnet-send's cap, with --max-inflight default): the total a transfer over N
      paths may keep in flight. A gain over --max-paths 1 that the control shows too comes from more
      connections, not from more paths.
@@ -334,14 +335,15 @@ RANDOM_RATIOS = {"multi_over_sum": "multipath / sum of routes", "multi_over_sing
 def random_multicase(rc: ts.RandomCase, plan: Plan) -> MultiCase:
     """A scenario as this benchmark's case: its disjoint routes where its kind has them (``disjoint``, ``change``),
     else its best candidate path alone, the figure multipath must not lose against (as on ``shared``), and then
-    every --max-paths asked for is run."""
+    every --max-paths asked for is run, more than its routes too: lnet-send's default of 3 runs on whatever
+    overlay it is given (with the named topologies' limit, a two-route scenario ran no multipath at all)."""
     case = rc.scenario
     routes = case.routes or case.candidates[:1]
     streams = plan.settings.inflight or ts.send_config().streams
     rates = [steady_rate(rc.network, route, streams=streams) * 8e-6 for route in routes]
     return MultiCase(rc.name, rc.describe(), "", case.src, case.dst, tuple(routes), disjoint=bool(case.routes),
                      text=rc.toml, size_mbps=sum(rates) if case.routes else max(rates),
-                     path_limit=None if case.routes else max(plan.max_paths))
+                     path_limit=max(plan.max_paths))
 
 
 def sim_settings(kind: str, plan: Plan, case: MultiCase) -> ts.SimSettings:
@@ -474,7 +476,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="also N seeded random scenarios of <=8 depots (bench/testbed_scenarios.py)")
     parser.add_argument("--seed", type=int, help="seed of the random scenarios (default: a fresh one, printed)")
     parser.add_argument("--max-paths", type=parse_max_paths, default=(2, 3), metavar="N,...",
-                        help="the multipath runs' --max-paths values (default 2,3; each up to a topology's routes)")
+                        help="the multipath runs' --max-paths values (default 2,3; each up to a named topology's "
+                             "routes)")
     parser.add_argument("--size", help="the file of every run (default: about 40 s at the rate multipath should "
                                        "reach)")
     parser.add_argument("--runs", type=int, default=3, help="repetitions (default 3)")

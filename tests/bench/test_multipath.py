@@ -87,6 +87,18 @@ def test_the_control_keeps_as_many_blocks_in_flight_on_one_path() -> None:
     assert default.warm_runs(mp.CASES["two"])[-1] == ("ctrl2", ["--max-paths", "1", "--max-inflight", "32"])
 
 
+def test_a_random_scenario_with_two_routes_runs_lnet_sends_three_paths() -> None:
+    # A user runs lnet-send's default --max-paths 3 on any overlay; capped at the two routes, such a scenario ran no
+    # multipath at all, and a seed's twelve scenarios gave one multipath/sum figure.
+    settings = mp.pc.Settings("1MiB", 1 << 20, None, 1, True, None)
+    plan = mp.Plan(settings, (3,))
+    case = mp.random_multicase(mp.ts.random_case(4005239749, 5), plan)
+    assert len(case.routes) == 2
+    assert case.disjoint
+    assert [kind for kind, _ in plan.warm_runs(case)] == ["mp1", "mp3", "ctrl3"]
+    assert plan.cold_run(case) == ["--cold", "--max-paths", "3"]
+
+
 def test_sizes_follow_pathchoice() -> None:
     settings = mp.pc.Settings("1MiB", 1 << 20, 2, 3, False, None)
     # 40 s at the routes' sum (34.75 Mbit/s) in 1 MiB blocks
