@@ -11,6 +11,7 @@ import networkx as nx
 import pytest
 import trio
 
+from lnet.client.sending.probes import level_rate
 from lnet.client.sending.relay import Relay, RelayConfig
 from lnet.scheduler import THROUGHPUT, EdgeMemory, Keep, Measurement, SchedulerConfig, Switch
 
@@ -96,3 +97,12 @@ async def test_a_probe_not_asked_deep_runs_one_copy_at_a_time(tmp_path: Path, au
     measured = await probe_of(tmp_path, network, deep=False)
     assert measured.streams == 1
     assert aggregate(measured) == pytest.approx(1 * MiB, rel=0.1)
+
+
+def test_a_level_whose_copies_ran_one_after_another_carried_their_bytes_over_their_span() -> None:
+    # Two 1 MiB copies of 0.5 s each. Side by side they carried 4 MiB/s; one after the other, 2 MiB/s, where each
+    # copy's rate times the depth still says 4 (a testbed level's read 150 Mbit/s over a 62 Mbit/s link).
+    assert level_rate(MiB, [(0.0, 0.5), (0.0, 0.5)]) == pytest.approx(4 * MiB)
+    assert level_rate(MiB, [(0.0, 0.5), (0.5, 1.0)]) == pytest.approx(2 * MiB)
+    assert level_rate(MiB, [(0.0, 0.5), (0.25, 0.75)]) == pytest.approx(2 * MiB / 0.75)
+    assert level_rate(MiB, []) == 0.0
