@@ -54,7 +54,10 @@ Where lnet departs from the seed, and why
    by its seconds: the seconds of copies side by side add up, so ``at - seconds`` dated every sample of a slow
    hop (long copies, two at once) into the warm-up for its first 10-15 s, and only its fast ones, the first
    burst of a lossy link, were learnt (on the emulated ``lossy`` topology the direct path stayed at 15
-   Mbit/s in the scheduler's eyes for 15 s while it ran at 3).
+   Mbit/s in the scheduler's eyes for 15 s while it ran at 3). With probes, a hop of the set with nothing
+   learnt yet is weighed at what its copies carried, warm-up ones included, when the set is compared with
+   another path (``carried``; not remembered): a slow hop's copies outlast the warm-up, and counted as
+   unknown, infinitely fast, a 3 Mbit/s first path kept a testbed transfer 28 s from a 43 Mbit/s chain.
 3. Hysteresis: a path replaces the current one only when predicted ``hysteresis`` faster (an unexplored path is
    infinitely fast and always is), so measurement noise does not flap the transfer between near-equal paths.
 4. Starvation guard (left open by the seed): at most ``max_explorations`` attempts may use a path with unknown

@@ -529,7 +529,7 @@ class PathScheduler:
         # With probes, the transfer moves on measured weights only; aging's second chances are probed first.
         graph = self.graph(with_aging=not self.probing)
         current = self._attempt.path if self._attempt is not None else None
-        current_predicted = -math.inf if current is None else path_throughput(graph, current)
+        current_predicted = -math.inf if current is None else path_throughput(self.carried(graph), current)
         reason: SwitchReason = "better"
         if self.probing:
             best = self.best_known(graph)  # probes explore; the transfer stays on measured ground
@@ -724,6 +724,29 @@ class PathScheduler:
     def measured_graph(self) -> nx.DiGraph:
         """The graph paths are compared on: without aging's raises when the loop probes (probes try them)."""
         return self.graph(with_aging=not self.probing)
+
+    def carried(self, graph: nx.DiGraph) -> nx.DiGraph:
+        """``graph`` with each hop of the set that has no weight at what the set's own copies carried on it, those
+        begun in its warm-up included; ``graph`` itself when there is none (or without probes: the seed's way
+        explores by moving, and an unmeasured path is one to explore).
+
+        A hop's copies begun in its warm-up are not learnt (slow start, or a first burst into empty queues), so a
+        hop whose copies take longer than the warm-up, a slow one, reports nothing learnt for the time of two
+        copies: it ran 25 s unweighted on the testbed. Its path then counted as infinitely fast, and no measured
+        path, however wide, could replace it. What it carried is what the transfer knows of it; it judges the set
+        the transfer runs on, and is not remembered."""
+        if not self.probing or self._attempt is None:
+            return graph
+        carried = None
+        for attempt in (self._attempt, *self._set.extras):
+            for edge in edges_of(attempt.path):
+                flow = attempt.flows.get(edge)
+                if flow is None or flow.seconds <= 0 or THROUGHPUT in graph.edges[edge]:
+                    continue
+                if carried is None:
+                    carried = graph.copy()
+                carried.edges[edge][THROUGHPUT] = self.config.streams * flow.bytes / flow.seconds
+        return graph if carried is None else carried
 
     def _owner(self, edge: Edge) -> _Attempt | None:
         """The attempt of the set whose path has ``edge`` (at most one: the set is edge-disjoint)."""

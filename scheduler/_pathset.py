@@ -28,7 +28,8 @@ __all__ = ["PathSet", "PathSetLoop"]
 class PathSetLoop(Protocol):
     """What the path set uses of the decision loop (``_loop.PathScheduler`` has it): its settings, ends, vertices,
     memory and round trips, the set in use, when each of its edges joined it and the attempts that ended (both
-    updated by the set as paths join and leave), the time of the latest tick, and the graphs it believes."""
+    updated by the set as paths join and leave), the time of the latest tick, and the graphs it believes
+    (``carried``: the set's unweighted hops at what its own copies carried)."""
 
     @property
     def config(self) -> SchedulerConfig: ...
@@ -66,6 +67,8 @@ class PathSetLoop(Protocol):
     def graph(self, *, with_aging: bool = True) -> nx.DiGraph: ...
 
     def measured_graph(self) -> nx.DiGraph: ...
+
+    def carried(self, graph: nx.DiGraph) -> nx.DiGraph: ...
 
 
 @dataclass(slots=True)
@@ -120,7 +123,7 @@ class PathSet:
         src, dst = self.loop.src, self.loop.dst
         extras = extend_set(graph, src, dst, [primary], config.max_paths, config.path_margin, banned)
         candidate = [primary, *extras]
-        current = set_total(graph, self.loop.current_paths)
+        current = set_total(self.loop.carried(graph), self.loop.current_paths)
         return set_total(graph, candidate) > current * (1 + self.loop.config.hysteresis)
 
     def join(self, now: float) -> bool:
