@@ -267,10 +267,10 @@ Where lnet departs from the seed, and why
      failure is judged for ``min_attempt_s``, so each change is measured before the next, one trial (of one
      or several newcomers) at a time, and the primary's estimates, depressed by a newcomer that shared its
      bottleneck, are not read as a reason to switch. A primary switch to an extra of the set swaps the two
-     (they ran together already); a switch to a path new to the set ends the extras, and the set is built
-     again by joins, on trial, so it is made only when the set built greedily from the new primary is
-     predicted ``hysteresis`` above the current set's total (a slightly wider primary is no reason to stop a
-     second path).
+     (they ran together already), and is no change of the set: the period is not restarted. A switch to a
+     path new to the set ends the extras, and the set is built again by joins, on trial, so it is made only
+     when the set built greedily from the new primary is predicted ``hysteresis`` above the current set's
+     total (a slightly wider primary is no reason to stop a second path).
    - Failures: a failed depot fails every edge through it (5), so every path of the set through it leaves at
      the next ``tick`` (``DropDepot`` carries the new set); if the primary was among them, the widest path
      left, often an extra, becomes the primary and carries on without a restart.

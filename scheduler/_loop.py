@@ -696,7 +696,11 @@ class PathScheduler:
         self._set.recall_bans(now)
         # A hop the new set keeps is already warm.
         self._edge_since = {edge: self._edge_since.get(edge, now) for p in self.current_paths for edge in edges_of(p)}
-        self._changed_at = now
+        if promoted is None:
+            # A promotion runs the same paths, each attempt going on: nothing new waits to be judged. Timed from
+            # it, the next move waited min_attempt_s: a testbed cold start that promoted its scout over a slow
+            # first path held 10 s more on the two while probes had measured a chain twice as wide.
+            self._changed_at = now
         return Switch(path, predicted, reason)
 
     # -- the path set (theory of operation, 12) -----------------------------------------------------------

@@ -89,3 +89,24 @@ def test_a_scout_beside_a_first_path_that_never_reported_stays_when_it_carries()
             s.measure(Measurement(edge, 8_000_000, 8.0, t, 4.0, began=t - 2.0))
         s.tick(t)
     assert scout in s.tick(12.5).all_paths
+
+
+def test_promoting_a_scout_over_the_first_path_does_not_hold_the_next_move() -> None:
+    # The scout carries 40 times the first path and becomes the primary at the first look it may (13 s); a chain
+    # ten times wider is measured at 14 s. A promotion runs the same two paths, so the move comes at the next look
+    # (18 s), not min_attempt_s after the promotion (23 s), as it did on the testbed.
+    s = scheduler()
+    s.start(0.0)
+    s.measure(Measurement(DIRECT, 100_000, 4.0, 3.0, 4.0, began=2.0))
+    assert s.tick(3.0).all_paths == (DIRECT, ("src", "mid", "dst"))
+    moves = []
+    for t in range(6, 19):
+        for edge in (("src", "mid"), ("mid", "dst")):
+            s.measure(Measurement(edge, 4_000_000, 4.0, float(t), 4.0, began=t - 1.0))
+        if t == 14:
+            for edge in (("src", "near"), ("near", "dst")):
+                s.measure(Measurement(edge, 40_000_000, 4.0, float(t), 4.0, began=t - 1.0))
+        decision = s.tick(float(t))
+        if isinstance(decision, Switch):
+            moves.append((t, decision.path, decision.reason))
+    assert moves == [(13, ("src", "mid", "dst"), "better"), (18, ("src", "near", "dst"), "better")]
