@@ -379,11 +379,13 @@ def simulate_random(rc: ts.RandomCase, case: MultiCase, plan: Plan) -> dict[str,
     return {"size": size, "runs": runs, "step_s": ts.SIM_STEP_S}
 
 
-def random_ratios(figures: dict[str, Any]) -> dict[str, float | None]:
+def random_ratios(figures: dict[str, Any], *, disjoint: bool) -> dict[str, float | None]:
+    """A scenario's ratios for the distribution; worst / mp1 only without disjoint routes (multipath must not
+    lose), as its label says: where routes exist multipath is there to gain, and it is multi / sum's."""
     best = figures["mp_mbps"].get(str(figures["multi_paths"])) if figures["multi_paths"] is not None else None
-    return {**{key: figures[key] for key in ("multi_over_sum", "multi_over_single", "worst_over_single",
-                                             "multi_over_control", "sum_routes_mbps", "best_route_mbps", "mp1_mbps",
-                                             "cold_mbps")},
+    return {**{key: figures[key] for key in ("multi_over_sum", "multi_over_single", "multi_over_control",
+                                             "sum_routes_mbps", "best_route_mbps", "mp1_mbps", "cold_mbps")},
+            "worst_over_single": None if disjoint else figures["worst_over_single"],
             "multi_over_best": pc.ratio(best, figures["best_route_mbps"]), "multi_mbps": best}
 
 
@@ -397,7 +399,8 @@ async def run_random_case(rc: ts.RandomCase, plan: Plan, out_root: Path, payload
     result.update(seed=scenario_.seed, index=scenario_.index, kind=scenario_.kind, depots_n=scenario_.depots,
                   factor=rc.physical.factor, raised_windows=list(rc.physical.raised_windows),
                   capped_losses=[list(link) for link in rc.physical.capped_losses], sim_run=sim,
-                  testbed=random_ratios(result["figures"]), sim=random_ratios(figures_of(case, sim)))
+                  testbed=random_ratios(result["figures"], disjoint=case.disjoint),
+                  sim=random_ratios(figures_of(case, sim), disjoint=case.disjoint))
     return result
 
 

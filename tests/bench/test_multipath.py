@@ -99,6 +99,14 @@ def test_a_random_scenario_with_two_routes_runs_lnet_sends_three_paths() -> None
     assert plan.cold_run(case) == ["--cold", "--max-paths", "3"]
 
 
+def test_worst_over_single_enters_the_random_distribution_only_without_routes() -> None:
+    figures = {"mp_mbps": {"3": 60.0}, "multi_paths": 3, "multi_over_sum": 0.7, "multi_over_single": 1.5,
+               "worst_over_single": 1.5, "multi_over_control": 1.4, "sum_routes_mbps": 85.0,
+               "best_route_mbps": 45.0, "mp1_mbps": 40.0, "cold_mbps": 30.0}
+    assert mp.random_ratios(figures, disjoint=True)["worst_over_single"] is None
+    assert mp.random_ratios(figures, disjoint=False)["worst_over_single"] == 1.5
+
+
 def test_sizes_follow_pathchoice() -> None:
     settings = mp.pc.Settings("1MiB", 1 << 20, 2, 3, False, None)
     # 40 s at the routes' sum (34.75 Mbit/s) in 1 MiB blocks
