@@ -273,6 +273,8 @@ def kind_of(doc: Doc) -> tuple[str, Renderer] | None:
         return "scheduler", render_scheduler_random
     if bench == "pathchoice" and "warm_over_oracle" in doc.get("summary", {}):
         return "pathchoice", render_pathchoice_random
+    if bench == "multipath" and "multi_over_sum" in doc.get("summary", {}):
+        return "multipath", render_pathchoice_random  # the same shape: each ratio on the testbed and simulated
     if bench == "multisource-random" and "summary" in doc:
         return "multisource", render_multisource_random
     if "follow" in str(doc.get("command", "")) and isinstance(doc.get("loopback"), dict):
