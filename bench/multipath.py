@@ -13,8 +13,8 @@ scenario with disjoint routes is a disjoint case (multi/sum); any other pins its
 scenario runs every --max-paths asked for, whatever its number of routes (worst/single: multipath must not
 lose). The simulator runs the same plan on the same scaled network at the same size; each ratio is printed for
 both with their distribution and saved with the CDFs in bench/results/multipath-random-<seed>-<time>.json and
-.png. --quick --max-paths 3: 12 scenarios in about 35
-minutes (45 with the default 2,3; the estimate is printed first).
+.png. --quick --max-paths 3: 12 scenarios in about 35 minutes (45 with the default 2,3; the estimate is printed
+first).
 
 Needs root (the testbed) and an lnet-send with --max-paths. Three fixed topologies (deploy/topologies/):
   two     multipath2.toml: two physically disjoint routes of similar rate (direct 16, through a 20 Mbit/s)

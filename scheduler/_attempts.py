@@ -40,6 +40,10 @@ class _Flow:
     bytes: int = 0
     seconds: float = 0.0
 
+    def rate(self, streams: int) -> float | None:
+        """What the hop carried at ``streams``, predicted the way edges are; None before a copy has ended."""
+        return streams * self.bytes / self.seconds if self.seconds > 0 else None
+
 
 @dataclass(slots=True)
 class _Attempt:
@@ -54,9 +58,10 @@ class _Attempt:
         rates = []
         for edge in zip(self.path, self.path[1:], strict=False):
             flow = self.flows.get(edge)
-            if flow is None or flow.seconds <= 0:
+            rate = None if flow is None else flow.rate(streams)
+            if rate is None:
                 return 0.0
-            rates.append(streams * flow.bytes / flow.seconds)
+            rates.append(rate)
         return min(rates, default=0.0)
 
     def freeze(self, end: float | None, streams: int) -> PathAttempt:

@@ -745,11 +745,12 @@ class PathScheduler:
         for attempt in (self._attempt, *self._set.extras):
             for edge in edges_of(attempt.path):
                 flow = attempt.flows.get(edge)
-                if flow is None or flow.seconds <= 0 or THROUGHPUT in graph.edges[edge]:
+                rate = None if flow is None else flow.rate(self.config.streams)
+                if rate is None or THROUGHPUT in graph.edges[edge]:
                     continue
                 if carried is None:
                     carried = graph.copy()
-                carried.edges[edge][THROUGHPUT] = self.config.streams * flow.bytes / flow.seconds
+                carried.edges[edge][THROUGHPUT] = rate
         return graph if carried is None else carried
 
     def _owner(self, edge: Edge) -> _Attempt | None:
