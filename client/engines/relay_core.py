@@ -35,7 +35,8 @@ depth and, on a depot's hop, the copies its lane queues beyond it (``lane_extra`
 and returns each edge's sample; ``resize_windows`` the windows' new sizes, which the shell applies.
 
 **The end game.** Once every block is under way and no depot is full, ``end_game`` names the blocks a slower
-path would deliver last and the paths to send their second copies on (``striping.endgame``).
+path would deliver last and the paths to send their second copies on (``striping.endgame``): only paths with
+nothing waiting at the source for their first hop, so a copy takes a path's spare room, never a place in its queue.
 """
 
 from __future__ import annotations
@@ -681,7 +682,13 @@ class RelayEngine(Generic[A]):
     def end_game(self) -> list[tuple[Block[A], Route]]:
         """Once every block is under way (and no depot is full: a second copy would only take the room a first
         one waits for), second copies of the blocks slower paths would deliver last, each with the path that
-        would deliver it sooner (``striping.endgame``)."""
+        would deliver it sooner (``striping.endgame``).
+
+        A path takes copies only while no copy waits at the source for its first hop (``idle_at_source``). Every
+        block of a small file is under way from the start (the admission holds 4 x ``max_inflight`` blocks a
+        path), and most still wait there: a copy queued behind them would only move work the MDTP rule already
+        shares, and take the links' bytes from the first copies (measured on the testbed: a 96-block transfer
+        over three disjoint routes sent 35 second copies from its second second on, and every path slowed)."""
         if not (self.rules.end_game and self.all_under_way and len(self.paths) > 1) or self.full:
             return []
         paths = list(self.paths)
@@ -694,10 +701,16 @@ class RelayEngine(Generic[A]):
             return []
         copies = endgame(
             [self.outstanding.get(path, 0) for path in paths], [self.rate(path) for path in paths], travelling,
-            min_gain_s=self.rules.tick_s, usable=[self.usable(path) for path in paths],
+            min_gain_s=self.rules.tick_s, usable=[self.usable(path) and self.idle_at_source(path) for path in paths],
         )
         self.second_copies += len(copies)
         return [(self.travelling[index], paths[path]) for index, path in copies]
+
+    def idle_at_source(self, path: Route) -> bool:
+        """No copy waits at the source for ``path``'s first hop: a block given to it now would set out at once
+        (or as soon as one of the hop's copies ends)."""
+        meter = self.meters.get((path[0], path[1])) if len(path) > 1 else None
+        return meter is None or meter.waiting == 0
 
     # -- windows: how many blocks cross each hop at once ----------------------------------------------------
 

@@ -174,7 +174,9 @@ class Note:
 class Traced:
     """What the scheduler was told or decided, for ``lnet-send --trace``: ``kind`` is ``"measure"`` (a sample of
     an edge, a probe's included, as the scheduler got it), ``"failure"``, ``"probe-done"`` or ``"decision"`` (each
-    tick that changes something or asks for probes, and every re-evaluation, with the weights it compared)."""
+    tick that changes something or asks for probes, and every re-evaluation, with the weights it compared); and
+    what the relay did with them: ``"block"`` (a block verified at the destination, the path it counted on) and
+    ``"end-game"`` (a round of second copies, with every path's backlog and rate)."""
 
     kind: str
     data: dict[str, Any]
@@ -601,6 +603,14 @@ class Relay:
         if copies:
             where = sorted({" -> ".join(path) for _, path in copies})
             self._note(f"end game: second copies of {len(copies)} block(s) over {', '.join(where)}")
+            if self.config.trace:
+                self.on_event(Traced("end-game", {
+                    "t": round(self._since_start(), 3),
+                    "copies": [{"block": block.index, "from": list(block.path), "hops_done": len(block.holders) - 1,
+                                "over": list(path)} for block, path in copies],
+                    "paths": [{"path": list(path), "outstanding": self.engine.outstanding.get(path, 0),
+                               "mbps": round(self.engine.rate(path) * 8 / 1e6, 3)} for path in self.engine.paths],
+                }, self.clock()))
 
     async def _race(self, block: Block[Allocation], path: Route) -> None:
         """A second copy of ``block`` from the source along ``path``, beside the first: whichever arrives first
@@ -733,10 +743,15 @@ class Relay:
             scope.cancel()
             await trio.lowlevel.checkpoint()
         record = self._records[block.index] = BlockRecord(block.index, block.offset, block.length, block.hash, alloc)
+        carried_on = block.path
         for other in self.engine.arrived(block, trio.current_time()):
             if (scope := self._scopes.get(other)) is not None:
                 scope.cancel()  # the block's other copies are cut off
         self.on_event(BlockDelivered(block.index, block.length, self.clock(), record))
+        if self.config.trace:
+            self.on_event(Traced("block", {"t": round(self._since_start(), 3), "block": block.index,
+                                           "path": list(carried_on), "second": block.twin_of is not None},
+                                 self.clock()))
         for holder in block.holders[:-1]:
             await self._pass_on(holder)
 

@@ -31,6 +31,7 @@ from lnet.client.sending.relay import (
     RelayEvent,
     RelayResult,
     Stream,
+    Traced,
 )
 from lnet.scheduler import (
     THROUGHPUT,
@@ -220,6 +221,8 @@ class ScriptedScheduler:
         self.decided: list[tuple[float, Switch | DropDepot]] = []
         self._dropped: list[str] = []
         self._t0 = 0.0
+        self.last_evaluation: float | None = None  # what --trace reads: it never re-evaluates
+        self.rtt_s: dict[str, float] = {}
 
     def start(self, now: float) -> Switch:
         self._t0 = now
@@ -515,7 +518,7 @@ async def test_an_idle_path_finishes_the_blocks_a_slower_one_holds(
         scheduler = ScriptedScheduler([VIA_A, VIA_B], (10 * MiB, 5 * MiB), SLOW_B)
         events: list[RelayEvent] = []
         relay = Relay(path, "here", "dst", clients, scheduler=scheduler,  # type: ignore[arg-type]
-                      config=RelayConfig(block_size=MiB, end_game=end_game), offload=inline,
+                      config=RelayConfig(block_size=MiB, end_game=end_game, trace=True), offload=inline,
                       on_event=events.append)
         result = await relay.run()
         assert await fetch(clients, result) == data
@@ -530,10 +533,36 @@ async def test_an_idle_path_finishes_the_blocks_a_slower_one_holds(
         assert result.second_copies > 0
         assert 0 < result.second_copies_won <= result.second_copies
         assert any("end game" in getattr(e, "text", "") for e in events)
+        rounds = [e.data for e in events if isinstance(e, Traced) and e.kind == "end-game"]  # --trace shows them
+        copies = [copy for r in rounds for copy in r["copies"]]
+        assert len(copies) == result.second_copies
+        assert all(copy["from"] == list(VIA_B) and copy["over"] == list(VIA_A) for copy in copies)
+        won = [e.data for e in events if isinstance(e, Traced) and e.kind == "block" and e.data["second"]]
+        assert len(won) == result.second_copies_won
         assert result.seconds < 1.6 * alone, result.seconds
     else:
         assert result.second_copies == 0
         assert result.seconds > 2.5 * alone, result.seconds  # b's last blocks, at 0.6 MiB/s each
+
+
+async def test_a_file_the_admission_holds_whole_gets_no_second_copy_queued_behind_first_ones(
+    tmp_path: Path, autojump_clock: trio.abc.Clock
+) -> None:
+    # 40 blocks, admitted at once (the admission holds 4 x 16 a path), over two routes predicted the wrong way
+    # round: every block is under way from the start, most still wait at the source. The end game must not copy
+    # them onto a path whose own blocks wait there too (the old rule did: 4 copies, 3 MiB more over the links,
+    # 3.3 s where 3.07 s is enough); the MDTP rule moves them as the measured rates come in.
+    network = two_routes(latency_s=0.03)
+    path, data = make_file(tmp_path, 40 * MiB)
+    async with depots(network, ["a", "b", "dst"], tmp_path) as clients:
+        scheduler = ScriptedScheduler([VIA_A, VIA_B], (4 * MiB, 8 * MiB), TWO_ROUTES)
+        relay = Relay(path, "here", "dst", clients, scheduler=scheduler,  # type: ignore[arg-type]
+                      config=RelayConfig(block_size=MiB), offload=inline)
+        result = await relay.run()
+        assert await fetch(clients, result) == data
+    assert result.second_copies == 0
+    assert network.bytes_sent[("a", "dst")] + network.bytes_sent[("b", "dst")] == len(data)
+    assert result.seconds < 1.2 * len(data) / (15 * MiB), result.seconds
 
 
 async def test_a_stream_of_mixed_blocks_goes_over_two_routes_in_order(

@@ -462,6 +462,22 @@ def test_the_end_game_waits_until_every_block_is_under_way_and_while_a_depot_is_
     assert off.end_game() == []
 
 
+def test_a_path_with_copies_waiting_at_the_source_for_its_first_hop_takes_no_second_copy() -> None:
+    # A small file is under way from its first second: the admission holds more blocks than it has. A copy
+    # queued behind the blocks A still has to send would only take A's bytes from them.
+    relay, _ = end_game_engine()
+    relay.all_under_way = True
+    first_hop = relay.meter((HERE, "a"))
+    first_hop.queued(0.0)
+    assert not relay.idle_at_source(VIA_A)
+    assert relay.end_game() == []
+    first_hop.dequeued(0.5)
+    assert relay.idle_at_source(VIA_A)
+    assert [path for _, path in relay.end_game()] == [VIA_A] * 4
+    relay.meter(("a", DST)).queued(1.0)  # blocks waiting further on do not hold the copies back
+    assert relay.idle_at_source(VIA_A)
+
+
 def test_the_end_game_sends_second_copies_of_the_slow_paths_last_blocks_over_the_idle_one() -> None:
     relay, slow = end_game_engine()
     relay.all_under_way = True

@@ -95,7 +95,10 @@ async def test_warm_start_with_the_scheduler(
     # --trace: what the cold start was told and decided, enough to see why it left the direct path
     lines = [json.loads(line) for line in trace.read_text().splitlines()]
     kinds = {line["kind"] for line in lines}
-    assert {"measure", "decision", "probe-done"} <= kinds
+    assert {"measure", "decision", "probe-done", "block"} <= kinds
+    arrived = [line for line in lines if line["kind"] == "block"]  # each block once, with the path it counted on
+    assert sorted(b["block"] for b in arrived) == list(range(cold["blocks"]))
+    assert all(b["path"][0] == "me" and b["path"][-1] == "c" and not b["second"] for b in arrived)
     assert lines[0] == {**lines[0], "kind": "decision", "decision": "Switch", "reason": "start",
                         "paths": [["me", "c"]], "predicted_mbps": None}
     assert {tuple(m["edge"]) for m in lines if m["kind"] == "measure" and m["probe"]} >= {("me", "a"), ("a", "c")}
