@@ -325,10 +325,12 @@ def simulate_transfer(
 
     ``block_bytes`` makes the samples the engine's: a hop reports when a copy ends, a probe once when it ends
     (``_ProbeRun``), so a slow hop's first learnt sample comes many steps in, as on the testbed. With
-    ``size_bytes`` as well it models the end of the transfer as the relay runs it (``_Tail``): once
-    every block is under way, each path holds the blocks in its hops' copies and must deliver them itself, unless
-    ``end_game`` (the relay's default) lets idle paths take second copies. None: the fluid model, a sample from
-    every hop and probe every step, no tail.
+    ``size_bytes`` as well it models the start and the end of the transfer as the relay runs it. The start
+    (``_fill_s``): a depot passes a block on once it holds all of it, so a path delivers nothing until its first
+    copies have crossed every hop; a path that joins a set whose other paths stay fills the same way. The end
+    (``_Tail``): once every block is under way, each path holds the blocks in its hops' copies and must deliver
+    them itself, unless ``end_game`` (the relay's default) lets idle paths take second copies. None: the fluid
+    model, a sample from every hop and probe every step, no start or tail.
     """
     n = scheduler.config.streams if streams is None else streams
     return _run(network, scheduler, (), start_s=start_s, duration_s=duration_s, size_bytes=size_bytes, step_s=step_s,
@@ -401,6 +403,10 @@ def _run(
 
     warmup_s = 0.0 if scheduler is None else scheduler.config.warmup_s
     tail = _Tail(end_game) if block_bytes is not None and size_bytes is not None else None
+    filled: dict[Path, float] = {}
+    """With the tail: when each path's first copies reach the destination."""
+    filling: set[Path] = set(paths) if tail is not None else set()
+    """Paths whose fill is reckoned at their first step."""
     shared: dict[tuple[frozenset[tuple[Edge, int]], int], dict[Edge, float]] = {}
 
     def share(flows: dict[Edge, int]) -> dict[Edge, float]:
@@ -507,12 +513,19 @@ def _run(
         path_rates = []
         for path in paths:
             report = not set(down) & set(path)
+            hop_rates = {edge: shares[edge] * depths[edge] / flows[edge] for edge in edges_of(path)}
             rates = [
-                run_hop(edge, since[edge], shares[edge] * depths[edge] / flows[edge], depths[edge], events,
-                        report=report) or 0.0
+                run_hop(edge, since[edge], hop_rates[edge], depths[edge], events, report=report) or 0.0
                 for edge in edges_of(path)
             ]
-            path_rates.append(min(rates, default=0.0))
+            delivering = min(rates, default=0.0)
+            if path in filling and block_bytes is not None:
+                filled[path] = t + _fill_s(hop_rates, depths, block_bytes)
+                if math.isfinite(filled[path]):
+                    filling.discard(path)  # (else a hop carries nothing yet: reckoned again next step)
+            if path in filled:  # the part of the step after its first copies arrived
+                delivering *= min(1.0, max(0.0, (t + step_s - filled[path]) / step_s))
+            path_rates.append(delivering)
         # Probes run beside the transfer, one stream each on a connection of its own that starts cold.
         for edge, started in list(probing.items()):
             d = probe_depths[edge]
@@ -554,6 +567,11 @@ def _run(
             probing.update((edge, t) for edge in decision.probes if edge not in probing)
         if decision.all_paths != paths:
             since = {edge: since.get(edge, t) for path in decision.all_paths for edge in edges_of(path)}
+            joined = set(decision.all_paths) - set(paths)
+            if tail is not None and set(paths) <= set(decision.all_paths):
+                # paths that join: the others go on while they fill (where a path replaces another, the one
+                # that left still delivers what its hops hold meanwhile, which the model does not count either)
+                filling |= joined
             paths = decision.all_paths
     return SimResult([] if scheduler is None else scheduler.attempts, samples, decisions, delivered, finished_at)
 
@@ -609,6 +627,13 @@ class _Pending:
     nbytes: float = 0.0
     seconds: float = 0.0
     first: bool = True
+
+
+def _fill_s(hop_rates: Mapping[Edge, float], depths: Mapping[Edge, int], block_bytes: float) -> float:
+    """How long a path's first copies take to reach the destination: on each hop, ``depth`` copies of a block
+    share the hop's rate, and a depot passes a block on once it holds all of it (measured on the testbed: a
+    1 MiB block's first arrival over two hops of 55 Mbit/s at four copies a hop came at 1.4 s, 1.2 s by this)."""
+    return sum(depths[edge] * block_bytes / rate if rate > 0 else math.inf for edge, rate in hop_rates.items())
 
 
 class _Tail:
