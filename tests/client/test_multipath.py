@@ -456,6 +456,30 @@ async def test_a_path_dropped_from_the_set_takes_no_more_blocks(
     assert not [e for e in events if isinstance(e, PathShares) and e.at > dropped]  # one path: no shares to show
 
 
+async def test_blocks_left_at_a_dropped_paths_depot_get_second_copies_over_the_path_left(
+    tmp_path: Path, autojump_clock: trio.abc.Clock
+) -> None:
+    # b -> dst carries 0.1 MiB/s where 5 were predicted; b's path is dropped at 2 s with blocks at b, which go on
+    # from there by a way nobody measures. At the end a takes second copies of them instead of waiting for b
+    # (the testbed's cold start that waited 110 s for blocks left at a dropped scout's depot).
+    network = two_routes()
+    network.set_rate("b", "dst", 0.1 * MiB)
+    path, data = make_file(tmp_path, 40 * MiB)
+    async with depots(network, ["a", "b", "dst"], tmp_path) as clients:
+        scheduler = ScriptedScheduler([VIA_A, VIA_B], (10 * MiB, 5 * MiB), TWO_ROUTES,
+                                      changes=[(2.0, [VIA_A], [10 * MiB], "drop")])
+        relay = Relay(path, "here", "dst", clients, scheduler=scheduler,  # type: ignore[arg-type]
+                      config=RelayConfig(block_size=MiB), offload=inline)
+        result = await relay.run()
+        assert await fetch(clients, result) == data
+        for name in ("a", "b"):
+            assert (await clients[name].status())["allocations"] == 0
+        assert (await clients["dst"].status())["allocations"] == len(result.blocks)
+    assert network.bytes_sent[("here", "b")] >= 4 * MiB  # blocks were left at b
+    assert result.second_copies_won >= 4
+    assert result.seconds < 1.5 * len(data) / (10 * MiB), result.seconds  # not b's 10 s a block
+
+
 # -- the end game: an idle path takes second copies of the blocks a slower path would deliver last ----------------
 
 

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 
@@ -476,6 +477,39 @@ def test_a_path_with_copies_waiting_at_the_source_for_its_first_hop_takes_no_sec
     assert [path for _, path in relay.end_game()] == [VIA_A] * 4
     relay.meter(("a", DST)).queued(1.0)  # blocks waiting further on do not hold the copies back
     assert relay.idle_at_source(VIA_A)
+
+
+def test_a_block_left_at_a_depot_of_a_path_that_left_the_set_gets_a_second_copy_over_the_set() -> None:
+    # A scout through b was dropped while a block sat at b: it goes on from b by a way nobody measures. At the
+    # end it is copied over the one path left, as soon as that path has nothing waiting at the source; a block
+    # of the dropped path still at the source is not (it takes a path of the set when it sets out).
+    relay = engine(VIA_A, VIA_B, rates=[10 * MiB, MiB])
+    at_b, at_source = block(0), block(1)
+    for b in (at_b, at_source):
+        relay.admit(b, now=0.0)
+        relay.tag(b, VIA_B, now=0.0)
+    at_b.holders.append(("b", "alloc-b"))
+    relay.take_paths([VIA_A], [10 * MiB], "better", t=1.0, at=1.0)
+    relay.all_under_way = True
+    assert [(b.index, path) for b, path in relay.end_game()] == [(0, VIA_A)]
+    relay.second_copy(at_b, VIA_A, now=1.0)
+    assert relay.end_game() == []  # one second copy a block
+    lone = engine(VIA_A, rates=[10 * MiB])  # one path and nothing off it: no end game
+    lone.admit(block(2), now=0.0)
+    lone.all_under_way = True
+    assert lone.end_game() == []
+
+
+def test_a_path_predicted_infinitely_fast_counts_at_the_mean_in_the_end_game() -> None:
+    # Nothing measured yet: the scheduler predicts a path with an unmeasured hop infinitely fast. Its block is
+    # not taken for one that never arrives (which the end game would copy at once): at A's rate, the mean of the
+    # known ones, it arrives as soon on B as a copy would on A.
+    relay = engine(VIA_A, VIA_B, rates=[MiB, math.inf])
+    b = block(0)
+    relay.admit(b, now=0.0)
+    relay.tag(b, VIA_B, now=0.0)
+    relay.all_under_way = True
+    assert relay.end_game() == []
 
 
 def test_the_end_game_sends_second_copies_of_the_slow_paths_last_blocks_over_the_idle_one() -> None:
