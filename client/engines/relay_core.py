@@ -698,29 +698,25 @@ class RelayEngine(Generic[A]):
         if not (self.rules.end_game and self.all_under_way and self.paths) or self.full:
             return []
         paths = list(self.paths)
-        waiting = [
+        candidates = [
             block for block in self.travelling.values()
             if not block.twins and (block.path in paths or block.path and len(block.holders) > 1)
         ]  # (one still at the source whose path left takes a path of the set when it sets out)
-        left = list(dict.fromkeys(block.path for block in waiting if block.path not in paths))
+        left = list(dict.fromkeys(block.path for block in candidates if block.path not in paths))
         if len(paths) + len(left) < 2:
             return []
         every = paths + left
         travelling = [
-            Travelling(block.index, every.index(block.path), len(block.holders) - 1, block.length) for block in waiting
+            Travelling(block.index, every.index(block.path), len(block.holders) - 1, block.length)
+            for block in candidates
         ]
         if not travelling:
             return []
-        rates = [self.rate(path) for path in paths]
-        known = [rate for rate in rates if 0 < rate < math.inf]
-        # A path predicted infinitely fast (a hop the scheduler has not measured yet) counts at the mean of the
-        # others, as the sharing rule counts it (``soonest``): copies are for the blocks of a path known to be
-        # slow, not of one nobody knows (on the testbed, a new path's 17 blocks still at the source were copied
-        # onto a four-hop path over the same links).
-        rates = [rate if rate < math.inf or not known else sum(known) / len(known) for rate in rates]
+        # (a path predicted infinitely fast counts at the mean: on the testbed, a new path's 17 blocks still at
+        # the source were copied onto a four-hop path over the same links while it counted as never arriving)
         copies = endgame(
             [self.outstanding.get(path, 0) for path in every],
-            rates + [0.0] * len(left),  # (0: never arrives, takes no copy)
+            [self.rate(path) for path in paths] + [0.0] * len(left),  # (0: never arrives, takes no copy)
             travelling, min_gain_s=self.rules.tick_s,
             usable=[self.usable(path) and self.idle_at_source(path) for path in paths] + [False] * len(left),
         )

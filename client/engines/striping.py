@@ -42,14 +42,20 @@ def soonest(outstanding: Sequence[float], rates: Sequence[float], length: int) -
     loaded path wins. Ties go to the lowest index (the primary path comes first)."""
     if len(outstanding) != len(rates) or not rates:
         raise ValueError("need one rate for each path, and at least one path")
-    known = [rate for rate in rates if rate > 0 and math.isfinite(rate)]
-    fill = sum(known) / len(known) if known else 1.0
+    mean = _mean_known(rates)
+    fill = mean if mean is not None else 1.0
     best, best_s = 0, math.inf
     for index, (load, rate) in enumerate(zip(outstanding, rates, strict=True)):
         seconds = (load + length) / (rate if rate > 0 and math.isfinite(rate) else fill)
         if seconds < best_s:
             best, best_s = index, seconds
     return best
+
+
+def _mean_known(rates: Sequence[float]) -> float | None:
+    """The mean of the rates that are known (more than 0 and finite); None when none is."""
+    known = [rate for rate in rates if rate > 0 and math.isfinite(rate)]
+    return sum(known) / len(known) if known else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,8 +74,10 @@ def endgame(
 ) -> list[tuple[int, int]]:
     """Second copies to start at the end of a transfer, once no block is left to hand out: ``(block, path)`` pairs.
 
-    Each path's backlog drains in ``outstanding / rate`` seconds (a path with no rate measured or predicted never
-    takes a copy, and its own blocks count as never arriving). The block a path delivers last is taken to be its
+    Each path's backlog drains in ``outstanding / rate`` seconds (a path with no rate measured or predicted, 0,
+    never takes a copy, and its own blocks count as never arriving; one predicted infinitely fast, a hop not
+    measured yet, counts at the mean of the known rates, as ``soonest`` counts it: copies are for the blocks of a
+    path known to be slow, not of one nobody knows). The block a path delivers last is taken to be its
     least advanced one (fewest hops done, then the latest in the file); it gets a second copy on the path that
     would deliver it soonest, ``(outstanding + length) / rate`` (the MDTP rule), when that is at least
     ``min_gain_s`` sooner than its own path's backlog drains. Copies go on while that holds, each one counted on
@@ -80,6 +88,9 @@ def endgame(
         raise ValueError("need one rate (and one usable flag) for each path")
     load = list(outstanding)
     ok = list(usable) if usable is not None else [True] * n
+    mean = _mean_known(rates)
+    if mean is not None:
+        rates = [mean if rate == math.inf else rate for rate in rates]
 
     def drain(path: int, extra: float = 0.0) -> float:
         rate = rates[path]
