@@ -34,6 +34,7 @@ from lnet.protocol import (
     error_from_body,
     redact_capabilities,
 )
+from lnet.protocol.http_body import with_body
 
 from .config import DepotConfig, WeatherPeer
 from .metrics import DepotMetrics
@@ -169,7 +170,8 @@ class WeatherProbes:
         if peer.token is not None:
             headers["Authorization"] = f"Bearer {peer.token}"
         with trio.fail_after(self.timeout):
-            answer = await http.post(f"{peer.url}/v1/allocations", content=body, headers=headers)
+            answer = await http.send(with_body(http.build_request("POST", f"{peer.url}/v1/allocations",
+                                                                   headers=headers), body))
         if answer.status_code != 201:
             raise _answer_error("allocate", answer)
         made = decode_body(answer.headers.get("content-type"), answer.content)

@@ -26,6 +26,8 @@ from urllib.parse import urlsplit
 import httpx
 import trio
 
+from lnet.protocol.http_body import with_body
+
 __all__ = [
     "EtcdClient",
     "EtcdError",
@@ -230,7 +232,7 @@ class EtcdClient:
             url = endpoints[index] + path
             try:
                 with trio.fail_after(self.settings.timeout_s):
-                    response = await self._http.post(url, json=body, headers=headers)
+                    response = await self._http.send(_json_request(self._http, url, body, headers))
             except (httpx.TransportError, trio.TooSlowError) as exc:
                 failures.append(f"{endpoints[index]}: {_reason(exc)}")
                 continue
@@ -346,13 +348,16 @@ class EtcdClient:
         url = self.endpoint + "/v3/watch"
         timeout = httpx.Timeout(self.settings.timeout_s, read=idle_s)
         try:
-            async with self._http.stream("POST", url, json=create, headers=headers, timeout=timeout) as response:
+            response = await self._http.send(_json_request(self._http, url, create, headers, timeout), stream=True)
+            try:
                 if response.status_code >= 400:
                     raise EtcdError(f"etcd refused the watch: HTTP {response.status_code}")
                 async for line in response.aiter_lines():
                     events = _watch_events(line)
                     if events:
                         yield events
+            finally:
+                await response.aclose()
         except httpx.ReadTimeout:
             return
         except httpx.TransportError as exc:
@@ -399,3 +404,13 @@ def _reason(exc: BaseException) -> str:
         return "no answer in time"
     text = str(exc) or type(exc).__name__
     return text[:200]
+
+
+def _json_request(
+    http: httpx.AsyncClient, url: str, body: dict[str, Any], headers: dict[str, str],
+    timeout: httpx.Timeout | None = None,
+) -> httpx.Request:
+    """A POST of ``body`` as JSON (its body a ``OneBuffer``: a request cut off mid-body leaves nothing to finalize)."""
+    request = http.build_request("POST", url, headers={**headers, "Content-Type": "application/json"},
+                                 timeout=timeout if timeout is not None else http.timeout)
+    return with_body(request, json.dumps(body).encode())

@@ -2,8 +2,8 @@
 
 Both sides import this module, the depot to raise and encode errors and the client to decode and re-raise them,
 so that a code means one thing everywhere. It holds no I/O and no server state, and imports neither side.
-Beside it: ``clock`` (Unix time that follows trio's clock) and ``h11_receive`` (the HTTP patches every lnet
-process applies when it starts speaking HTTP).
+Beside it: ``clock`` (Unix time that follows trio's clock), ``h11_receive`` (the HTTP patches every lnet
+process applies when it starts speaking HTTP) and ``http_body`` (the one request body every lnet request sends).
 """
 
 from __future__ import annotations

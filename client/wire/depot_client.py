@@ -40,6 +40,7 @@ from lnet.protocol import (
     parse_retry_after,
 )
 from lnet.protocol.h11_receive import install_http_patches
+from lnet.protocol.http_body import with_body
 
 __all__ = [
     "Allocation",
@@ -243,7 +244,8 @@ class DepotClient:
     async def write_stream(
         self, write: str, chunks: AsyncIterable[bytes], length: int, *, offset: int | None = None
     ) -> int:
-        """Write ``length`` bytes that arrive as ``chunks`` (never joined in memory); returns the new length."""
+        """Write ``length`` bytes that arrive as ``chunks`` (never joined in memory); returns the new length.
+        ``chunks`` is the caller's: a write cut off mid-body leaves it where it was, for the caller to close."""
         return await self._put(write, chunks, length, offset)
 
     async def read(self, read: str, start: int = 0, end: int | None = None) -> bytes:
@@ -340,9 +342,10 @@ class DepotClient:
 
     # -- plumbing -------------------------------------------------------------------------------------------
 
-    async def _put(self, write: str, content: Any, length: int, offset: int | None) -> int:
-        if isinstance(content, memoryview | bytearray):
-            content = _once(content)  # httpx takes only bytes whole; a one-item stream sends the view uncopied
+    async def _put(
+        self, write: str, content: bytes | bytearray | memoryview | AsyncIterable[bytes], length: int,
+        offset: int | None,
+    ) -> int:
         params = {"offset": str(offset)} if offset is not None else None
         headers = {"Content-Length": str(length), "Content-Type": "application/octet-stream"}
         request = self._request("PUT", f"/v1/data/{write}", params=params, headers=headers, content=content)
@@ -404,7 +407,7 @@ class DepotClient:
         *,
         params: dict[str, str] | None = None,
         headers: dict[str, str] | None = None,
-        content: Any = None,
+        content: bytes | bytearray | memoryview | AsyncIterable[bytes] | None = None,
         longer_read_s: float = 0.0,
     ) -> httpx.Request:
         url = self.base_url + path
@@ -413,10 +416,11 @@ class DepotClient:
         timeouts = self._timeouts
         if longer_read_s > 0:
             timeouts = {**timeouts, "read": self.timeout + longer_read_s}
-        return httpx.Request(
-            method, url, headers={**self._headers, **headers} if headers else self._headers, content=content,
-            extensions={"timeout": timeouts},
-        )
+        all_headers = {**self._headers, **headers} if headers else self._headers
+        if isinstance(content, bytes | bytearray | memoryview):  # sent as it is, and nothing left to finalize
+            return with_body(httpx.Request(method, url, headers=all_headers, extensions={"timeout": timeouts}),
+                             content)
+        return httpx.Request(method, url, headers=all_headers, content=content, extensions={"timeout": timeouts})
 
     async def _send(self, request: httpx.Request) -> httpx.Response:
         """``request`` to the transport; the answer's body is streamed (read it, then ``aclose`` the answer)."""
@@ -453,6 +457,3 @@ async def _empty() -> AsyncIterator[bytes]:
     for chunk in nothing:
         yield chunk
 
-
-async def _once(buffer: memoryview | bytearray) -> AsyncIterator[memoryview | bytearray]:
-    yield buffer
