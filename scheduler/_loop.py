@@ -729,17 +729,17 @@ class PathScheduler:
         """The graph paths are compared on: without aging's raises when the loop probes (probes try them)."""
         return self.graph(with_aging=not self.probing)
 
-    def carried(self, graph: nx.DiGraph) -> nx.DiGraph:
+    def carried(self, graph: nx.DiGraph, *, judging: bool = False) -> nx.DiGraph:
         """``graph`` with each hop of the set that has no weight at what the set's own copies carried on it, those
-        begun in its warm-up included; ``graph`` itself when there is none (or without probes: the seed's way
-        explores by moving, and an unmeasured path is one to explore).
+        begun in its warm-up included; ``graph`` itself when there is none (or without probes, unless
+        ``judging`` the set's paths: the seed's way explores by moving, and an unmeasured path is one to explore).
 
         A hop's copies begun in its warm-up are not learnt (slow start, or a first burst into empty queues), so a
         hop whose copies take longer than the warm-up, a slow one, reports nothing learnt for the time of two
         copies: it ran 25 s unweighted on the testbed. Its path then counted as infinitely fast, and no measured
         path, however wide, could replace it. What it carried is what the transfer knows of it; it judges the set
         the transfer runs on, and is not remembered."""
-        if not self.probing or self._attempt is None:
+        if not (self.probing or judging) or self._attempt is None:
             return graph
         carried = None
         for attempt in (self._attempt, *self._set.extras):

@@ -22,6 +22,11 @@ from ._paths import Path, extend_set, keeps_adding, set_total, shown_rate, shown
 from ._probing import apply_priors
 from ._widest import THROUGHPUT, edges_of, path_throughput
 
+SILENT_TRIAL_ROUNDS = 3
+"""A trial whose newcomer has a hop that never reported is judged at most this many ``min_attempt_s`` after the
+join, instead of at one: a hop runs its first copies side by side, and each takes depth x block / rate (16 copies
+of 4 MiB over 37 Mbit/s: 14.5 s), so a scout that carried most of the set's rate was judged silent and banned."""
+
 __all__ = ["PathSet", "PathSetLoop"]
 
 
@@ -68,7 +73,7 @@ class PathSetLoop(Protocol):
 
     def measured_graph(self) -> nx.DiGraph: ...
 
-    def carried(self, graph: nx.DiGraph) -> nx.DiGraph: ...
+    def carried(self, graph: nx.DiGraph, *, judging: bool = False) -> nx.DiGraph: ...
 
 
 @dataclass(slots=True)
@@ -193,15 +198,21 @@ class PathSet:
         """The newcomers joined together ``min_attempt_s`` ago: those that did not add rate (``_paths.trial_keeps``:
         half the margin of the set's measured total before they joined, net of what they took from the others)
         shared a bottleneck with the set, or were no news. They leave, banned until predicted wider; the rest stay.
-        Whether any left."""
+        Whether any left. Each is judged by what its copies carried, those begun in its hops' warm-up included, and
+        a trial with a hop that has not reported yet waits for it, up to ``SILENT_TRIAL_ROUNDS`` trials' time."""
         trial = self.trial
         if trial is None or now - trial.since < self.loop.config.min_attempt_s:
             return False
-        self.trial = None
         newcomers = [extra for extra in self.extras if extra.path in trial.predicted]
+        silent = any(edge not in newcomer.flows for newcomer in newcomers for edge in edges_of(newcomer.path))
+        if silent and now - trial.since < SILENT_TRIAL_ROUNDS * self.loop.config.min_attempt_s:
+            return False  # a hop's first copies may take longer than a trial: silence is not yet slowness
+        self.trial = None
         if not newcomers:
             return False
-        graph = self.loop.measured_graph()
+        # what the set's own copies carried, those begun in a hop's warm-up included (``carried``): a scout whose
+        # copies take longer than the warm-up has shown only those by now, and counted as carrying nothing
+        graph = self.loop.carried(self.loop.measured_graph(), judging=True)
         total = shown_total(graph, self.loop.current_paths)
         rates = []
         for newcomer in newcomers:
@@ -221,9 +232,12 @@ class PathSet:
     def drop_idle(self, now: float) -> bool:
         """Extras whose measured rate fell below half the margin of the others' leave, banned like a failed
         trial (what made them slow, often the set itself, will not change while they are out)."""
-        graph = self.loop.measured_graph()
+        graph = self.loop.carried(self.loop.measured_graph(), judging=True)  # as the trial judged them
         dropped = False
+        on_trial = self.trial.predicted if self.trial is not None else {}
         for extra in list(self.extras):
+            if extra.path in on_trial:
+                continue  # its trial judges it (judge_trial), when its hops have reported
             rate = shown_rate(graph, extra.path)
             others = shown_total(graph, self.loop.current_paths) - rate
             if not keeps_adding(rate, others, self.loop.config.path_margin):

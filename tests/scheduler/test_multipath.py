@@ -278,7 +278,13 @@ def test_a_newcomer_whose_hops_never_report_is_not_judged_on_its_probe_figures()
     learn_b(memory)
     assert scheduler.tick(10.0).all_paths == (VIA_A, VIA_B)
     feed(scheduler, {VIA_A: 100}, 10.0, 20.0)  # the engine never ran a block down s-b-d
-    dropped = scheduler.tick(20.0)
+    # silence is not yet slowness (its first copies may take longer than a trial): its trial waits for a report,
+    # three trials' time at most
+    assert scheduler.tick(20.0).all_paths == (VIA_A, VIA_B)
+    feed(scheduler, {VIA_A: 100}, 20.0, 30.0)
+    assert scheduler.tick(30.0).all_paths == (VIA_A, VIA_B)
+    feed(scheduler, {VIA_A: 100}, 30.0, 40.0)
+    dropped = scheduler.tick(40.0)
     assert isinstance(dropped, Switch)
     assert (dropped.reason, dropped.all_paths) == ("drop", (VIA_A,))
 
