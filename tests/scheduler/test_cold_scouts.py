@@ -115,17 +115,29 @@ def test_promoting_a_scout_over_the_first_path_does_not_hold_the_next_move() -> 
 SCOUT = ("src", "mid", "dst")
 
 
+def scout_joined(s: PathScheduler) -> None:
+    """Direct reports at 3 s (its copies began in its warm-up) and the scout joins beside it."""
+    s.start(0.0)
+    s.measure(Measurement(DIRECT, 400_000, 4.0, 3.0, 4.0, began=2.0))
+    assert s.tick(3.0).all_paths == (DIRECT, SCOUT)
+
+
+def direct_reports(s: PathScheduler, t: int, *, mid: bool = False) -> None:
+    """A second of direct's copies (and of the scout's first hop, ``mid``), ending at ``t``."""
+    s.measure(Measurement(DIRECT, 100_000, 1.0, float(t), 4.0, began=t - 1.0))
+    if mid:
+        s.measure(Measurement(("src", "mid"), 1_000_000, 1.0, float(t), 4.0, began=t - 1.0))
+
+
 def test_a_scout_whose_first_copies_all_began_in_its_warm_up_is_judged_by_what_they_carried() -> None:
     # Its hops run their first copies side by side from the join, and each takes longer than the trial's warm-up:
     # every copy that has ended by the trial began in the warm-up, and none is learnt. It carried ten times the
     # first path, and was judged as carrying nothing and banned (a 16-depot simulator run then ran direct alone
     # for 20 s at a quarter of the best).
     s = scheduler()
-    s.start(0.0)
-    s.measure(Measurement(DIRECT, 400_000, 4.0, 3.0, 4.0, began=2.0))
-    assert s.tick(3.0).all_paths == (DIRECT, SCOUT)
+    scout_joined(s)
     for t in range(4, 25):
-        s.measure(Measurement(DIRECT, 100_000, 1.0, float(t), 4.0, began=t - 1.0))
+        direct_reports(s, t)
         if t in (11, 12):
             for edge in (("src", "mid"), ("mid", "dst")):
                 s.measure(Measurement(edge, 8_000_000, 8.0, float(t), 4.0, began=3.0))
@@ -137,13 +149,9 @@ def test_a_scout_with_a_hop_that_has_not_reported_is_judged_once_it_does() -> No
     # slowness; the trial waits for the report, at most three trials' time. (No exploration: these tests have no
     # engine that probes, and the loop would move the transfer onto unknown paths instead.)
     s = scheduler(max_explorations=0)
-    s.start(0.0)
-    s.measure(Measurement(DIRECT, 400_000, 4.0, 3.0, 4.0, began=2.0))
-    assert s.tick(3.0).all_paths == (DIRECT, SCOUT)
+    scout_joined(s)
     for t in range(4, 25):
-        s.measure(Measurement(DIRECT, 100_000, 1.0, float(t), 4.0, began=t - 1.0))
-        if t >= 6:
-            s.measure(Measurement(("src", "mid"), 1_000_000, 1.0, float(t), 4.0, began=t - 1.0))
+        direct_reports(s, t, mid=t >= 6)
         if t >= 17:
             s.measure(Measurement(("mid", "dst"), 14_000_000, 14.0, float(t), 4.0, began=t - 14.0))
         assert SCOUT in s.tick(float(t)).all_paths, t
@@ -151,12 +159,9 @@ def test_a_scout_with_a_hop_that_has_not_reported_is_judged_once_it_does() -> No
 
 def test_a_scout_silent_for_three_trials_leaves() -> None:
     s = scheduler(max_explorations=0)
-    s.start(0.0)
-    s.measure(Measurement(DIRECT, 400_000, 4.0, 3.0, 4.0, began=2.0))
-    assert s.tick(3.0).all_paths == (DIRECT, SCOUT)
+    scout_joined(s)
     kept = []
     for t in range(4, 40):
-        s.measure(Measurement(DIRECT, 100_000, 1.0, float(t), 4.0, began=t - 1.0))
-        s.measure(Measurement(("src", "mid"), 1_000_000, 1.0, float(t), 4.0, began=t - 1.0))
+        direct_reports(s, t, mid=True)
         kept.append(SCOUT in s.tick(float(t)).all_paths)
     assert kept.index(False) + 4 == 33  # 3 + 3 x min_attempt_s
