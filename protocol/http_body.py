@@ -23,9 +23,6 @@ class OneBuffer(httpx.AsyncByteStream):
     def __init__(self, buffer: bytes | bytearray | memoryview) -> None:
         self.buffer = buffer
 
-    def __len__(self) -> int:
-        return len(self.buffer)
-
     def __aiter__(self) -> _Once:
         return _Once(self.buffer)
 

@@ -54,6 +54,11 @@ class _Attempt:
     """What the path was predicted to carry when it was chosen."""
     flows: dict[Edge, _Flow] = field(default_factory=dict)
 
+    @property
+    def silent(self) -> bool:
+        """A hop of the path has not reported since the path began (no copy of it has ended)."""
+        return any(edge not in self.flows for edge in zip(self.path, self.path[1:], strict=False))
+
     def throughput(self, streams: int) -> float:
         rates = []
         for edge in zip(self.path, self.path[1:], strict=False):

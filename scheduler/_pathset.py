@@ -204,8 +204,8 @@ class PathSet:
         if trial is None or now - trial.since < self.loop.config.min_attempt_s:
             return False
         newcomers = [extra for extra in self.extras if extra.path in trial.predicted]
-        silent = any(edge not in newcomer.flows for newcomer in newcomers for edge in edges_of(newcomer.path))
-        if silent and now - trial.since < SILENT_TRIAL_ROUNDS * self.loop.config.min_attempt_s:
+        patience = SILENT_TRIAL_ROUNDS * self.loop.config.min_attempt_s
+        if any(newcomer.silent for newcomer in newcomers) and now - trial.since < patience:
             return False  # a hop's first copies may take longer than a trial: silence is not yet slowness
         self.trial = None
         if not newcomers:
@@ -217,7 +217,7 @@ class PathSet:
         rates = []
         for newcomer in newcomers:
             rate = shown_rate(graph, newcomer.path)
-            if any(edge not in newcomer.flows for edge in edges_of(newcomer.path)):
+            if newcomer.silent:
                 # A hop that never reported since the join: what the graph says of it is still the probe's figure.
                 total -= rate
                 rate = 0.0
