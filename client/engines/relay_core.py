@@ -768,6 +768,16 @@ class RelayEngine(Generic[A]):
             path_meter.flush(now)
         return samples
 
+    def depth_record(self, edge: Edge, t: float) -> dict[str, object]:
+        """A hop's depth and what set it, as plain data (``lnet-send --trace``'s ``window`` events): its meter's
+        busy-time rate and shortest copy (Wu's rule), and its climb's floor and level on trial."""
+        meter, climb = self.meter(edge), self.climbs.get(edge)
+        cycle = meter.shortest_cycle_s
+        return {"t": round(t, 3), "edge": list(edge), "depth": self.depth(edge), "window": self.window(edge),
+                "rate_mbps": round(meter.rate_bps * 8 / 1e6, 3),
+                "cycle_ms": round(cycle * 1000, 1) if math.isfinite(cycle) else None,
+                "floor": None if climb is None else climb.floor, "trial": None if climb is None else climb.trial}
+
     def resize_windows(self) -> dict[Edge, int]:
         """Each measured hop's depth from its meter (``inflight_for``), raised by its trials (``DepthClimb``); its
         window's size, by edge."""

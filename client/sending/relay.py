@@ -865,11 +865,15 @@ class Relay:
             self.on_event(shares)
 
     def _resize_windows(self) -> None:
-        """Each hop's window as the engine sizes it from the hop's meter."""
+        """Each hop's window as the engine sizes it from the hop's meter; with ``--trace``, each change of a
+        hop's depth and what set it."""
+        before = dict(self.engine.depths) if self.config.trace else {}
         for edge, tokens in self.engine.resize_windows().items():
             window = self.windows.get(edge)
             if window is not None and tokens != window.total_tokens:
                 window.total_tokens = tokens
+            if self.config.trace and before.get(edge) != self.engine.depths[edge]:
+                self.on_event(Traced("window", self.engine.depth_record(edge, self._since_start()), self.clock()))
 
     def _since_start(self) -> float:
         return trio.current_time() - self._started

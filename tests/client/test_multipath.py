@@ -552,6 +552,8 @@ async def test_an_idle_path_finishes_the_blocks_a_slower_one_holds(
         assert (await clients["dst"].status())["allocations"] == len(result.blocks)  # no second copy stays
     assert sum(e.nbytes for e in events if isinstance(e, BlockDelivered)) == len(data)  # each block once
     assert delivered_on(result, VIA_A) + delivered_on(result, VIA_B) == len(data)
+    depths = [e.data for e in events if isinstance(e, Traced) and e.kind == "window"]  # --trace: each hop's depth
+    assert {tuple(d["edge"]) for d in depths} >= {("here", "a"), ("here", "b")}
     alone = len(data) / (10 * MiB)
     if end_game:
         assert result.second_copies > 0

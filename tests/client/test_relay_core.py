@@ -411,6 +411,22 @@ def test_on_a_full_link_a_deeper_level_is_tried_and_given_up() -> None:
     assert relay.depth(edge) == (rule if climb.trial is None else max(rule, climb.trial))
 
 
+def test_a_hops_depth_record_says_what_set_it() -> None:
+    # lnet-send --trace's "window" events: the depth, and the rule's inputs and the climb's state behind it
+    relay = engine(VIA_A, rules=Rules(initial_inflight=2))
+    edge = (HERE, "a")
+    run_at_depth(relay, edge, lambda depth: 0.1 * depth, seconds=30.0)
+    record = relay.depth_record(edge, 12.3456)
+    climb, meter = relay.climbs[edge], relay.meters[edge]
+    assert record == {"t": 12.346, "edge": [HERE, "a"], "depth": relay.depth(edge), "window": relay.window(edge),
+                      "rate_mbps": round(meter.rate_bps * 8 / 1e6, 3),
+                      "cycle_ms": round(meter.shortest_cycle_s * 1000, 1), "floor": climb.floor,
+                      "trial": climb.trial}
+    assert record["rate_mbps"] == pytest.approx(10 * MiB * 8 / 1e6, rel=0.1)  # the full link's 10 MiB/s
+    assert record["cycle_ms"] == pytest.approx(200.0)  # two copies at once, 0.1 s each alone
+    assert relay.depth_record(("a", DST), 0.0)["cycle_ms"] is None  # a hop no copy ended on
+
+
 def test_a_window_for_blocks_of_many_sizes_adds_a_mean_blocks_time_on_the_wire() -> None:
     relay = engine(VIA_A, rules=Rules(window_block=4 * MiB))
     run_copies(relay, (HERE, "a"), 10, 0.1)
