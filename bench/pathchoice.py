@@ -486,6 +486,9 @@ def figures_of(case: Case, result: dict[str, Any]) -> dict[str, Any]:
 # -- running lnet-send on the testbed ------------------------------------------------------------------------
 
 
+RTT_INTERVAL, RTT_SETTLE_S = "2s", 3.0
+
+
 @dataclass
 class Fleet:
     """The depots of one topology: one generation at a time, each on its own port and data directories."""
@@ -505,15 +508,23 @@ class Fleet:
         return f"http://{self.tb.address(host)}:{self.port}"
 
     async def start(self) -> None:
+        """Fresh depots on every host, each timing the round trip to every other (``--weather-peer``, no weather
+        budget: round trips only, lnet.depot.round_trips) every ``RTT_INTERVAL``, and ``RTT_SETTLE_S`` for
+        the last one started to be timed by all: what long-running depots would have in their status."""
         await self.stop()
         self.generation += 1
         for host in self.hosts:
             await self._start_one(host)
+        await trio.sleep(RTT_SETTLE_S)
 
     async def _start_one(self, host: str) -> None:
         data = self.root / f"depots-{self.generation}" / host
         argv = [PY, "-m", "lnet.depot.cli", "--listen", f"{self.tb.address(host)}:{self.port}", "--name", host,
-                "--data-dir", str(data), "--capacity", "3GiB", "--max-allocation", "64MiB", "--log-level", "warning"]
+                "--data-dir", str(data), "--capacity", "3GiB", "--max-allocation", "64MiB", "--log-level", "warning",
+                "--rtt-interval", RTT_INTERVAL]
+        for peer in self.hosts:
+            if peer != host:
+                argv += ["--weather-peer", self.url(peer)]
         process = await self.tb.spawn(host, argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                       stderr=subprocess.PIPE)
         self.processes.append(process)

@@ -249,7 +249,7 @@ def run_random(
     job: tuple[int, int, float, float, float, bool, bool, int | None, int | None, int | None, bool],
 ) -> dict[str, Any]:
     """One scenario's cold and warm transfers and its figures (run in a worker process)."""
-    seed, index, cold_s, warm_s, step_s, deep, scouts, depots, max_depots, block, wait = job
+    seed, index, cold_s, warm_s, step_s, deep, scouts, depots, max_depots, block, wait, peers = job
     began = time.perf_counter()
     case = scenario(seed, index, cold_s=cold_s, warm_s=warm_s, step_s=step_s, depots=depots)
     built = time.perf_counter() - began
@@ -257,13 +257,17 @@ def run_random(
                                             scout_after_s=None if wait else SchedulerConfig().scout_after_s,
                                             max_depots=max_depots or None)
     rtt = network.rtts_from(case.src)
+    # what the depots measure to their peers: every pair's round trip but the source's own (those are ``rtt``)
+    pairs = {edge: t for edge, t in network.rtts.items() if case.src not in edge} if peers else None
     memory = EdgeMemory()
     noise = seed * 1_000_003 + 2 * index
     options: dict[str, Any] = {"step_s": step_s, "depth": "adaptive", "min_depth": config.min_streams,
                                "block_bytes": block}
-    cold = simulate_transfer(network, PathScheduler(network.vertices, case.src, case.dst, memory, config, rtt_s=rtt),
+    cold = simulate_transfer(network, PathScheduler(network.vertices, case.src, case.dst, memory, config, rtt_s=rtt,
+                                                    peer_rtt_s=pairs),
                              duration_s=cold_s, seed=noise, **options)
-    warm = simulate_transfer(network, PathScheduler(network.vertices, case.src, case.dst, memory, config, rtt_s=rtt),
+    warm = simulate_transfer(network, PathScheduler(network.vertices, case.src, case.dst, memory, config, rtt_s=rtt,
+                                                    peer_rtt_s=pairs),
                              start_s=cold_s, duration_s=warm_s, seed=noise + 1, **options)
     cold_bps, warm_bps = cold.mean_rate(0.0), warm.mean_rate(cold_s)
     reached = cold.first_time_at(0.9 * case.cold.steady_bps)
@@ -418,7 +422,7 @@ def random_distribution(args: argparse.Namespace, argv: list[str]) -> int:
     indices = [int(i) for i in args.only.split(",")] if args.only else list(range(args.random))
     print(f"seed {seed} (rerun: bench/scheduler.py --random {args.random} --seed {seed})", flush=True)
     jobs = [(seed, i, args.cold_s, args.warm_s, args.step_s, not args.no_deep_probes, not args.no_cold_scouts,
-             args.depots, args.max_depots, args.block_size or None, args.scouts_wait) for i in indices]
+             args.depots, args.max_depots, args.block_size or None, args.scouts_wait, args.peer_rtts) for i in indices]
     # Biggest first, so that the workers finish together.
     jobs.sort(key=lambda job: -scenario_size_class(job[1]))
     # The scheduler's runs depend on the order of some sets of strings, so on Python's hash seed: the workers get
@@ -445,6 +449,7 @@ def random_distribution(args: argparse.Namespace, argv: list[str]) -> int:
     rule = ("-no-deep-probes" if args.no_deep_probes else "") + ("-no-cold-scouts" if args.no_cold_scouts else "")
     rule += "-fluid" if not args.block_size else ""
     rule += "-scouts-wait" if args.scouts_wait else ""
+    rule += "-peer-rtts" if args.peer_rtts else ""
     rule += f"-cold-{args.cold_s:g}s" if args.cold_s != COLD_S else ""
     rule += (f"-{args.depots}-depots" if args.depots else "") + (
         f"-max-depots-{args.max_depots}" if args.max_depots != SchedulerConfig().max_depots else "")
@@ -456,7 +461,7 @@ def random_distribution(args: argparse.Namespace, argv: list[str]) -> int:
                    "depth": "adaptive", "deep_probes": not args.no_deep_probes,
                    "cold_scouts": not args.no_cold_scouts,
                    "scout_after_s": None if args.scouts_wait else SchedulerConfig().scout_after_s,
-                   "depots": args.depots,
+                   "depots": args.depots, "peer_rtts": args.peer_rtts,
                    "max_depots": args.max_depots or None, "block_bytes": args.block_size or None,
                    "python_hash_seed": 0},
         "wall_s": round(elapsed, 1), "jobs": args.jobs, "summary": summary, "rows": rows,
@@ -503,6 +508,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--scouts-wait", action="store_true",
                         help="--random: a cold start's scouts wait for its first path's reports however long, as "
                         "before scout_after_s (to compare the rules)")
+    parser.add_argument("--peer-rtts", action="store_true",
+                        help="--random: the scheduler also knows the round trip between every two depots (as "
+                        "depots measure to their peers), not only the client's own to each")
     parser.add_argument("--depots", type=int, metavar="N",
                         help="--random: every scenario with N depots, instead of the size classes (4-8, 16, 32)")
     parser.add_argument("--max-depots", type=int, metavar="M", default=SchedulerConfig().max_depots,

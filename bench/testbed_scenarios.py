@@ -141,6 +141,9 @@ class SimSettings:
     """With the transfer's block size the simulator models its end (each path drains the blocks it holds,
     ``simulator._Tail``); None: the fluid model."""
     end_game: bool = True
+    peer_rtts: bool = True
+    """The scheduler knows the round trips between depots (they time them to their peers, as the testbed's depots
+    do), not only the client's own."""
 
     @property
     def min_streams(self) -> int:
@@ -183,8 +186,9 @@ class SimTransfers:
     def send(self, settings: SimSettings, memory: EdgeMemory) -> float | None:
         """One transfer from ``now`` with ``memory`` (which it updates), its Mbit/s; ``now`` moves to its end."""
         network = self.network
+        pairs = {edge: t for edge, t in network.rtts.items() if self.src not in edge} if settings.peer_rtts else None
         scheduler = PathScheduler(network.vertices, self.src, self.dst, memory, settings.config(),
-                                  rtt_s=network.rtts_from(self.src))
+                                  rtt_s=network.rtts_from(self.src), peer_rtt_s=pairs)
         result = simulate_transfer(network, scheduler, start_s=self.now, duration_s=SIM_LIMIT_S, size_bytes=self.size,
                                    seed=self.noise_seed + self.runs, **settings.options())
         self.runs += 1

@@ -64,6 +64,7 @@ from .fair_share import BodyPace, BodyTimer, ClientShares, client_key
 from .fast_path import FastPath
 from .lanes import LANE_NAME, MAX_LANE_WIDTH, CopyLanes, TooManyLanes
 from .metrics import DepotMetrics
+from .round_trips import RoundTripLog, RoundTrips
 from .store import Allocation, Kind, Reliability, Store, prefault
 from .weather import TCP_INFO_LENGTH, LinkLog, PushSample, Source, parse_tcp_info
 from .weather_probes import WeatherProbes
@@ -147,6 +148,7 @@ class Depot:
         self.metrics.fast_path.set(1 if self.fast_path.active else 0)
         self.metrics.watch_load(lambda: self.in_flight, lambda: self.saturated, lambda: self.shares.clients)
         self.links = LinkLog(config.links_window)
+        self.round_trips = RoundTripLog(config.links_window)
         self.copy_allow = config.copy_fence
         self.token_required_for = config.token_required_for
         self.in_flight = 0
@@ -183,6 +185,11 @@ class Depot:
         nursery.start_soon(self._reap_forever)
         if self.config.weather_enabled:
             nursery.start_soon(WeatherProbes(self).run)
+        if self.config.weather_peers and self.config.rtt_interval > 0:
+            timer = RoundTrips(self.config.weather_peers, self.round_trips, self.clock,
+                               interval=self.config.rtt_interval, timeout=self.config.copy_timeout,
+                               transport=self.copy_transport)
+            nursery.start_soon(timer.run)
         self._nursery = nursery
         return self
 
@@ -754,6 +761,7 @@ class Depot:
                 "max_requests_per_client": self.config.max_requests_per_client,
                 "saturated": self.saturated,
                 "links": self.links.summary(now),
+                "round_trips": self.round_trips.summary(now),
                 "fast_path": self.fast_path.active,
                 **({} if self.fast_path.active else {"fast_path_off": self.fast_path.reason}),
                 **({"directory": self.directory_status()} if self.directory_status is not None else {}),

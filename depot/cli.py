@@ -106,6 +106,9 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--weather-interval", metavar="TIME", help="time between rounds of weather probes (300s)")
     p.add_argument("--weather-block", metavar="SIZE", help="bytes of each probe push (4MiB)")
+    p.add_argument("--rtt-interval", metavar="TIME",
+                   help="time between rounds of timing the round trip to each weather peer, reported in /v1/status "
+                   "for clients to rank depot-to-depot edges by; probes or not (30s; 0: off)")
     p.add_argument(
         "--directory", action="append", metavar="URL",
         help="register in the depot directory at this etcd endpoint (repeat or comma-separate a cluster's); "
@@ -141,7 +144,7 @@ def load_config(args: argparse.Namespace, environ: dict[str, str]) -> DepotConfi
             "certfile", "keyfile", "max_concurrent_requests", "copy_timeout", "read_timeout", "graceful_timeout",
             "log_level", "max_lanes", "weather_bytes_per_hour", "weather_interval", "weather_block", "prefault",
             "require_token_for", "fast_path", "advertise", "directory_prefix", "directory_ttl", "directory_user",
-            "directory_cafile", "max_requests_per_client", "min_bytes_per_second", "body_grace",
+            "directory_cafile", "max_requests_per_client", "min_bytes_per_second", "body_grace", "rtt_interval",
         )
     }
     if args.directory is not None:

@@ -118,6 +118,9 @@ class DepotConfig:
     weather_bytes_per_hour: int = 0
     weather_interval: float = 5 * MINUTES
     weather_block: int = 4 * MiB
+    # Round trips to the weather peers (lnet.depot.round_trips): a few hundred bytes a peer a round, no budget;
+    # timed whether or not the probes are on. 0: off.
+    rtt_interval: float = 30.0
     # The depot directory (etcd, docs/directory.md): off unless endpoints are given.
     directory: tuple[str, ...] = ()
     advertise: str | None = None
@@ -177,6 +180,8 @@ class DepotConfig:
 
     def _weather_problems(self) -> list[str]:
         problems = []
+        if self.rtt_interval < 0:
+            problems.append("rtt_interval must be 0 (off) or more")
         if self.weather_block < 1:
             problems.append("weather_block must be at least 1 byte")
         urls = [peer.url for peer in self.weather_peers]
@@ -476,6 +481,7 @@ _CONVERTERS: dict[str, Callable[[Any], Any]] = {
     "weather_peers": _as_peers,
     "weather_bytes_per_hour": parse_size,
     "weather_interval": parse_duration,
+    "rtt_interval": parse_duration,
     "weather_block": parse_size,
     "directory": _as_endpoints,
     "advertise": _as_base_url,

@@ -38,6 +38,7 @@ from lnet.protocol.http_body import with_body
 
 from .config import DepotConfig, WeatherPeer
 from .metrics import DepotMetrics
+from .round_trips import in_rounds
 from .store import Allocation, Reliability, Store
 from .weather import HourlyBudget, LinkLog, PushSample, Source
 
@@ -92,19 +93,9 @@ class WeatherProbes:
 
     async def run(self) -> None:
         """Probe round after round until cancelled (with the depot)."""
-        interval = self.depot.config.weather_interval
-        async with httpx.AsyncClient(
-            transport=self.depot.copy_transport,
-            timeout=httpx.Timeout(self.timeout),
-            # One connection: the second push of a probe goes where the first one went.
-            limits=httpx.Limits(max_connections=1, max_keepalive_connections=1),
-            follow_redirects=False,
-            trust_env=False,
-        ) as http:
-            while True:
-                started = trio.current_time()
-                await self.round(http)
-                await trio.sleep_until(started + interval)
+        # One connection: the second push of a probe goes where the first one went.
+        await in_rounds(self.round, self.depot.config.weather_interval, connections=1, wait_s=self.timeout,
+                        transport=self.depot.copy_transport)
 
     async def round(self, http: httpx.AsyncClient) -> None:
         """Probe each peer in turn while the budget allows two more pushes."""

@@ -205,10 +205,14 @@ class PathScheduler:
         config: SchedulerConfig | None = None,
         *,
         rtt_s: Mapping[str, float] | None = None,
+        peer_rtt_s: Mapping[Edge, float] | None = None,
     ) -> None:
         """``rtt_s``: the round-trip time from ``src`` to each vertex it knows it for (seconds), measured by the
-        engine with a small request; it orders exploration (``_prior``), and is never a measurement of rate."""
+        engine with a small request; it orders exploration (``_probing.apply_priors``), and is never a measurement
+        of rate. ``peer_rtt_s``: round trips between other pairs of vertices, as depots measured them to their
+        peers; where one is known it replaces the bound the client's own round trips give."""
         self.rtt_s = {v: t for v, t in (rtt_s or {}).items() if t > 0 and math.isfinite(t)}
+        self.peer_rtt_s = {e: t for e, t in (peer_rtt_s or {}).items() if t > 0 and math.isfinite(t)}
         if src not in vertices or dst not in vertices or src == dst:
             raise ValueError("src and dst must be two different vertices among vertices")
         self.src = src

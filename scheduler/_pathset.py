@@ -55,6 +55,9 @@ class PathSetLoop(Protocol):
     def rtt_s(self) -> Mapping[str, float]: ...
 
     @property
+    def peer_rtt_s(self) -> Mapping[Edge, float]: ...
+
+    @property
     def current_path(self) -> Path | None: ...
 
     @property
@@ -164,7 +167,7 @@ class PathSet:
         if not self.loop.rtt_s or len(self.extras) + 2 >= self.loop.config.max_paths or self.trial is not None:
             return False  # no guesses to rank them by, or the set is full or on trial already
         guessed = self.loop.graph()
-        apply_priors(guessed, self.loop.memory, self.loop.src, self.loop.rtt_s)
+        apply_priors(guessed, self.loop.memory, self.loop.src, self.loop.rtt_s, self.loop.peer_rtt_s)
         taken = {edge for path in self.loop.current_paths for edge in edges_of(path)} | self.banned_edges()
 
         def guess(u: str, v: str) -> float:

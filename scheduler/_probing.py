@@ -58,6 +58,9 @@ class ProbingLoop(Protocol):
     def rtt_s(self) -> Mapping[str, float]: ...
 
     @property
+    def peer_rtt_s(self) -> Mapping[Edge, float]: ...
+
+    @property
     def current_paths(self) -> tuple[Path, ...]: ...
 
     def graph(self, *, with_aging: bool = True) -> nx.DiGraph: ...
@@ -124,7 +127,7 @@ class ProbePlan:
         on_set = self._set_edges()
         for edge in on_set:
             graph.edges[edge].setdefault(THROUGHPUT, 0.0)  # the transfer measures them: no guess, no probe
-        apply_priors(graph, self.loop.memory, self.loop.src, self.loop.rtt_s)
+        apply_priors(graph, self.loop.memory, self.loop.src, self.loop.rtt_s, self.loop.peer_rtt_s)
         graph = self.loop.with_ceilings(graph) or graph  # a floor may hide a wide path: probe the rest of it
         optimistic = graph.copy()  # edges being probed at their hopes: a chain through one may be worth the rest
         for edge in self.since:
@@ -379,20 +382,28 @@ class ProbePlan:
         return {edge for path in self.loop.current_paths for edge in edges_of(path)}
 
 
-def apply_priors(graph: nx.DiGraph, memory: EdgeMemory, src: str, rtt: Mapping[str, float]) -> None:
+def apply_priors(
+    graph: nx.DiGraph, memory: EdgeMemory, src: str, rtt: Mapping[str, float],
+    pairs: Mapping[Edge, float] | None = None,
+) -> None:
     """Give unknown edges an optimistic guess from round-trip times, so that exploration goes first where
     a fast chain most likely is, not breadth-first through every two-hop path.
 
     A stream's rate falls with its round trip (window over RTT; loss-limited TCP too), and the client's
-    round trips bound every other: ``rtt(u, v) >= |rtt(src, v) - rtt(src, u)|``. The guess for an unknown
-    edge is ``K / that bound``, with ``K`` the largest rate x bound among measured edges: as fast as the
-    best-placed measured edge would be at that distance. Depots in the direction of the destination thus
-    look promising, ones behind the source do not. Without round trips (or before any edge is measured)
+    round trips bound every other: ``rtt(u, v) >= |rtt(src, v) - rtt(src, u)|``; where the depots measured
+    the round trip between ``u`` and ``v`` (``pairs``, either way round), that is used instead. The guess for
+    an unknown edge is ``K / that bound``, with ``K`` the largest rate x bound among measured edges: as fast
+    as the best-placed measured edge would be at that distance. Depots in the direction of the destination
+    thus look promising, ones behind the source do not. Without round trips (or before any edge is measured)
     unknown edges stay infinitely fast.
     """
     floor = min(rtt.values(), default=0.0) / 4
+    pairs = pairs or {}
 
     def bound(u: str, v: str) -> float | None:
+        measured = pairs.get((u, v), pairs.get((v, u)))
+        if measured is not None:
+            return max(measured, floor, 1e-4)
         if u not in rtt and u != src or v not in rtt and v != src:
             return None
         return max(abs(rtt.get(v, 0.0) - rtt.get(u, 0.0)), floor, 1e-4)

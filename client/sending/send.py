@@ -78,6 +78,7 @@ __all__ = [
     "fit_to_limits",
     "interrupted",
     "over_text",
+    "peer_round_trips",
     "save_report",
     "send",
     "send_from_replicas",
@@ -216,6 +217,36 @@ def fit_to_limits(
     return replace(config, duration_s=duration, hold_s_at={**config.hold_s_at, **holds}), excluded
 
 
+def peer_round_trips(statuses: Mapping[str, Mapping[str, Any]], url_to_vertex: Mapping[str, str]) -> dict[
+    tuple[str, str], float
+]:
+    """The round trips the depots measured to their peers, from their ``/v1/status``: ``round_trips`` (timed in
+    the background, lnet.depot.round_trips) and ``links`` (TCP's own figure on their pushes), the smaller where
+    both name a pair, in seconds by (depot, peer) vertex. Peers not in the overlay and malformed entries are
+    left out; they only rank the edges a transfer has not measured (``PathScheduler``'s ``peer_rtt_s``)."""
+    vertices = {_base(url): vertex for url, vertex in url_to_vertex.items()}
+    pairs: dict[tuple[str, str], float] = {}
+    for name, status in statuses.items():
+        for key in ("round_trips", "links"):
+            entries = status.get(key)
+            for entry in entries if isinstance(entries, list) else ():
+                if not isinstance(entry, dict) or not isinstance(entry.get("to"), str):
+                    continue
+                rtt_ms = entry.get("rtt_ms")
+                peer = vertices.get(_base(entry["to"]))
+                if peer is None or peer == name or isinstance(rtt_ms, bool) or not isinstance(rtt_ms, int | float):
+                    continue
+                if 0 < rtt_ms < math.inf:
+                    pairs[(name, peer)] = min(pairs.get((name, peer), math.inf), rtt_ms / 1000)
+    return pairs
+
+
+def _base(url: str) -> str:
+    """A base URL compared as a depot spells its peers': scheme and host in lower case, no trailing slash."""
+    parts = urlsplit(url.strip().rstrip("/"))
+    return f"{parts.scheme.lower()}://{parts.netloc.lower()}{parts.path}"
+
+
 def check_room(
     dest: str, limits: DepotLimits, plan: PublicationPlan, *, remaining: int, block_size: int, subject: str,
 ) -> None:
@@ -345,7 +376,8 @@ async def send(
             # the fewest it keeps is what a one-stream probe's ceiling extrapolates to.
             config = replace(scheduler_config or SchedulerConfig(), streams=relay_config.max_inflight,
                              min_streams=relay_config.min_inflight)
-            scheduler = PathScheduler(vertices, overlay.here, dest, memory, config, rtt_s=rtt_s)
+            scheduler = PathScheduler(vertices, overlay.here, dest, memory, config, rtt_s=rtt_s,
+                                      peer_rtt_s=peer_round_trips(statuses, overlay.url_to_vertex()))
             left_out = len(vertices) - len(scheduler.vertices)
             if left_out and on_event is not None:
                 on_event(Note(f"{len(scheduler.vertices) - 1} of the {len(vertices) - 1} depots that answered are "

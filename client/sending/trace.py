@@ -64,6 +64,7 @@ def trace_decision(
                     predicted_mbps=round(predicted, 3) if math.isfinite(predicted) else None)
         if decision.reason == "start":  # what orders the first probes (theory of operation, 10)
             data["rtt_ms"] = {v: round(rtt * 1000, 2) for v, rtt in scheduler.rtt_s.items()}
+            data["peer_rtt_ms"] = {f"{u}>{v}": round(rtt * 1000, 2) for (u, v), rtt in scheduler.peer_rtt_s.items()}
     if evaluated:
         graph = scheduler.graph(with_aging=False)
         data["weights_mbps"] = {f"{u}>{v}": round(a[THROUGHPUT] * 8 / 1e6, 3)

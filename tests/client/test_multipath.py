@@ -223,6 +223,7 @@ class ScriptedScheduler:
         self._t0 = 0.0
         self.last_evaluation: float | None = None  # what --trace reads: it never re-evaluates
         self.rtt_s: dict[str, float] = {}
+        self.peer_rtt_s: dict[tuple[str, str], float] = {}
 
     def start(self, now: float) -> Switch:
         self._t0 = now

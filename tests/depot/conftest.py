@@ -28,6 +28,7 @@ class Routes(httpx.AsyncBaseTransport):
     def __init__(self) -> None:
         self.apps: dict[str, httpx.ASGITransport] = {}
         self.put_delay = 0.0
+        self.delays: dict[str, float] = {}  # base URL: seconds every other request to it takes on the trio clock
         self.puts: list[tuple[float, str, int]] = []  # (trio time, base URL, Content-Length)
         self.puts_running: Counter[str] = Counter()
         self.most_puts_running: Counter[str] = Counter()
@@ -41,6 +42,7 @@ class Routes(httpx.AsyncBaseTransport):
         if transport is None:
             raise httpx.ConnectError(f"no depot at {base}", request=request)
         if request.method != "PUT":
+            await trio.sleep(self.delays.get(base, 0.0))
             return await transport.handle_async_request(request)
         self.puts.append((trio.current_time(), base, int(request.headers["content-length"])))
         self.puts_running[base] += 1

@@ -51,7 +51,9 @@ async def test_two_depot_processes_copy_between_them(tmp_path: Path) -> None:
         assert links[0]["bytes"] == len(payload)
         if sys.platform.startswith("linux"):  # TCP_INFO from the push's own socket
             assert 0 < links[0]["rtt_ms"] < 1000
-            assert links[0]["retrans"] == 0  # loopback loses nothing
+            # measured: loopback loses nothing, but a timer on a loaded machine can resend a segment spuriously
+            assert isinstance(links[0]["retrans"], int)
+            assert 0 <= links[0]["retrans"] <= 4
         assert (await two.status())["name"] == "b"
     for line in a.log + b.log:  # the access log and httpx's lines hold no capability whole
         for secret in (source.read, source.write, target.write, target.read):

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 
+import networkx as nx
 import pytest
 
 from lnet.scheduler import (
+    THROUGHPUT,
     DepotFailure,
     DropDepot,
     EdgeMemory,
@@ -19,6 +22,7 @@ from lnet.scheduler import (
     Switch,
     edges_of,
 )
+from lnet.scheduler._probing import apply_priors
 
 VERTICES = ["s", "a", "b", "d"]
 # The seed's way of exploring (by moving the transfer), unless a test is about probes.
@@ -296,6 +300,30 @@ def test_before_anything_is_measured_round_trips_already_rank_the_first_probes()
     # Without round trips every unknown edge is as good a guess as another: the graph's order decides.
     scheduler = PathScheduler(VERTICES, "s", "d", EdgeMemory(), replace(PROBING, probes_per_round=2))
     assert set(scheduler.start(0.0).probes) == {("s", "a"), ("a", "d")}
+
+
+def test_round_trips_the_depots_measured_replace_the_bound_the_clients_give() -> None:
+    # From s, a and b look alike (10 and 12 ms), so the client's round trips bound a <-> b by 2 ms (a quarter of
+    # the smallest, 2.5 ms, at least): a wide guess. The depots measured 40 ms between them: a narrow one.
+    rtt = {"a": 0.010, "b": 0.012, "d": 0.020}
+    graph = nx.DiGraph()
+    graph.add_edge("s", "d", **{THROUGHPUT: 100.0})
+    graph.add_edges_from([("a", "b"), ("b", "a"), ("a", "d")])
+    memory = EdgeMemory()
+    memory.observe("s", "d", 100, 1.0, now=0.0)
+    apply_priors(graph, memory, "s", rtt)
+    scale = 100.0 * 0.020
+    assert graph.edges["a", "b"][THROUGHPUT] == pytest.approx(scale / 0.0025)
+    assert graph.edges["a", "d"][THROUGHPUT] == pytest.approx(scale / 0.010)
+    for edge in graph.edges - {("s", "d")}:
+        del graph.edges[edge][THROUGHPUT]
+    apply_priors(graph, memory, "s", rtt, {("b", "a"): 0.040})  # measured either way round
+    assert graph.edges["a", "b"][THROUGHPUT] == pytest.approx(scale / 0.040)
+    assert graph.edges["b", "a"][THROUGHPUT] == pytest.approx(scale / 0.040)
+    assert graph.edges["a", "d"][THROUGHPUT] == pytest.approx(scale / 0.010)  # no figure: the bound, as before
+    scheduler = PathScheduler(["s", "a", "b", "d"], "s", "d", EdgeMemory(), rtt_s=rtt,
+                              peer_rtt_s={("a", "b"): 0.04, ("a", "d"): math.inf, ("b", "d"): -1.0})
+    assert scheduler.peer_rtt_s == {("a", "b"): 0.04}  # no figure that is not a round trip
 
 
 def test_a_probed_path_is_taken_once_measured_better() -> None:
