@@ -149,6 +149,9 @@ class Depot:
         self.metrics.watch_load(lambda: self.in_flight, lambda: self.saturated, lambda: self.shares.clients)
         self.links = LinkLog(config.links_window)
         self.round_trips = RoundTripLog(config.links_window)
+        self.round_trip_peers: tuple[str, ...] = tuple(peer.url for peer in config.weather_peers)
+        """Whom the depot times its round trips to: the weather peers, and the directory's depots
+        (``lnet.depot.directory_link`` keeps them)."""
         self.copy_allow = config.copy_fence
         self.token_required_for = config.token_required_for
         self.in_flight = 0
@@ -185,8 +188,8 @@ class Depot:
         nursery.start_soon(self._reap_forever)
         if self.config.weather_enabled:
             nursery.start_soon(WeatherProbes(self).run)
-        if self.config.weather_peers and self.config.rtt_interval > 0:
-            timer = RoundTrips(self.config.weather_peers, self.round_trips, self.clock,
+        if (self.config.weather_peers or self.config.directory) and self.config.rtt_interval > 0:
+            timer = RoundTrips(lambda: self.round_trip_peers, self.round_trips, self.clock,
                                interval=self.config.rtt_interval, timeout=self.config.copy_timeout,
                                transport=self.copy_transport)
             nursery.start_soon(timer.run)

@@ -107,8 +107,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--weather-interval", metavar="TIME", help="time between rounds of weather probes (300s)")
     p.add_argument("--weather-block", metavar="SIZE", help="bytes of each probe push (4MiB)")
     p.add_argument("--rtt-interval", metavar="TIME",
-                   help="time between rounds of timing the round trip to each weather peer, reported in /v1/status "
-                   "for clients to rank depot-to-depot edges by; probes or not (30s; 0: off)")
+                   help="time between rounds of timing the round trip to each weather peer and each depot of the "
+                   "directory, reported in /v1/status for clients to rank depot-to-depot edges by; probes or not "
+                   "(30s; 0: off)")
     p.add_argument(
         "--directory", action="append", metavar="URL",
         help="register in the depot directory at this etcd endpoint (repeat or comma-separate a cluster's); "

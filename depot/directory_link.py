@@ -8,15 +8,17 @@ in the background (``lnet.directory.registration``) while the depot serves.
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NoReturn
 
+import httpx
 import trio
 from prometheus_client import Gauge
 
 from lnet.directory.entries import DepotRecord, depot_key, weather_links
-from lnet.directory.etcd import EtcdClient, EtcdSettings
+from lnet.directory.etcd import EtcdClient, EtcdError, EtcdSettings, EtcdUnavailable
+from lnet.directory.listing import list_depots
 from lnet.directory.registration import Registration
-from lnet.protocol import PROTOCOL_VERSION
+from lnet.protocol import PROTOCOL_VERSION, describe_error
 
 from .app import VERSION
 
@@ -24,7 +26,10 @@ if TYPE_CHECKING:
     from .app import Depot
     from .config import DepotConfig
 
-__all__ = ["advertised_url", "register_until_stopped"]
+__all__ = ["MAX_DIRECTORY_PEERS", "advertised_url", "follow_peers", "register_until_stopped"]
+
+MAX_DIRECTORY_PEERS = 256
+"""The most depots of the directory a depot times its round trips to (each costs two small requests a round)."""
 
 log = logging.getLogger("lnet.depot")
 
@@ -99,4 +104,29 @@ async def register_until_stopped(depot: Depot, bound_url: str, stopping: trio.Ev
         )
         depot.directory_status = registration.status.to_json
         _metrics(depot, registration)
-        await registration.run(stopping)
+        async with trio.open_nursery() as nursery:
+            if config.rtt_interval > 0:
+                nursery.start_soon(follow_peers, depot, client, url)
+            await registration.run(stopping)
+            nursery.cancel_scope.cancel()
+
+
+async def follow_peers(depot: Depot, client: EtcdClient, url: str) -> NoReturn:
+    """Every ``rtt_interval``, the depots registered in the directory become the ones this depot times its round
+    trips to (``Depot.round_trip_peers``), beside its weather peers: at most ``MAX_DIRECTORY_PEERS``, itself
+    left out. A directory that cannot be read leaves the last list as it is, and is tried again next time."""
+    config = depot.config
+    configured = tuple(peer.url for peer in config.weather_peers)
+    while True:
+        try:
+            with trio.fail_after(config.directory_timeout):
+                listing = await list_depots(client, config.directory_prefix)
+        except (EtcdError, EtcdUnavailable, httpx.HTTPError, trio.TooSlowError, OSError) as exc:
+            log.debug("directory: cannot list the depots to time round trips to (%s)", describe_error(exc))
+        except Exception:  # a bug here must not stop the depot: say so loudly, and try again next time
+            log.exception("directory: listing the depots to time round trips to failed unexpectedly")
+        else:
+            others = sorted(record.url.rstrip("/") for name, record in listing.depots.items()
+                            if name != config.name and record.url.rstrip("/") != url)
+            depot.round_trip_peers = tuple(dict.fromkeys([*configured, *others[:MAX_DIRECTORY_PEERS]]))
+        await trio.sleep(config.rtt_interval)

@@ -1,6 +1,8 @@
 """Round trips to the peer depots: every ``rtt_interval`` the depot times a small request to each of its
-``weather_peers``, and ``/v1/status`` reports the figures (``round_trips``). A client ranks the depot-to-depot
-edges it has not measured by them (a stream's rate falls with its round trip: docs/scheduler.md, "Cold scouts").
+``weather_peers`` (and, registered in a directory, to the other depots registered there:
+``lnet.depot.directory_link``), and ``/v1/status`` reports the figures (``round_trips``). A client ranks the
+depot-to-depot edges it has not measured by them (a stream's rate falls with its round trip: docs/scheduler.md,
+"Cold scouts").
 
 One measurement: two ``HEAD /healthz`` requests back to back on one connection; the second is timed (the first
 may open the connection, and with TLS its handshake), so the figure is one round trip and the peer's answer to
@@ -14,7 +16,7 @@ from __future__ import annotations
 
 import logging
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
@@ -22,8 +24,6 @@ import httpx
 import trio
 
 from lnet.protocol import describe_error
-
-from .config import WeatherPeer
 
 __all__ = ["PEERS_AT_ONCE", "RoundTripLog", "RoundTrips", "in_rounds"]
 
@@ -107,10 +107,12 @@ class RoundTrips:
     """The background task that times the round trip to each peer every ``interval`` seconds."""
 
     def __init__(
-        self, peers: tuple[WeatherPeer, ...], log_: RoundTripLog, clock: Callable[[], float], *, interval: float,
+        self, peers: Callable[[], Sequence[str]], log_: RoundTripLog, clock: Callable[[], float], *, interval: float,
         timeout: float, transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
-        """``clock``: the depot's, which dates the entries (``/v1/status`` reads them by it)."""
+        """``peers``: the peers' base URLs, asked anew each round (the weather peers, and with a directory the
+        depots registered there); ``clock``: the depot's, which dates the entries (``/v1/status`` reads them by
+        it)."""
         self.peers = peers
         self.log = log_
         self.clock = clock
@@ -127,13 +129,13 @@ class RoundTrips:
         """Time every peer, at most ``PEERS_AT_ONCE`` at once."""
         limiter = trio.CapacityLimiter(PEERS_AT_ONCE)
 
-        async def one(peer: WeatherPeer) -> None:
+        async def one(url: str) -> None:
             async with limiter:
-                await self.time(http, peer.url)
+                await self.time(http, url)
 
         async with trio.open_nursery() as nursery:
-            for peer in self.peers:
-                nursery.start_soon(one, peer)
+            for url in self.peers():
+                nursery.start_soon(one, url)
 
     async def time(self, http: httpx.AsyncClient, url: str) -> None:
         target = url.rstrip("/") + "/healthz"

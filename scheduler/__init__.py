@@ -295,7 +295,7 @@ Where lnet departs from the seed, and why
    end rule, 0.94; deferred as well, 0.96, and 31 s. ``SchedulerConfig.deep_probes=False`` runs
    one stream a probe, to compare (``bench/scheduler.py --no-deep-probes``).
 14. Cold scouts. Throughput is the expensive measurement, round trips are almost free: the client
-   times its round trip to every depot before the first decision (``rtt_s``), and rule 11's priors rank unknown
+   times its round trip to every depot before the first decision (``rtt_s``), and rule 10's priors rank unknown
    edges by them. A cold start with ``max_paths`` > 1 (its first path has an edge it knows nothing of) runs
    that path alone until every hop of it has reported, or ``scout_after_s`` (3 s) has passed, whichever is first,
    then, beside it, up to ``max_paths`` - 2 paths through
@@ -316,7 +316,7 @@ Where lnet departs from the seed, and why
    most ``SchedulerConfig.max_depots`` depots (32, the largest overlay the random scenarios' targets were met on),
    the destination always (``_candidates.candidates``): the depots the memory knows a measured way through, widest
    first, in at most three quarters of the places; then the depots the round trips place best for a one-depot
-   path (the longer of its two legs as rule 11 bounds them, shortest first); then any remembered depot left.
+   path (the longer of its two legs as rule 10 bounds them, shortest first); then any remembered depot left.
    Those left out are not asked for anything more; a depot that joins the directory during the transfer is added
    as before. ``max_depots=None`` keeps every vertex (``bench/scheduler.py --max-depots 0``, to compare).
 """

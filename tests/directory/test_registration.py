@@ -154,3 +154,21 @@ async def test_a_depot_is_registered_again_when_the_directory_comes_back_with_it
                 await trio.sleep(0.1)
         assert status["failures"] >= 1
         assert "sea" in (await _listing(etcd.url)).depots
+
+
+async def test_depots_in_a_directory_time_their_round_trips_to_each_other(etcd: EtcdServer, tmp_path: Path) -> None:
+    # no weather peers configured: each takes the others from the directory (lnet.depot.directory_link.follow_peers)
+    async with (
+        _depot(_config(tmp_path, "atl", etcd.url, rtt_interval=0.5)) as (atl, _),
+        _depot(_config(tmp_path, "kc", etcd.url, rtt_interval=0.5)) as (kc, _),
+    ):
+        with trio.fail_after(10):
+            while True:
+                found = {here: {e["to"]: e for e in (await _status(here))["round_trips"]} for here in (atl, kc)}
+                if all(entry.get(there, {}).get("rtt_ms") for here, entry in found.items()
+                       for there in (atl, kc) if there != here):
+                    break
+                await trio.sleep(0.2)
+        for here in (atl, kc):  # loopback: well under a second, and never itself
+            assert here not in found[here]
+            assert all(0 < e["rtt_ms"] < 1000 for e in found[here].values())
