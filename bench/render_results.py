@@ -174,6 +174,8 @@ def render_scheduler_random(name: str, doc: Doc) -> list[str]:
     if "scout_after_s" in config:
         after = config["scout_after_s"]
         rules += ", scouts wait for the first path" if after is None else f", scouts after {after:g} s at most"
+    if "peer_rtts" in config:
+        rules += ", the depots' round trips" if config["peer_rtts"] else ", the client's round trips only"
     title = f"Random scenarios in the simulator, seed {doc.get('seed')}, {doc.get('scenarios')} scenarios"
     if isinstance(doc.get("cold_s"), int | float) and isinstance(doc.get("warm_s"), int | float):
         title += f", cold {doc['cold_s']:g} s and warm {doc['warm_s']:g} s"
