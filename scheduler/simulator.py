@@ -671,8 +671,10 @@ class _Tail:
         if self.end_game:
             spare = sum(rate * step_s - nbytes for rate, nbytes in zip(rates, own, strict=True))
             speed = dict(zip(paths, rates, strict=True))
-            while spare > 1e-9 and any(b > 1e-9 for b in backlog.values()):
-                last = max(backlog, key=lambda p: backlog[p] / speed[p] if speed.get(p, 0) > 0 else math.inf)
+            while spare > 1e-9 and (waiting := [p for p, b in backlog.items() if b > 1e-9]):
+                # the path that would deliver its blocks last, among those that hold some (one that holds none
+                # at a rate of 0 would be "last" for ever, and nothing taken from it)
+                last = max(waiting, key=lambda p: backlog[p] / speed[p] if speed.get(p, 0) > 0 else math.inf)
                 taken = min(spare, backlog[last])
                 backlog[last] -= taken
                 spare -= taken

@@ -4,14 +4,16 @@ cold starts on 32 depots, judged over generated scenarios."""
 
 from __future__ import annotations
 
+import _thread
 import statistics
+import threading
 
 import pytest
 
 from lnet.scheduler import EdgeMemory, PathScheduler, SchedulerConfig, Switch
 from lnet.scheduler.scenarios import KINDS, MIN_STREAMS, STEP_S, scenario
 from lnet.scheduler.scenarios import STREAMS as SEND_STREAMS
-from lnet.scheduler.simulator import SimNetwork, mbit, simulate_pinned, simulate_transfer
+from lnet.scheduler.simulator import SimNetwork, _Tail, mbit, simulate_pinned, simulate_transfer
 
 MiB = 1024 * 1024
 DIRECT = ("src", "dst")
@@ -91,6 +93,27 @@ def test_a_joined_chain_costs_at_the_end_unless_the_end_game_takes_its_blocks() 
 
 
 @pytest.mark.slow
+def test_the_end_game_takes_from_a_path_that_holds_blocks_not_from_a_stalled_empty_one() -> None:
+    # Three paths in the tail: p stalled (rate 0) holding nothing, q holding 100 bytes at 10 B/s, r idle at
+    # 10 B/s. The end game gives r's spare step to q's backlog. It used to pick the "last" path by backlog over
+    # rate, and p's 0 / 0 counted as infinitely late: it took nothing from p, for ever (the testbed benchmark's
+    # simulator side hung on a random scenario with the depots' round trips).
+    p, q, r = ("s", "a", "d"), ("s", "b", "d"), ("s", "d")
+    tail = _Tail(end_game=True)
+    tail.backlog = {p: 0.0, q: 100.0, r: 0.0}
+    stop = threading.Timer(5.0, _thread.interrupt_main)  # a failure, not a hang
+    stop.start()
+    try:
+        rates = tail.step([p, q, r], [0.0, 10.0, 10.0], {p: 1.0, q: 1.0, r: 1.0}, left=100.0, step_s=1.0)
+    except KeyboardInterrupt:
+        pytest.fail("the end game's step never ended")
+    finally:
+        stop.cancel()
+    assert rates == [0.0, 10.0, 10.0]
+    assert tail.backlog == {p: 0.0, q: 80.0, r: 0.0}
+    assert not tail.done
+
+
 def cold_starts_on_32_depots(*, peer_rtts: bool) -> list[float]:
     """One scenario of each kind with 32 depots (indices 12-17 of a seed neither tuned on nor reported), cold, as
     bench/scheduler.py runs them: each one's time to 90% of the best path's steady rate (inf: not in 120 s)."""
