@@ -15,7 +15,7 @@ pushes, and round trips are timed even when those are off. A peer that does not 
 from __future__ import annotations
 
 import logging
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NoReturn
@@ -25,7 +25,7 @@ import trio
 
 from lnet.protocol import describe_error
 
-__all__ = ["PEERS_AT_ONCE", "RoundTripLog", "RoundTrips", "in_rounds"]
+__all__ = ["MAX_PEERS", "PEERS_AT_ONCE", "PER_PEER", "RoundTripLog", "RoundTrips", "in_rounds"]
 
 log = logging.getLogger("lnet.depot.round_trips")
 
@@ -33,29 +33,44 @@ PEERS_AT_ONCE = 16
 """Peers timed at once in a round: a depot with many peers opens at most this many connections for it."""
 
 
+PER_PEER = 64
+"""Round trips (and failures) kept a peer: the newest, within the window."""
+MAX_PEERS = 1024
+"""Peers kept at most; the one heard from least recently goes first."""
+
+
 @dataclass
 class _Peer:
-    times: deque[tuple[float, float]] = field(default_factory=deque)
-    """(when, seconds) of each round trip in the window."""
-    failures: deque[float] = field(default_factory=deque)
+    times: deque[tuple[float, float]] = field(default_factory=lambda: deque(maxlen=PER_PEER))
+    """(when, seconds) of the newest round trips."""
+    failures: deque[float] = field(default_factory=lambda: deque(maxlen=PER_PEER))
     error: str | None = None
-    error_at: float | None = None
 
 
 class RoundTripLog:
-    """The round trips timed to each peer over the last ``window`` seconds (pure: the caller passes ``now``)."""
+    """The round trips timed to each peer over the last ``window`` seconds, the newest ``PER_PEER`` a peer, for at
+    most ``MAX_PEERS`` peers (pure: the caller passes ``now``)."""
 
     def __init__(self, window: float) -> None:
         self.window = window
-        self._peers: dict[str, _Peer] = {}
+        self._peers: OrderedDict[str, _Peer] = OrderedDict()
 
     def record(self, peer: str, seconds: float, now: float) -> None:
-        self._peers.setdefault(peer, _Peer()).times.append((now, seconds))
+        self._entry(peer).times.append((now, seconds))
 
     def failed(self, peer: str, error: str, now: float) -> None:
-        entry = self._peers.setdefault(peer, _Peer())
+        entry = self._entry(peer)
         entry.failures.append(now)
-        entry.error, entry.error_at = error, now
+        entry.error = error[:300]
+
+    def _entry(self, peer: str) -> _Peer:
+        entry = self._peers.get(peer)
+        if entry is None:
+            entry = self._peers[peer] = _Peer()
+            while len(self._peers) > MAX_PEERS:
+                self._peers.popitem(last=False)
+        self._peers.move_to_end(peer)
+        return entry
 
     def summary(self, now: float) -> list[dict[str, Any]]:
         """One entry per peer heard from or failed in the window, by URL: the smallest round trip in it (queues

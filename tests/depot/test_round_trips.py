@@ -7,7 +7,7 @@ import trio
 
 from lnet.depot.cli import _parser, load_config
 from lnet.depot.config import ConfigError, DepotConfig, WeatherPeer
-from lnet.depot.round_trips import RoundTripLog
+from lnet.depot.round_trips import MAX_PEERS, PER_PEER, RoundTripLog
 
 from .conftest import MakeDepot, Routes
 
@@ -27,6 +27,21 @@ def test_the_log_keeps_the_smallest_round_trip_of_its_window_and_the_failures() 
     [b] = log.summary(now=126.0)
     assert (b["to"], b["rtt_ms"], b["count"]) == ("http://b:1", pytest.approx(45.0), 1)
     assert log.summary(now=200.0) == []
+
+
+def test_the_log_is_bounded() -> None:
+    log = RoundTripLog(window=1e9)
+    for i in range(3 * PER_PEER):
+        log.record("http://b:1", 1.0 + i, now=float(i))  # the smallest are the oldest, and go first
+        log.failed("http://b:1", "x" * 1000, now=float(i))
+    [entry] = log.summary(now=1000.0)
+    assert (entry["count"], entry["failures"], len(entry["error"])) == (PER_PEER, PER_PEER, 300)
+    assert entry["rtt_ms"] == (1.0 + 2 * PER_PEER) * 1000
+    for i in range(MAX_PEERS + 10):
+        log.record(f"http://p{i}:1", 0.01, now=2000.0)
+    peers = [e["to"] for e in log.summary(now=2000.0)]
+    assert len(peers) == MAX_PEERS
+    assert "http://b:1" not in peers and "http://p0:1" not in peers  # the least recently heard went first
 
 
 async def test_a_depot_times_the_round_trip_to_each_peer_and_reports_it(
