@@ -122,6 +122,8 @@ def provenance(name: str, doc: Doc, commit: Any = None) -> list[str]:
         lines.append(f"- source: {doc['source']}")
     if doc.get("settings"):
         lines.append(f"- settings: {doc['settings']}")
+    if doc.get("caveat"):  # added to the file by hand after the run: what its figures do not show
+        lines.append(f"- caveat: {doc['caveat']}")
     return lines
 
 
