@@ -19,10 +19,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
-from urllib.parse import urlsplit
 
 from lnet.client.exits import ExitCode
-from lnet.client.formats.overlay import DepotEntry, Overlay, OverlayError
+from lnet.client.formats.overlay import DepotEntry, Overlay, OverlayError, url_key
 from lnet.units import format_size, parse_duration
 
 if TYPE_CHECKING:  # loaded where they are used, so that `lnet --help` answers at once
@@ -176,7 +175,7 @@ def _link(raw: Any, names_by_url: Mapping[str, str]) -> LinkFigure:
     error = raw.get("error")
     return LinkFigure(
         to=raw["to"],
-        peer=names_by_url.get(_url_key(raw["to"])),
+        peer=names_by_url.get(url_key(raw["to"])),
         source=str(raw.get("source", "copy")),
         mbps=number("mbps") or 0.0,
         count=int(number("count") or 0),
@@ -185,18 +184,6 @@ def _link(raw: Any, names_by_url: Mapping[str, str]) -> LinkFigure:
         failures=int(number("failures") or 0),
         error=error if isinstance(error, str) else None,
     )
-
-
-def _url_key(url: str) -> str:
-    """A base URL as a depot spells its links' ``to``: scheme, host in lower case, port if given."""
-    try:
-        parts = urlsplit(url)
-        port = parts.port
-    except ValueError:
-        return url
-    host = parts.hostname or ""
-    host = f"[{host}]" if ":" in host else host
-    return f"{parts.scheme}://{host}" + (f":{port}" if port is not None else "")
 
 
 # -- asking the depots -----------------------------------------------------------------------------------------
@@ -263,7 +250,7 @@ async def query_all(
 
     names_by_url: dict[str, str] = {}
     for name, entry in overlay.depots.items():  # two names for one URL: the first in the file
-        names_by_url.setdefault(_url_key(entry.url), name)
+        names_by_url.setdefault(url_key(entry.url), name)
     entries = list(overlay.depots.values())
     results: list[DepotHealth | None] = [None] * len(entries)
 

@@ -17,7 +17,6 @@ from lnet.client.commands.depots import (
     DepotHealth,
     DepotsArgs,
     LinkFigure,
-    _url_key,
     exit_code,
     query_all,
     render_table,
@@ -25,7 +24,7 @@ from lnet.client.commands.depots import (
 )
 from lnet.client.commands.discover import DirectoryUnavailable, Discovered, discover
 from lnet.client.exits import ExitCode
-from lnet.client.formats.overlay import Overlay, OverlayError
+from lnet.client.formats.overlay import Overlay, OverlayError, url_key
 from lnet.units import parse_duration
 
 if TYPE_CHECKING:
@@ -69,7 +68,7 @@ def health_from_record(record: DepotRecord, names_by_url: Mapping[str, str], now
     for link in record.links:
         at = link.get("at")
         links.append(LinkFigure(
-            to=str(link["to"]), peer=names_by_url.get(_url_key(str(link["to"]))), source=str(link["source"]),
+            to=str(link["to"]), peer=names_by_url.get(url_key(str(link["to"]))), source=str(link["source"]),
             mbps=float(link.get("mbps", 0.0)), count=int(link.get("count", 0)),
             age_s=max(0.0, now - float(at)) if isinstance(at, int | float) else None,
             rtt_ms=float(link["rtt_ms"]) if "rtt_ms" in link else None, failures=int(link.get("failures", 0)),
@@ -103,7 +102,7 @@ def run_with_directory(args: DepotsArgs, timeout_s: float, *, transport: httpx.A
         healths = await query_all(asked, timeout_s=timeout_s, transport=transport)
         # every registered depot is listed: those not asked (or left out of the overlay, as one that needs a
         # token the depots file does not give) from their entries
-        names_by_url = {_url_key(entry.url): name for name, entry in found.overlay.depots.items()}
+        names_by_url = {url_key(entry.url): name for name, entry in found.overlay.depots.items()}
         healths += [health_from_record(record, names_by_url, now)
                     for name, record in sorted(found.records.items()) if name not in asked.depots]
         return found, healths

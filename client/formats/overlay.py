@@ -23,7 +23,9 @@ from urllib.parse import urlsplit
 
 import platformdirs
 
-__all__ = ["DepotEntry", "DirectoryRef", "Overlay", "OverlayError", "default_depots_path", "depots_path"]
+__all__ = [
+    "DepotEntry", "DirectoryRef", "Overlay", "OverlayError", "default_depots_path", "depots_path", "url_key",
+]
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 
@@ -168,3 +170,15 @@ def depots_path(path: Path | None = None, environ: Mapping[str, str] | None = No
 
 def default_depots_path() -> Path:
     return platformdirs.user_config_path("lnet") / "depots.toml"
+
+
+def url_key(url: str) -> str:
+    """A base URL as a depot spells its links' ``to``: scheme, host in lower case, port if given."""
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError:
+        return url
+    host = parts.hostname or ""
+    host = f"[{host}]" if ":" in host else host
+    return f"{parts.scheme}://{host}" + (f":{port}" if port is not None else "")

@@ -28,7 +28,7 @@ from lnet.client.exits import ExitCode
 from lnet.client.fetching import mirrors
 from lnet.client.formats import published, report
 from lnet.client.formats.manifest import BlockEntry, BlockSource, Manifest
-from lnet.client.formats.overlay import Overlay
+from lnet.client.formats.overlay import Overlay, url_key
 from lnet.client.sending.publish import (
     PublicationCaps,
     PublicationPlan,
@@ -224,7 +224,7 @@ def peer_round_trips(statuses: Mapping[str, Mapping[str, Any]], url_to_vertex: M
     the background, lnet.depot.round_trips) and ``links`` (TCP's own figure on their pushes), the smaller where
     both name a pair, in seconds by (depot, peer) vertex. Peers not in the overlay and malformed entries are
     left out; they only rank the edges a transfer has not measured (``PathScheduler``'s ``peer_rtt_s``)."""
-    vertices = {_base(url): vertex for url, vertex in url_to_vertex.items()}
+    vertices = {url_key(url): vertex for url, vertex in url_to_vertex.items()}
     pairs: dict[tuple[str, str], float] = {}
     for name, status in statuses.items():
         for key in ("round_trips", "links"):
@@ -233,18 +233,12 @@ def peer_round_trips(statuses: Mapping[str, Mapping[str, Any]], url_to_vertex: M
                 if not isinstance(entry, dict) or not isinstance(entry.get("to"), str):
                     continue
                 rtt_ms = entry.get("rtt_ms")
-                peer = vertices.get(_base(entry["to"]))
+                peer = vertices.get(url_key(entry["to"]))
                 if peer is None or peer == name or isinstance(rtt_ms, bool) or not isinstance(rtt_ms, int | float):
                     continue
                 if 0 < rtt_ms < math.inf:
                     pairs[(name, peer)] = min(pairs.get((name, peer), math.inf), rtt_ms / 1000)
     return pairs
-
-
-def _base(url: str) -> str:
-    """A base URL compared as a depot spells its peers': scheme and host in lower case, no trailing slash."""
-    parts = urlsplit(url.strip().rstrip("/"))
-    return f"{parts.scheme.lower()}://{parts.netloc.lower()}{parts.path}"
 
 
 def check_room(
