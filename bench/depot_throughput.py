@@ -12,7 +12,9 @@ Every run measures, one after another (so that a noisy neighbour hits them all a
                 on reused allocations (buffers freed a moment before and taken from the depots' pool, a relay's
                 steady state) and on fresh ones ("fresh": allocated once the pools are empty, so every page is
                 new to the depot); and the same PUTs to a null sink (a server that parses the head by hand and
-                drops the body: what curl itself reaches, the reference for curl PUT);
+                drops the body: what curl itself reaches, the reference for curl PUT), and, beside the fresh ones, to a
+                null sink that receives every body into a new anonymous map (what curl reaches against a server
+                that pays a fresh buffer's page faults and nothing else: the reference for curl PUT fresh);
   httpx         a plain ``httpx.AsyncClient``: PUT of every block streamed in 64 KiB pieces (a client that
                 writes small chunks), GET of every block;
   chain         ``lnet-send`` of a ``--total`` file through three depot processes (``--path a,b,c``): the
@@ -74,6 +76,7 @@ TARGETS: dict[str, float | None] = {
     "curl GET fresh": 0.60,
     "curl copy fresh": 0.60,
     "curl PUT to null": None,
+    "curl PUT to null fresh": None,
     "httpx PUT 64KiB": None,
     "httpx GET": None,
 }
@@ -105,7 +108,8 @@ conn.close()
 # curl expects it). The reference for "curl PUT": the most any server could give curl on this machine (the sink is
 # a child of this process: its CPU counts in the client column).
 NULL_SINK = r"""
-import socket
+import mmap, socket, sys
+fresh = sys.argv[1:] == ["fresh"]
 listener = socket.socket()
 listener.bind(("127.0.0.1", 0))
 listener.listen(1)
@@ -127,6 +131,17 @@ while True:
         conn.sendall(b"HTTP/1.1 100 Continue\r\n\r\n")
     taken = min(left, len(pending))
     pending, left = pending[taken:], left - taken
+    if fresh:  # every body into a new private anonymous map, as a depot's fresh allocation: its pages fault in here
+        store = mmap.mmap(-1, max(left, 1), flags=mmap.MAP_PRIVATE)
+        target, at = memoryview(store), 0
+        while at < left:
+            n = conn.recv_into(target[at:])
+            if n == 0:
+                raise SystemExit(0)
+            at += n
+        target.release()
+        store.close()
+        left = 0
     while left:
         n = conn.recv_into(view, min(left, len(view)))
         if n == 0:
@@ -136,8 +151,8 @@ while True:
 """
 
 
-async def curl_null_sink(total: int, block_size: int, block_file: Path) -> float:
-    sink, port = await spawn_reporting([sys.executable, "-c", NULL_SINK])
+async def curl_null_sink(total: int, block_size: int, block_file: Path, *, fresh: bool = False) -> float:
+    sink, port = await spawn_reporting([sys.executable, "-c", NULL_SINK, *(["fresh"] if fresh else [])])
     try:
         puts = [["-T", str(block_file), f"http://127.0.0.1:{port}/sink"] for _ in range(total // block_size)]
         return await curl(puts, total)
@@ -276,10 +291,9 @@ async def one_run(
                     FRESH_ALLOCATE_S.append(time.perf_counter() - began)
                 puts = [["-T", str(block_file), x.write_url] for x in sources]
                 rates[f"curl PUT{suffix}"] = await meter(f"curl PUT{suffix}", curl(puts, total))
-                if not suffix:
-                    rates["curl PUT to null"] = await meter(
-                        "curl PUT to null", curl_null_sink(total, len(block), block_file)
-                    )
+                rates[f"curl PUT to null{suffix}"] = await meter(
+                    f"curl PUT to null{suffix}", curl_null_sink(total, len(block), block_file, fresh=bool(suffix))
+                )
                 rss["full"] = max(rss["full"], psutil.Process(a.process.pid).memory_info().rss)
                 rates[f"curl GET{suffix}"] = await meter(
                     f"curl GET{suffix}", curl([[x.read_url] for x in sources], total)
@@ -495,6 +509,12 @@ async def main(argv: list[str] | None = None) -> int:
     print(f"depot RSS holding {total // MiB} MiB of blocks: {rss['full'] / MiB:.0f} MiB "
           f"(capacity {int(capacity) // MiB} MiB)")
     result["rss_full_bytes"] = rss["full"]
+    for put, sink in (("curl PUT", "curl PUT to null"), ("curl PUT fresh", "curl PUT to null fresh")):
+        if all(put in r and sink in r for r in runs):  # the depot against the most any server gives curl here
+            shares = [r[put] / r[sink] for r in runs]
+            result[f"{put.replace(' ', '_')}_of_sink"] = statistics.median(shares)
+            print(f"{put} of its null sink, median of the runs' ratios: {statistics.median(shares):.0%} "
+                  f"({min(shares):.0%}-{max(shares):.0%})")
     if FRESH_ALLOCATE_S:
         low, high = min(FRESH_ALLOCATE_S), max(FRESH_ALLOCATE_S)
         result["fresh_allocate_ms"] = statistics.median(FRESH_ALLOCATE_S) * 1000
