@@ -75,6 +75,7 @@ import trio
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "bench"))  # its sibling modules, however it is loaded (a test loads it by path)
 
 import testbed_scenarios as ts  # noqa: E402  (bench/testbed_scenarios.py: the random scenarios, scaled)
 
@@ -1087,6 +1088,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="run nothing on the testbed: the simulator's side of the random scenarios of a saved "
                         "bench/results/pathchoice-random-*.json again with this version's simulator, beside the "
                         "testbed's figures saved there (the two compared scenario by scenario)")
+    parser.add_argument("--simulate-only", action="store_true",
+                        help="with --random: run nothing on the testbed, only the simulator's side of each scenario "
+                        "(the same scaling, sizes and settings), and print its distribution: a cheap look at many "
+                        "scenarios of the testbed's shapes before a testbed run")
     parser.add_argument("--no-end-game", action="store_true",
                         help="with --resimulate: the simulator without the relay's end game (RelayConfig.end_game)")
     parser.add_argument("--figures", type=Path, metavar="OUT", help="run nothing: recompute the figures and the table "
@@ -1174,6 +1179,8 @@ async def main(argv: list[str] | None = None) -> int:
         return refigure(args.figures)
     if args.resimulate is not None:
         return resimulate(args.resimulate, end_game=not args.no_end_game)
+    if args.simulate_only:
+        return simulate_only(rcs, random_settings, end_game=not args.no_end_game)
     if os.geteuid() != 0:
         print("this benchmark needs root (network namespaces for the testbed)", file=sys.stderr)
         return 1
@@ -1254,6 +1261,38 @@ def resimulate(saved: Path, *, end_game: bool) -> int:
         row["sim_run"] = simulate_random(rc, run_settings, end_game=end_game)
         row.update(random_figures(case, rc, row))
     print_random(rows, print)
+    return 0
+
+
+def simulate_only(rcs: Sequence[ts.RandomCase], settings: Settings, *, end_game: bool) -> int:
+    """The simulator's side of ``rcs`` alone (``--simulate-only``): each scenario's ratios, then their median and
+    10th percentile, by kind too."""
+    sides: list[dict[str, Any]] = []
+    for rc in rcs:
+        scenario_ = rc.scenario
+        sim = simulate_random(rc, settings, end_game=end_game)
+        figures = {"oracle_mbps": sim["oracle_mbps"], "cold_mbps": sim["cold_mbps"], "warm_mbps": sim["warm_mbps"],
+                   "direct_mbps": sim["direct_mbps"], "warm_over_oracle": ratio(sim["warm_mbps"], sim["oracle_mbps"]),
+                   "cold_over_oracle": ratio(sim["cold_mbps"], sim["oracle_mbps"]),
+                   "warm_over_direct": ratio(sim["warm_mbps"], sim["direct_mbps"])}
+        case = Case(rc.name, scenario_.kind, rc.describe(), rc.toml, scenario_.src, scenario_.dst,
+                    seed=scenario_.seed, direct_best=scenario_.kind == "direct")
+        direct_best = case.direct_best or sim["oracle_path"] == [case.source, case.dest]
+        pinned = {tuple(p["path"]): p["mbps"] for p in sim["pinned"]}
+        side = random_ratios(case, rc, figures, pinned, direct_best)
+        side["kind"] = scenario_.kind
+        sides.append(side)
+        print(f"{rc.name:<6} {scenario_.kind:<9} {scenario_.depots:>2} depots {sim['size'] // 2**20:>4} MiB  "
+              + "  ".join(f"{label} {'-' if side[key] is None else format(side[key], '.2f')}"
+                          for key, label in RANDOM_RATIOS.items()), flush=True)
+    print(f"\nthe simulator alone, {len(sides)} scenarios:")
+    for key, label in RANDOM_RATIOS.items():
+        values = [side[key] for side in sides if side[key] is not None]
+        if values:
+            by_kind = {kind: [side[key] for side in sides if side["kind"] == kind and side[key] is not None]
+                       for kind in dict.fromkeys(side["kind"] for side in sides)}
+            print(f"{label:<28} n {len(values):>3}  median {statistics.median(values):.2f}  p10 {ts.p10(values):.2f}  "
+                  + "  ".join(f"{kind} {statistics.median(v):.2f}/{ts.p10(v):.2f}" for kind, v in by_kind.items() if v))
     return 0
 
 

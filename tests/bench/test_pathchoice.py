@@ -172,3 +172,17 @@ def test_the_oracle_also_runs_a_direct_path_that_nearly_ties() -> None:
     assert paths == [["src", "n1", "dst"], ["src", "n2", "dst"], ["src", "n1", "n2", "dst"], ["src", "dst"]]
     figures[("src", "dst")] = 20.0  # below 85% of 24: not run
     assert len(pc.oracle_candidates(case, figures)) == 3
+
+
+def test_the_simulator_alone_runs_the_random_scenarios_without_root(capsys: pytest.CaptureFixture[str]) -> None:
+    # --simulate-only: each scenario's ratios from the simulator's side of the benchmark, then their distribution
+    assert trio.run(pc.main, ["--random", "3", "--seed", "7", "--quick", "--simulate-only"]) == 0
+    out = capsys.readouterr().out
+    rows = [line for line in out.splitlines() if line.startswith("r0")]
+    assert [row.split()[:2] for row in rows] == [["r000", "direct"], ["r001", "detour"], ["r002", "disjoint"]]
+    rc = pc.ts.random_case(7, 0)
+    settings = pc.Settings.from_args(pc.parse_args(["--random", "3", "--quick"]))
+    sim = pc.simulate_random(rc, pc.replace(settings, inflight=None, max_paths=3))
+    assert f"warm / oracle {sim['warm_mbps'] / sim['oracle_mbps']:.2f}" in rows[0]
+    assert "the simulator alone, 3 scenarios:" in out
+    assert any(line.startswith("warm / oracle") and "median" in line and "p10" in line for line in out.splitlines())
