@@ -186,3 +186,11 @@ def test_the_simulator_alone_runs_the_random_scenarios_without_root(capsys: pyte
     assert f"warm / oracle {sim['warm_mbps'] / sim['oracle_mbps']:.2f}" in rows[0]
     assert "the simulator alone, 3 scenarios:" in out
     assert any(line.startswith("warm / oracle") and "median" in line and "p10" in line for line in out.splitlines())
+
+
+def test_a_pinned_run_stopped_as_too_slow_is_no_failure_but_a_failed_transfer_is() -> None:
+    stopped = {"ok": False, "error": "stopped after 60 s", "stopped_s": 60.0}
+    row = {"runs": [{**stopped, "kind": "direct"}, {"ok": True, "kind": "cold"}], "widest": [stopped]}
+    assert pc.failures([row]) == 0
+    row["runs"].append({"ok": False, "error": "exit 1: ...", "kind": "warm"})
+    assert pc.failures([row]) == 1
