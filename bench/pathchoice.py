@@ -807,29 +807,39 @@ def simulate_random(rc: ts.RandomCase, settings: Settings, *, end_game: bool = T
             "min_inflight": sim.min_streams, "max_paths": sim.max_paths, "step_s": ts.SIM_STEP_S}
 
 
-def random_figures(case: Case, rc: ts.RandomCase, result: dict[str, Any]) -> dict[str, Any]:
-    """The testbed's and the simulator's ratios for one scenario, side by side."""
-    sim = result["sim_run"]
-    sim_figures = {
+def case_of(rc: ts.RandomCase) -> Case:
+    """A random scenario as this benchmark's ``Case``."""
+    scenario_ = rc.scenario
+    return Case(rc.name, scenario_.kind, rc.describe(), rc.toml, scenario_.src, scenario_.dst, seed=scenario_.seed,
+                direct_best=scenario_.kind == "direct")
+
+
+def sim_figures(sim: dict[str, Any]) -> dict[str, Any]:
+    """The simulator's run of a scenario (``simulate_random``) in the shape of the testbed's figures."""
+    return {
         "oracle_mbps": sim["oracle_mbps"], "cold_mbps": sim["cold_mbps"], "warm_mbps": sim["warm_mbps"],
         "direct_mbps": sim["direct_mbps"], "warm_over_oracle": ratio(sim["warm_mbps"], sim["oracle_mbps"]),
         "cold_over_oracle": ratio(sim["cold_mbps"], sim["oracle_mbps"]),
         "warm_over_direct": ratio(sim["warm_mbps"], sim["direct_mbps"]),
     }
+
+
+def random_figures(case: Case, rc: ts.RandomCase, result: dict[str, Any]) -> dict[str, Any]:
+    """The testbed's and the simulator's ratios for one scenario, side by side."""
+    sim = result["sim_run"]
     direct = [case.source, case.dest]
     oracle = result.get("oracle") or {}
     direct_best = case.direct_best or oracle.get("path") == direct or sim["oracle_path"] == direct
     tb_pinned = {tuple(w["path"]): w["mbps"] if w["ok"] else None for w in result["widest"]}
     sim_pinned = {tuple(p["path"]): p["mbps"] for p in sim["pinned"]}
     return {"testbed": random_ratios(case, rc, result["figures"], tb_pinned, direct_best),
-            "sim": random_ratios(case, rc, sim_figures, sim_pinned, direct_best)}
+            "sim": random_ratios(case, rc, sim_figures(sim), sim_pinned, direct_best)}
 
 
 async def run_random_case(rc: ts.RandomCase, settings: Settings, out_root: Path, payloads: Payloads,
                           say: Callable[[str], None]) -> dict[str, Any]:
     scenario_ = rc.scenario
-    case = Case(rc.name, scenario_.kind, rc.describe(), rc.toml, scenario_.src, scenario_.dst, seed=scenario_.seed,
-                direct_best=scenario_.kind == "direct")
+    case = case_of(rc)
     out = out_root / case.name
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)
@@ -1256,9 +1266,7 @@ def resimulate(saved: Path, *, end_game: bool) -> int:
           f"the simulator of this version{'' if end_game else ' without the end game'}")
     for row in rows:
         rc = ts.random_case(int(row["seed"]), int(row["index"]))
-        scenario_ = rc.scenario
-        case = Case(rc.name, scenario_.kind, rc.describe(), rc.toml, scenario_.src, scenario_.dst,
-                    seed=scenario_.seed, direct_best=scenario_.kind == "direct")
+        case = case_of(rc)
         run_settings = replace(settings, size=int(row["size"]))
         row["sim_run"] = simulate_random(rc, run_settings, end_game=end_game)
         row.update(random_figures(case, rc, row))
@@ -1273,15 +1281,10 @@ def simulate_only(rcs: Sequence[ts.RandomCase], settings: Settings, *, end_game:
     for rc in rcs:
         scenario_ = rc.scenario
         sim = simulate_random(rc, settings, end_game=end_game)
-        figures = {"oracle_mbps": sim["oracle_mbps"], "cold_mbps": sim["cold_mbps"], "warm_mbps": sim["warm_mbps"],
-                   "direct_mbps": sim["direct_mbps"], "warm_over_oracle": ratio(sim["warm_mbps"], sim["oracle_mbps"]),
-                   "cold_over_oracle": ratio(sim["cold_mbps"], sim["oracle_mbps"]),
-                   "warm_over_direct": ratio(sim["warm_mbps"], sim["direct_mbps"])}
-        case = Case(rc.name, scenario_.kind, rc.describe(), rc.toml, scenario_.src, scenario_.dst,
-                    seed=scenario_.seed, direct_best=scenario_.kind == "direct")
+        case = case_of(rc)
         direct_best = case.direct_best or sim["oracle_path"] == [case.source, case.dest]
         pinned = {tuple(p["path"]): p["mbps"] for p in sim["pinned"]}
-        side = random_ratios(case, rc, figures, pinned, direct_best)
+        side = random_ratios(case, rc, sim_figures(sim), pinned, direct_best)
         side["kind"] = scenario_.kind
         sides.append(side)
         print(f"{rc.name:<6} {scenario_.kind:<9} {scenario_.depots:>2} depots {sim['size'] // 2**20:>4} MiB  "
