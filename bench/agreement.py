@@ -1,0 +1,122 @@
+"""How far the simulator is from the testbed, over saved random runs of bench/pathchoice.py and bench/multipath.py.
+
+Each saved scenario is simulated again with this version's simulator, at the run's settings and sizes (as
+``bench/pathchoice.py --resimulate`` does), and each of its ratios is set beside the testbed's: for every ratio, the
+pairs, the mean distance |testbed - simulator|, the median of testbed - simulator (above 0: the simulator is the
+pessimist), and the same by kind of scenario. A change to the simulator's model is judged by this: it should bring
+the two closer on the ratios the decision rules are judged by, not only on the scenario it was made for.
+
+    .venv/bin/python bench/agreement.py RESULTS.json [RESULTS.json ...] [--caveat TEXT]
+
+The figures are saved in bench/results/agreement-<time>.json with the commit and the files compared.
+
+Compare runs made with the runtime code of this version (the scheduler and the relay decide the testbed's figures):
+a run from an older scheduler says how far that scheduler was from today's simulator, not how good the model is.
+One testbed run a scenario is noisy (the same path pinned twice differs by up to a fifth on this machine), so a
+change of a few hundredths in the mean distance over a few dozen pairs is not a difference. Needs no root.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import multipath as mp  # noqa: E402
+import pathchoice as pc  # noqa: E402
+import testbed_scenarios as ts  # noqa: E402
+
+from lnet.units import parse_size  # noqa: E402
+
+
+def pathchoice_pairs(document: dict[str, Any]) -> list[dict[str, Any]]:
+    """Each scenario's ratios on the testbed (as saved) and in this version's simulator."""
+    block = document["block"]
+    inflight = None if document["inflight"] == "default" else int(document["inflight"])
+    settings = pc.Settings(block, parse_size(block), inflight, 1, bool(document["quick"]), None,
+                           int(document["max_paths"]))
+    rows = []
+    for row in document["scenarios"]:
+        rc = ts.random_case(int(row["seed"]), int(row["index"]))
+        row = {**row, "sim_run": pc.simulate_random(rc, replace(settings, size=int(row["size"])))}
+        sides = pc.random_figures(pc.case_of(rc), rc, row)
+        rows.append({"kind": row["kind"], "name": rc.name, **sides})
+    return rows
+
+
+def multipath_pairs(document: dict[str, Any]) -> list[dict[str, Any]]:
+    block = document["block"]
+    inflight = None if document["inflight"] == "default" else int(document["inflight"])
+    settings = pc.Settings(block, parse_size(block), inflight, 1, bool(document["quick"]), None)
+    plan = mp.Plan(settings, tuple(document["max_paths"]))
+    rows = []
+    for row in document["scenarios"]:
+        rc = ts.random_case(int(row["seed"]), int(row["index"]))
+        case = mp.random_multicase(rc, plan)
+        sim = mp.simulate_random(rc, case, mp.Plan(replace(settings, size=int(row["size"])), plan.max_paths))
+        rows.append({"kind": row["kind"], "name": rc.name, "testbed": row["testbed"],
+                     "sim": mp.random_ratios(mp.figures_of(case, sim), disjoint=case.disjoint)})
+    return rows
+
+
+def agreement(rows: Sequence[dict[str, Any]], ratios: Sequence[str]) -> dict[str, Any]:
+    """Per ratio: pairs, mean |testbed - simulator|, median testbed - simulator, and by kind."""
+    out: dict[str, Any] = {}
+    for key in ratios:
+        pairs = [(r["kind"], r["testbed"][key] - r["sim"][key]) for r in rows
+                 if r["testbed"].get(key) is not None and r["sim"].get(key) is not None]
+        if not pairs:
+            continue
+        kinds = {kind: [gap for k, gap in pairs if k == kind] for kind in dict.fromkeys(k for k, _ in pairs)}
+        out[key] = {"n": len(pairs), "mean_distance": statistics.fmean(abs(gap) for _, gap in pairs),
+                    "median_gap": statistics.median(gap for _, gap in pairs),
+                    "by_kind": {kind: {"n": len(gaps), "mean_distance": statistics.fmean(abs(g) for g in gaps),
+                                       "median_gap": statistics.median(gaps)} for kind, gaps in kinds.items()}}
+    return out
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("results", nargs="+", type=Path, help="saved random runs (pathchoice-random-*.json, "
+                                                              "multipath-random-*.json)")
+    parser.add_argument("--caveat", help="saved with the figures: what was different about this run (an A/B's side)")
+    args = parser.parse_args(argv)
+    rows: dict[str, list[dict[str, Any]]] = {"pathchoice": [], "multipath": []}
+    for path in args.results:
+        try:
+            document = json.loads(path.read_text())
+            bench = document["bench"]
+            rows[bench].extend(pathchoice_pairs(document) if bench == "pathchoice" else multipath_pairs(document))
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            print(f"cannot read a random pathchoice or multipath run in {path}: {exc}", file=sys.stderr)
+            return 2
+    figures = {"pathchoice": agreement(rows["pathchoice"], list(pc.RANDOM_RATIOS)),
+               "multipath": agreement(rows["multipath"], list(mp.RANDOM_RATIOS))}
+    labels = {**pc.RANDOM_RATIOS, **mp.RANDOM_RATIOS}
+    print("testbed against this version's simulator: pairs, mean |testbed - simulator|, median testbed - simulator")
+    for bench, by_ratio in figures.items():
+        for key, entry in by_ratio.items():
+            print(f"{bench:<10} {labels[key]:<30} n {entry['n']:>3}  distance {entry['mean_distance']:.3f}  "
+                  f"gap {entry['median_gap']:+.3f}  "
+                  + "  ".join(f"{kind} {e['mean_distance']:.2f}/{e['median_gap']:+.2f}"
+                              for kind, e in entry["by_kind"].items()))
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    out = ts.RESULTS / f"agreement-{stamp}.json"
+    document = {"bench": "agreement", "command": " ".join(["bench/agreement.py", *(argv or sys.argv[1:])]),
+                "commit": pc.commit(), "files": [path.name for path in args.results], "figures": figures,
+                **({"caveat": args.caveat} if args.caveat else {})}
+    out.write_text(json.dumps(document, indent=1) + "\n")
+    print(f"saved {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
