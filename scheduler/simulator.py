@@ -51,6 +51,7 @@ __all__ = [
     "ABILENE_SRC",
     "DegradeEdge",
     "DegradeLink",
+    "FIRST_DEPTH",
     "FailVertex",
     "MULTIPATH_DST",
     "MULTIPATH_SRC",
@@ -70,6 +71,16 @@ __all__ = [
     "three_routes",
     "two_routes",
 ]
+
+
+FIRST_DEPTH = 4
+"""The copies a hop starts with, as the relay starts one (``RelayConfig.initial_inflight``; fewer under a smaller
+``--max-inflight``): with blocks, a path fills at this depth, and settles at its own once its first copies arrived."""
+
+
+CLIMB_COPIES = 3
+"""A hop whose first copies have arrived doubles its depth once it has carried this many times its depth in copies
+(``lnet.client.engines.depth``: the copies of the level before are let by, then twice the depth are counted)."""
 
 
 def mbit(rate_mbit_s: float) -> float:
@@ -327,7 +338,9 @@ def simulate_transfer(
     (``_ProbeRun``), so a slow hop's first learnt sample comes many steps in, as on the testbed. With
     ``size_bytes`` as well it models the start and the end of the transfer as the relay runs it. The start
     (``_fill_s``): a depot passes a block on once it holds all of it, so a path delivers nothing until its first
-    copies have crossed every hop; a path that joins a set whose other paths stay fills the same way. The end
+    copies have crossed every hop; a path that joins a set whose other paths stay fills the same way. Its hops
+    start at the relay's first depth (``FIRST_DEPTH``) and climb from there as copies end (``CLIMB_COPIES``), up
+    to the depth they settle at. The end
     (``_Tail``): once every block is under way, each path holds the blocks in its hops' copies and must deliver
     them itself, unless ``end_game`` (the relay's default) lets idle paths take second copies. None: the fluid
     model, a sample from every hop and probe every step, no start or tail.
@@ -403,6 +416,10 @@ def _run(
 
     warmup_s = 0.0 if scheduler is None else scheduler.config.warmup_s
     tail = _Tail(end_game) if block_bytes is not None and size_bytes is not None else None
+    first_depth = min(FIRST_DEPTH, n)
+    climb: dict[Edge, tuple[int, float]] = {}
+    """With the tail: each hop's depth as the relay climbs it, from ``first_depth`` up to ``n``, and since when."""
+    hop_bps: dict[Edge, float] = {}
     filled: dict[Path, float] = {}
     """With the tail: when each path's first copies reach the destination."""
     filling: set[Path] = set(paths) if tail is not None else set()
@@ -497,16 +514,30 @@ def _run(
             del probing[edge]
             deep.discard(edge)
             events.append(ProbeDone(edge, t))
+        # A path whose first copies are still on their way runs the relay's first depth on every hop (it climbs
+        # from there once copies have ended, ``lnet.client.engines.depth``), not the depth it settles at.
+        depths = {edge: n for path in paths for edge in edges_of(path)}
+        if tail is not None and block_bytes is not None:
+            for path in paths:
+                unfilled = path in filling or filled.get(path, -math.inf) > t
+                for edge in edges_of(path):
+                    level, at = climb.get(edge, (first_depth, t))
+                    if unfilled:
+                        level, at = first_depth, t
+                    elif level < n and t - at >= CLIMB_COPIES * level * block_bytes / max(hop_bps.get(edge, 0), 1):
+                        level, at = min(n, 2 * level), t
+                    climb[edge] = (level, at)
+                    depths[edge] = min(depths[edge], level)
         flows: dict[Edge, int] = {}
         for path in paths:
             for edge in edges_of(path):
-                flows[edge] = flows.get(edge, 0) + n
+                flows[edge] = flows.get(edge, 0) + depths[edge]
         probe_depths = {edge: n if edge in deep else 1 for edge in probing}
         for edge, d in probe_depths.items():
             flows[edge] = flows.get(edge, 0) + d
-        depths = {edge: n for path in paths for edge in edges_of(path)}
         if depth == "adaptive":
-            flows = adapt(flows, list(depths))
+            flows = adapt(flows, [edge for edge, d in depths.items() if d == n])
+        climb = {edge: climb[edge] for edge in depths if edge in climb}
         flows = adapt_probes(flows, probe_depths)
         shares = share(flows)
         # A dead hop through a dead depot is reported as the depot's failure, not the hop's.
@@ -514,6 +545,7 @@ def _run(
         for path in paths:
             report = not set(down) & set(path)
             hop_rates = {edge: shares[edge] * depths[edge] / flows[edge] for edge in edges_of(path)}
+            hop_bps.update(hop_rates)
             rates = [
                 run_hop(edge, since[edge], hop_rates[edge], depths[edge], events, report=report) or 0.0
                 for edge in edges_of(path)
