@@ -12,8 +12,10 @@ The figures are saved in bench/results/agreement-<time>.json with the commit and
 
 Compare runs made with the runtime code of this version (the scheduler and the relay decide the testbed's figures):
 a run from an older scheduler says how far that scheduler was from today's simulator, not how good the model is.
-One testbed run a scenario is noisy (the same path pinned twice differs by up to a fifth on this machine), so a
-change of a few hundredths in the mean distance over a few dozen pairs is not a difference. Needs no root.
+One testbed run a scenario is noisy, and the script says how noisy: over every pair of pinned runs of one path (same
+scenario, same size) in all the path-choice runs saved in bench/results (of any version: the scheduler does not
+choose a pinned run's path), the slower over the faster. Read a change of a few hundredths in the mean distance
+over a few dozen pairs as no change. Needs no root.
 """
 
 from __future__ import annotations
@@ -67,6 +69,24 @@ def multipath_pairs(document: dict[str, Any]) -> list[dict[str, Any]]:
     return rows
 
 
+def pinned_noise(documents: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
+    """The testbed against itself: every pair of pinned runs of one path of one scenario at one size across
+    ``documents`` (path-choice runs), the slower over the faster (None if no path was pinned twice)."""
+    rates: dict[tuple[Any, ...], list[float]] = {}
+    for document in documents:
+        for row in document["scenarios"]:
+            for run in row["widest"]:
+                if run.get("ok") and run.get("mbps") and not run.get("stopped_s"):
+                    key = (row["seed"], row["index"], tuple(run["path"]), row["size"])
+                    rates.setdefault(key, []).append(run["mbps"])
+    pairs = sorted(min(a, b) / max(a, b) for runs in rates.values()
+                   for i, a in enumerate(runs) for b in runs[i + 1:])
+    if not pairs:
+        return None
+    return {"paths": sum(len(runs) > 1 for runs in rates.values()), "pairs": len(pairs),
+            "median": statistics.median(pairs), "p10": ts.p10(pairs), "least": pairs[0]}
+
+
 def agreement(rows: Sequence[dict[str, Any]], ratios: Sequence[str]) -> dict[str, Any]:
     """Per ratio: pairs, mean |testbed - simulator|, median testbed - simulator, and by kind."""
     out: dict[str, Any] = {}
@@ -108,10 +128,17 @@ def main(argv: Sequence[str] | None = None) -> int:
                   f"gap {entry['median_gap']:+.3f}  "
                   + "  ".join(f"{kind} {e['mean_distance']:.2f}/{e['median_gap']:+.2f}"
                               for kind, e in entry["by_kind"].items()))
+    saved = sorted(ts.RESULTS.glob("pathchoice-random-*.json"))
+    noise = pinned_noise([json.loads(path.read_text()) for path in saved])
+    if noise is not None:
+        print(f"the testbed against itself: {noise['pairs']} pairs of pinned runs of {noise['paths']} paths, the "
+              f"slower over the faster: median {noise['median']:.2f}, 10th percentile {noise['p10']:.2f}, least "
+              f"{noise['least']:.2f}")
     stamp = time.strftime("%Y%m%d-%H%M%S")
     out = ts.RESULTS / f"agreement-{stamp}.json"
     document = {"bench": "agreement", "command": " ".join(["bench/agreement.py", *(argv or sys.argv[1:])]),
                 "commit": pc.commit(), "files": [path.name for path in args.results], "figures": figures,
+                "pinned_noise": noise,
                 **({"caveat": args.caveat} if args.caveat else {})}
     out.write_text(json.dumps(document, indent=1) + "\n")
     print(f"saved {out}")
