@@ -41,8 +41,11 @@ Where lnet departs from the seed, and why
    current one is moved to at the next re-evaluation, before ``min_attempt_s``. A cold start steps through a
    one-depot path while the probes measure the chain's middle edge (on the emulated ``window`` and ``lossy``
    topologies that step cost 10 s of each cold start and its 30-s target); the lesser path has nothing left
-   to prove. A path on trial (tried on ceilings, 9, or newcomers of a set, 12) runs its whole attempt, and
-   no move is made onto an unknown edge or a ceiling, so exploration is never hurried. Twice the hysteresis,
+   to prove. A path tried on ceilings (9) runs its whole attempt, and no move is made onto an unknown edge or
+   a ceiling, so exploration is never hurried. A set of paths (12), newcomers on trial or not, is left early
+   only for a path new to it predicted ``early_gain`` faster than all the set carries: no trial's outcome can
+   make the set the better one then (a cold start whose scout through a decoy depot sat silent on trial held
+   its first path, a fifth of the chain's rate, 5 s more while the chain was measured). Twice the hysteresis,
    so that noise between near-equal paths waits for the full attempt as before. The gain is over the better
    of what the current path measures and what it was chosen for: with the default in-flight rule a new
    path's hops are still deepening when first judged, its own samples read low, and an early move back to

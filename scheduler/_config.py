@@ -28,7 +28,8 @@ class SchedulerConfig:
     """A path of measured edges predicted this fraction faster than the current one is moved to at the next
     re-evaluation, before ``min_attempt_s`` (theory of operation, 2): a cold start that moved to a one-depot path
     and then measured the chain's middle edge need not run the lesser path for its whole attempt. Never from a
-    path on trial (one tried on ceilings, or a set with newcomers), and never onto unknown or ceiling figures."""
+    path tried on ceilings, never onto unknown or ceiling figures, and from a set of paths only onto a path new to
+    it and this fraction faster than all the set carries (theory of operation, 2)."""
     age_after_s: float = DEFAULT_AGE_AFTER_S
     age_percent: float = DEFAULT_AGE_PERCENT
     age_max_per_round: int = DEFAULT_AGE_MAX_PER_ROUND

@@ -22,6 +22,7 @@ from ._attempts import PathAttempt, SwitchReason, _Attempt, _Flow
 from ._candidates import candidates
 from ._config import SchedulerConfig
 from ._memory import Edge, EdgeMemory
+from ._paths import set_total
 from ._pathset import PathSet
 from ._probing import SHARED_DROP, ProbePlan
 from ._state import Ceilings, Exploration, LoopState, Memory, News, Scouts
@@ -572,9 +573,12 @@ class PathScheduler:
     def _early_move(self, now: float) -> Switch | None:
         """Before ``min_attempt_s``: a move to the widest measured path when it is predicted ``early_gain`` faster
         than the current one (both on measured figures alone, so no exploration and no ceiling is hurried). A
-        path on trial (tried on ceilings, or a set whose newcomers are being judged) runs its whole attempt: its
-        own samples are what the trial waits for. With probes only; the seed's way explores by moving."""
-        if not self.probing or self._set.extras or self._set.trial is not None or self._state.hope is not None:
+        path tried on ceilings runs its whole attempt: its own samples are what the trial waits for. A set of
+        paths (newcomers on trial, maybe) is left early only for a path new to it predicted ``early_gain``
+        faster than everything the set carries: a cold start whose scout through a decoy depot sat silent on
+        trial held its slow first path 5 s more while probes had measured a chain four times as wide. With
+        probes only; the seed's way explores by moving."""
+        if not self.probing or self._state.hope is not None:
             return None
         assert self._attempt is not None
         graph = self.measured_graph()
@@ -583,6 +587,18 @@ class PathScheduler:
         if best == current or has_unknown(graph, current) or has_unknown(graph, best):
             return None  # (nothing measured end to end makes the direct path "best", unmeasured)
         predicted = path_throughput(graph, best)
+        if self._set.extras or self._set.trial is not None:
+            # A set (with newcomers on trial, maybe): only onto a path new to it and measured clearly wider than
+            # all the set carries, so that no trial's outcome could make the set the better one.
+            if best in self.current_paths or not self._set.would_gain(best):
+                return None
+            chosen_for = self._attempt.predicted if math.isfinite(self._attempt.predicted) else 0.0
+            bar = max(set_total(self.carried(graph), self.current_paths), chosen_for)
+            if not predicted > bar * (1 + self.config.early_gain):
+                return None
+            switch = self._switch(now, best, predicted, "better", exploring=False)
+            probes = self._probes(now)
+            return replace(switch, probes=probes) if probes else switch
         # Against the better of what the current path was chosen for and what it measures now: a path whose own
         # first samples read low (TCP, or the engine's depth, still ramping up) is not left early for the one it
         # just replaced; only a path measured clearly wider than both is worth hurrying onto.

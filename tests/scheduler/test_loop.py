@@ -500,3 +500,31 @@ def test_a_cold_start_leaves_the_direct_path_early_for_a_probed_path_clearly_wid
     decision = scheduler.tick(5.0)
     assert isinstance(decision, Switch)
     assert (decision.path, decision.reason) == (("s", "a", "d"), "better")
+
+
+def set_case(b_d: float) -> PathScheduler:
+    """A warm start that runs s -> d and s -> a -> d together (10 each, 20 in all) while s -> b -> d, remembered
+    narrow, is measured at ``b_d`` on its last hop in the first seconds."""
+    memory = known(s_a=10.0, a_d=10.0, s_d=10.0, s_b=40.0, b_d=1.0)
+    config = replace(PROBING, max_paths=2, probes_per_round=1)
+    scheduler = PathScheduler(VERTICES, "s", "d", memory, config)
+    start = scheduler.start(0.0)
+    assert set(start.all_paths) == {("s", "d"), ("s", "a", "d")}
+    feed(scheduler, ("s", "d"), 10.0, 0.0, 5.0)
+    feed(scheduler, ("s", "a", "d"), 10.0, 0.0, 5.0)
+    feed(scheduler, ("s", "b"), 40.0, 0.0, 5.0)
+    feed(scheduler, ("b", "d"), b_d, 0.0, 5.0)
+    return scheduler
+
+
+def test_a_set_is_left_early_for_a_path_clearly_wider_than_all_it_carries() -> None:
+    # Before, a set (its newcomer on trial) ran its whole attempt: a testbed-shaped cold start whose scout
+    # through a decoy depot sat silent held its first path, a fifth of a measured chain's rate, 5 s more.
+    decision = set_case(b_d=30.0).tick(5.0)
+    assert isinstance(decision, Switch)
+    assert (decision.path, decision.reason) == (("s", "b", "d"), "better")
+
+
+def test_a_set_is_not_left_early_for_a_path_wider_only_than_its_primary() -> None:
+    # 22 beats the primary's 10 by far, but not the 20 the set carries by early_gain: the attempt runs on.
+    assert isinstance(set_case(b_d=22.0).tick(5.0), Keep)
