@@ -38,6 +38,7 @@ BENCHES = {
     "depot_throughput": "`bench/depot_throughput.py`: the depot on loopback against raw TCP",
     "pathchoice": "`bench/pathchoice.py`: path choice on the namespace testbed (docs/scheduler.md)",
     "multipath": "`bench/multipath.py`: one transfer over several disjoint chains on the testbed",
+    "agreement": "`bench/agreement.py`: the simulator against saved testbed runs, and the testbed against itself",
     "scheduler": "`bench/scheduler.py`: the scheduler in the simulator",
     "multisource": "`bench/multisource.py`: lnet-get from several replicas against aria2 (docs/client.md)",
     "follow": "`bench/follow.py`: a receiver draining the destination (`--follow`) against a send alone",
@@ -216,6 +217,24 @@ def render_pathchoice_random(name: str, doc: Doc) -> list[str]:
     return [*lines, *md_table(columns, rows), ""]
 
 
+def render_agreement(name: str, doc: Doc) -> list[str]:
+    """bench/agreement.py's record: per benchmark and ratio, the pairs, the mean distance and the median gap."""
+    lines = [f"#### The simulator against {len(doc.get('files', []))} testbed runs, at {doc.get('commit')} "
+             f"({date_of(name, doc)})", "", *provenance(name, doc),
+             f"- testbed runs: {', '.join(doc.get('files', []))}", ""]
+    rows = []
+    for bench, ratios in doc.get("figures", {}).items():
+        for ratio, entry in ratios.items():
+            rows.append([bench, ratio, entry.get("n"), entry.get("mean_distance"), entry.get("median_gap")])
+    lines += [*md_table(["benchmark", "ratio", "pairs", "mean distance", "median gap (testbed - simulator)"], rows), ""]
+    noise = doc.get("pinned_noise")
+    if noise:
+        lines += [f"The testbed against itself: {noise['pairs']} pairs of pinned runs of {noise['paths']} paths, the "
+                  f"slower over the faster: median {fmt(noise['median'])}, 10th percentile {fmt(noise['p10'])}, "
+                  f"least {fmt(noise['least'])}.", ""]
+    return lines
+
+
 def render_multisource_random(name: str, doc: Doc) -> list[str]:
     commit = doc.get("tools", {}).get("lnet_commit")
     lines = [f"#### Random replica sets, seed {doc.get('seed')}, {len(doc.get('sets', []))} sets", "",
@@ -279,6 +298,8 @@ def kind_of(doc: Doc) -> tuple[str, Renderer] | None:
         return "pathchoice", render_pathchoice_random
     if bench == "multipath" and "multi_over_sum" in doc.get("summary", {}):
         return "multipath", render_pathchoice_random  # the same shape: each ratio on the testbed and simulated
+    if bench == "agreement" and isinstance(doc.get("figures"), dict):
+        return "agreement", render_agreement
     if bench == "multisource-random" and "summary" in doc:
         return "multisource", render_multisource_random
     if "follow" in str(doc.get("command", "")) and isinstance(doc.get("loopback"), dict):
