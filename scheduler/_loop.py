@@ -592,19 +592,15 @@ class PathScheduler:
             # all the set carries, so that no trial's outcome could make the set the better one.
             if best in self.current_paths or not self._set.would_gain(best):
                 return None
-            chosen_for = self._attempt.predicted if math.isfinite(self._attempt.predicted) else 0.0
-            bar = max(set_total(self.carried(graph), self.current_paths), chosen_for)
-            if not predicted > bar * (1 + self.config.early_gain):
-                return None
-            switch = self._switch(now, best, predicted, "better", exploring=False)
-            probes = self._probes(now)
-            return replace(switch, probes=probes) if probes else switch
-        # Against the better of what the current path was chosen for and what it measures now: a path whose own
-        # first samples read low (TCP, or the engine's depth, still ramping up) is not left early for the one it
-        # just replaced; only a path measured clearly wider than both is worth hurrying onto.
+            now_bps = set_total(self.carried(graph), self.current_paths)
+        else:
+            now_bps = path_throughput(graph, current)
+        # Against the better of what the current path (or set) was chosen for and what it measures now: a path
+        # whose own first samples read low (TCP, or the engine's depth, still ramping up) is not left early for
+        # the one it just replaced; only a path measured clearly wider than both is worth hurrying onto.
         # (A path chosen unmeasured, the cold start's first, is judged by what it measures alone.)
         chosen_for = self._attempt.predicted if math.isfinite(self._attempt.predicted) else 0.0
-        bar = max(path_throughput(graph, current), chosen_for)
+        bar = max(now_bps, chosen_for)
         if not predicted > bar * (1 + self.config.early_gain):
             return None
         switch = self._switch(now, best, predicted, "better", exploring=False)
