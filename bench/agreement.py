@@ -36,15 +36,10 @@ import multipath as mp  # noqa: E402
 import pathchoice as pc  # noqa: E402
 import testbed_scenarios as ts  # noqa: E402
 
-from lnet.units import parse_size  # noqa: E402
-
 
 def pathchoice_pairs(document: dict[str, Any]) -> list[dict[str, Any]]:
     """Each scenario's ratios on the testbed (as saved) and in this version's simulator."""
-    block = document["block"]
-    inflight = None if document["inflight"] == "default" else int(document["inflight"])
-    settings = pc.Settings(block, parse_size(block), inflight, 1, bool(document["quick"]), None,
-                           int(document["max_paths"]))
+    settings = pc.saved_settings(document, int(document["max_paths"]))
     rows = []
     for row in document["scenarios"]:
         rc = ts.random_case(int(row["seed"]), int(row["index"]))
@@ -55,9 +50,7 @@ def pathchoice_pairs(document: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def multipath_pairs(document: dict[str, Any]) -> list[dict[str, Any]]:
-    block = document["block"]
-    inflight = None if document["inflight"] == "default" else int(document["inflight"])
-    settings = pc.Settings(block, parse_size(block), inflight, 1, bool(document["quick"]), None)
+    settings = pc.saved_settings(document)
     plan = mp.Plan(settings, tuple(document["max_paths"]))
     rows = []
     for row in document["scenarios"]:

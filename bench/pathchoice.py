@@ -1248,6 +1248,13 @@ def commit() -> str:
         return "unknown"
 
 
+def saved_settings(document: dict[str, Any], max_paths: int = 1) -> Settings:
+    """The settings a saved random run (of this benchmark or bench/multipath.py) was made with; one run each."""
+    block = document["block"]
+    inflight = None if document["inflight"] == "default" else int(document["inflight"])
+    return Settings(block, parse_size(block), inflight, 1, bool(document["quick"]), None, max_paths)
+
+
 def resimulate(saved: Path, *, end_game: bool) -> int:
     """The simulator's side of a saved random run again, with this version's simulator and the run's settings and
     sizes, beside the testbed's figures saved with it: their agreement, scenario by scenario and as a
@@ -1255,10 +1262,7 @@ def resimulate(saved: Path, *, end_game: bool) -> int:
     try:
         document = json.loads(saved.read_text())
         rows = document["scenarios"]
-        block = document["block"]
-        inflight = None if document["inflight"] == "default" else int(document["inflight"])
-        settings = Settings(block, parse_size(block), inflight, 1, bool(document["quick"]), None,
-                            int(document["max_paths"]))
+        settings = saved_settings(document, int(document["max_paths"]))
     except (OSError, ValueError, KeyError, TypeError) as exc:
         print(f"cannot read a random path-choice run in {saved}: {exc}", file=sys.stderr)
         return 2
