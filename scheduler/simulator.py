@@ -518,6 +518,7 @@ def _run(
         # from there once copies have ended, ``lnet.client.engines.depth``), not the depth it settles at.
         depths = {edge: n for path in paths for edge in edges_of(path)}
         if tail is not None and block_bytes is not None:
+            climbed: dict[Edge, tuple[int, float]] = {}  # the hops of the set now: one that left starts again
             for path in paths:
                 unfilled = path in filling or filled.get(path, -math.inf) > t
                 for edge in edges_of(path):
@@ -526,8 +527,9 @@ def _run(
                         level, at = first_depth, t
                     elif level < n and t - at >= CLIMB_COPIES * level * block_bytes / max(hop_bps.get(edge, 0), 1):
                         level, at = min(n, 2 * level), t
-                    climb[edge] = (level, at)
+                    climbed[edge] = (level, at)
                     depths[edge] = min(depths[edge], level)
+            climb = climbed
         flows: dict[Edge, int] = {}
         for path in paths:
             for edge in edges_of(path):
@@ -537,7 +539,6 @@ def _run(
             flows[edge] = flows.get(edge, 0) + d
         if depth == "adaptive":
             flows = adapt(flows, [edge for edge, d in depths.items() if d == n])
-        climb = {edge: climb[edge] for edge in depths if edge in climb}
         flows = adapt_probes(flows, probe_depths)
         shares = share(flows)
         # A dead hop through a dead depot is reported as the depot's failure, not the hop's.
