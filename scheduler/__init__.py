@@ -274,10 +274,17 @@ Where lnet departs from the seed, and why
      failure is judged for ``min_attempt_s``, so each change is measured before the next, one trial (of one
      or several newcomers) at a time, and the primary's estimates, depressed by a newcomer that shared its
      bottleneck, are not read as a reason to switch. A primary switch to an extra of the set swaps the two
-     (they ran together already), and is no change of the set: the period is not restarted. A switch to a
-     path new to the set ends the extras, and the set is built again by joins, on trial, so it is made only
-     when the set built greedily from the new primary is predicted ``hysteresis`` above the current set's
-     total (a slightly wider primary is no reason to stop a second path).
+     (they ran together already), and is no change of the set: the period is not restarted. A move onto a
+     path new to the set is made only when the set built greedily from it is predicted ``hysteresis`` above
+     the current set's total (a slightly wider primary is no reason to stop a second path), and it keeps the
+     paths of that set that run now, and newcomers still on trial beside them: the others leave unbanned, the
+     path joins beside the kept ones on trial (``reason="join"``), and the single-path rules make it the
+     primary once it has shown what it carries. (Ending every path and joining them again cost each its fill
+     and a trial; with no path of the set to keep, the move is still a switch to the path alone.)
+   - A full set (``max_paths``) trades its narrowest extra for a path new to it when the set without that
+     extra, extended greedily again, is predicted ``path_margin`` above the set's measured total: the extra
+     leaves unbanned and the newcomer joins on trial. Else a slow path that joined while a wider one was
+     still unmeasured would hold its place for the whole transfer.
    - Failures: a failed depot fails every edge through it (5), so every path of the set through it leaves at
      the next ``tick`` (``DropDepot`` carries the new set); if the primary was among them, the widest path
      left, often an extra, becomes the primary and carries on without a restart.

@@ -134,12 +134,62 @@ class PathSet:
         current = set_total(self.loop.carried(graph), self.loop.current_paths)
         return set_total(graph, candidate) > current * (1 + self.loop.config.hysteresis)
 
+    def running_beside(self, primary: Path) -> list[Path]:
+        """The paths of the set a move of the primary onto ``primary`` (new to the set) keeps running: those of the
+        set built greedily from it (``extend_set``, as ``would_gain`` predicts it) that run now, then newcomers
+        still on trial that share no edge with them (their trial goes on: a figure from a newcomer's first copies
+        is no reason to end it), up to ``max_paths`` - 1 in all; none unless one of them has passed its trial
+        (newcomers still on trial are no baseline to judge by)."""
+        config = self.loop.config
+        built = extend_set(
+            self.loop.measured_graph(), self.loop.src, self.loop.dst, [primary], config.max_paths,
+            config.path_margin, self.banned_edges(),
+        )
+        kept = [path for path in built if path in self.loop.current_paths]
+        on_trial = self.trial.predicted if self.trial is not None else {}
+        taken = {edge for path in [primary, *kept] for edge in edges_of(path)}
+        for path in on_trial:
+            if len(kept) < config.max_paths - 1 and path not in kept and not taken & set(edges_of(path)):
+                kept.append(path)
+                taken.update(edges_of(path))
+        return kept if any(path not in on_trial for path in kept) else []
+
+    def leave_all_but(self, now: float, kept: Sequence[Path]) -> None:
+        """The extras not in ``kept`` leave, unbanned (a move of the primary ends them, not their own rate)."""
+        for extra in [extra for extra in self.extras if extra.path not in kept]:
+            self._leave(now, extra, ban=False)
+
+    def take_settled(self) -> _Attempt:
+        """The first extra that has passed its trial, out of the extras: the primary of a move whose old primary
+        left (``running_beside`` keeps one)."""
+        on_trial = self.trial.predicted if self.trial is not None else {}
+        settled = next(extra for extra in self.extras if extra.path not in on_trial)
+        self.extras.remove(settled)
+        return settled
+
+    def join_beside(self, now: float, path: Path, predicted: float) -> None:
+        """``path`` joins the set as it now is, on trial from now with the newcomers still on trial (``judge_trial``),
+        against what the measured graph gives the paths that passed theirs."""
+        on_trial = dict(self.trial.predicted) if self.trial is not None else {}
+        settled = [p for p in self.loop.current_paths if p not in on_trial]
+        self._admit(now, {**on_trial, path: predicted}, [path], set_total(self.loop.measured_graph(), settled))
+
+    def _admit(self, now: float, trial: dict[Path, float], paths: Sequence[Path], baseline: float) -> None:
+        """``paths`` join the set, and ``trial`` (they and any newcomers still on theirs) is on trial from now
+        against ``baseline``."""
+        for path in paths:
+            self.extras.append(_Attempt(path, now, "join"))
+            self.loop.edge_since.update((edge, now) for edge in edges_of(path))
+        self.trial = _Trial(trial, now, baseline)
+
     def join(self, now: float) -> bool:
         """Add every path the measured graph predicts to add, greedily (``_paths.extend_set``: the widest path
         edge-disjoint from the set and from banned paths, while it adds the margin of the growing set's total), up
         to ``max_paths``, all at once on one trial (``judge_trial``)."""
-        if len(self.extras) + 1 >= self.loop.config.max_paths or self.trial is not None:
+        if self.trial is not None:
             return False
+        if len(self.extras) + 1 >= self.loop.config.max_paths:
+            return self._swap(now)
         graph = self.loop.measured_graph()
         paths = self.loop.current_paths
         joined = extend_set(
@@ -148,11 +198,32 @@ class PathSet:
         )
         if not joined:
             return False
-        for path in joined:
-            self.extras.append(_Attempt(path, now, "join"))
-            self.loop.edge_since.update((edge, now) for edge in edges_of(path))
-        predicted = {path: path_throughput(graph, path) for path in joined}
-        self.trial = _Trial(predicted, now, set_total(graph, paths))
+        self._admit(now, {path: path_throughput(graph, path) for path in joined}, joined, set_total(graph, paths))
+        return True
+
+    def _swap(self, now: float) -> bool:
+        """A full set trades its narrowest extra for a path new to it when the set without that extra, extended
+        greedily again (``extend_set``), is predicted ``path_margin`` above the set's measured total: the extra
+        leaves (no ban: it added, only less) and the newcomer joins on trial. Without it a slow path that joined
+        first, while a wider one was still unmeasured, held its place for the whole transfer."""
+        if not self.extras:
+            return False
+        config = self.loop.config
+        graph = self.loop.measured_graph()
+        carried = self.loop.carried(graph)
+        narrowest = min(self.extras, key=lambda extra: path_throughput(carried, extra.path))
+        rest = [path for path in self.loop.current_paths if path != narrowest.path]
+        joined = extend_set(
+            graph, self.loop.src, self.loop.dst, rest, config.max_paths, config.path_margin,
+            {*self.banned_edges(), *edges_of(narrowest.path)},
+        )
+        if not joined:
+            return False
+        current = set_total(carried, self.loop.current_paths)
+        if not set_total(graph, [*rest, *joined]) > current * (1 + config.path_margin):
+            return False
+        self._leave(now, narrowest, ban=False)
+        self._admit(now, {path: path_throughput(graph, path) for path in joined}, joined, set_total(graph, rest))
         return True
 
     def scout(self, now: float) -> bool:
@@ -191,10 +262,7 @@ class PathSet:
         # the first path alone; one that has not reported yet counts as nothing (its scouts are judged on what
         # they carry, and one that adds less than the margin leaves by drop_idle)
         baseline = shown_total(measured, self.loop.current_paths)
-        for path in scouts:
-            self.extras.append(_Attempt(path, now, "join"))
-            self.loop.edge_since.update((edge, now) for edge in edges_of(path))
-        self.trial = _Trial({path: path_throughput(guessed, path) for path in scouts}, now, baseline)
+        self._admit(now, {path: path_throughput(guessed, path) for path in scouts}, scouts, baseline)
         return True
 
     def judge_trial(self, now: float) -> bool:

@@ -290,7 +290,7 @@ def test_a_newcomer_whose_hops_never_report_is_not_judged_on_its_probe_figures()
 
 
 @pytest.mark.parametrize(("direct", "moves"), [(112.0, False), (200.0, True)])
-def test_a_new_primary_must_beat_the_whole_set_since_it_ends_the_others(direct: float, moves: bool) -> None:
+def test_a_new_primary_must_beat_the_whole_set_it_would_build(direct: float, moves: bool) -> None:
     memory = known(s_a=100, a_d=100)
     scheduler = PathScheduler(VERTICES, "s", "d", memory, HAND)
     scheduler.start(0.0)
@@ -305,10 +305,73 @@ def test_a_new_primary_must_beat_the_whole_set_since_it_ends_the_others(direct: 
     feed(scheduler, {VIA_A: 100, VIA_B: 95}, 20.0, 30.0)
     decision = scheduler.tick(30.0)
     if moves:
+        # The set built from direct keeps the path through a: it runs on, the path through b leaves, and direct
+        # joins on trial (before, the move ended both and ran direct alone until they joined again).
         assert isinstance(decision, Switch)
-        assert (decision.path, decision.reason, decision.all_paths) == (("s", "d"), "better", (("s", "d"),))
+        assert (decision.path, decision.reason, decision.all_paths) == (VIA_A, "join", (VIA_A, ("s", "d")))
     else:
         assert decision.all_paths == (VIA_A, VIA_B)
+
+
+def moved_onto_direct() -> tuple[PathScheduler, EdgeMemory]:
+    """The move above: the set (via a, via b) onto direct, measured at 200, keeping the path through a."""
+    memory = known(s_a=100, a_d=100)
+    scheduler = PathScheduler(VERTICES, "s", "d", memory, HAND)
+    scheduler.start(0.0)
+    feed(scheduler, {VIA_A: 100}, 0.0, 10.0)
+    learn_b(memory, 95.0)
+    scheduler.tick(10.0)
+    feed(scheduler, {VIA_A: 100, VIA_B: 95}, 10.0, 20.0)
+    scheduler.tick(20.0)
+    memory.observe("s", "d", 200_000, 1000.0, now=25.0)
+    feed(scheduler, {VIA_A: 100, VIA_B: 95}, 20.0, 30.0)
+    assert scheduler.tick(30.0).all_paths == (VIA_A, ("s", "d"))
+    return scheduler, memory
+
+
+def test_a_path_moved_onto_that_shares_the_kept_paths_bottleneck_leaves_on_trial() -> None:
+    # A shared bottleneck: direct carries 30 and the path through a falls to 80 beside it. Before, the move had
+    # run direct alone (the set's other paths ended) and paid their fill again when they joined.
+    scheduler, _ = moved_onto_direct()
+    feed(scheduler, {VIA_A: 80, ("s", "d"): 30}, 30.0, 40.0)
+    decision = scheduler.tick(40.0)
+    assert isinstance(decision, Switch)
+    assert (decision.reason, decision.all_paths) == ("drop", (VIA_A,))
+
+
+def test_a_path_moved_onto_that_adds_stays_and_becomes_the_primary() -> None:
+    scheduler, _ = moved_onto_direct()
+    feed(scheduler, {VIA_A: 100, ("s", "d"): 200}, 30.0, 40.0)
+    promoted = scheduler.tick(40.0)  # its trial passed, and the single-path rules make it the primary: a swap
+    assert isinstance(promoted, Switch)
+    assert (promoted.path, promoted.all_paths) == (("s", "d"), (("s", "d"), VIA_A))
+
+
+@pytest.mark.parametrize(("via_b", "swaps"), [(40.0, False), (95.0, True)])
+def test_a_full_set_trades_its_narrowest_extra_for_a_path_that_adds_clearly_more(via_b: float, swaps: bool) -> None:
+    # Direct (30) joined the path through a while the route through b was unmeasured, and filled the set
+    # (max_paths 2). Before, it held its place for the whole transfer once b was measured at 95: only a path
+    # that stopped adding left. The set without it, extended again, must beat the set's 130 by the margin (20%).
+    memory = known(s_a=100, a_d=100, s_d=30)
+    scheduler = PathScheduler(VERTICES, "s", "d", memory, HAND)
+    assert scheduler.start(0.0).all_paths == (VIA_A, ("s", "d"))
+    feed(scheduler, {VIA_A: 100, ("s", "d"): 30}, 0.0, 10.0)
+    assert scheduler.tick(10.0).all_paths == (VIA_A, ("s", "d"))
+    learn_b(memory, via_b, at=12.0)
+    feed(scheduler, {VIA_A: 100, ("s", "d"): 30}, 10.0, 15.0)
+    decision = scheduler.tick(15.0)
+    if swaps:
+        assert isinstance(decision, Switch)
+        assert (decision.reason, decision.all_paths) == ("join", (VIA_A, VIA_B))
+        # the route through b turns out to carry 5 beside a: it leaves on trial, banned, and direct, which left
+        # unbanned (it added, only less), joins again
+        feed(scheduler, {VIA_A: 100, VIA_B: 5}, 15.0, 25.0)
+        dropped = scheduler.tick(25.0)
+        assert (dropped.reason, dropped.all_paths) == ("drop", (VIA_A,))
+        feed(scheduler, {VIA_A: 100}, 25.0, 35.0)
+        assert scheduler.tick(35.0).all_paths == (VIA_A, ("s", "d"))
+    else:
+        assert decision.all_paths == (VIA_A, ("s", "d"))
 
 
 def test_a_path_that_stops_adding_leaves() -> None:
