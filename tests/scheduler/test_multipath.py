@@ -289,8 +289,8 @@ def test_a_newcomer_whose_hops_never_report_is_not_judged_on_its_probe_figures()
     assert (dropped.reason, dropped.all_paths) == ("drop", (VIA_A,))
 
 
-@pytest.mark.parametrize(("direct", "moves"), [(112.0, False), (200.0, True)])
-def test_a_new_primary_must_beat_the_whole_set_it_would_build(direct: float, moves: bool) -> None:
+def direct_measured_beside_the_set(direct: float) -> tuple[PathScheduler, Keep | Switch]:
+    """A set of the paths through a (100) and b (95); direct is then measured at ``direct``; the decision at 30 s."""
     memory = known(s_a=100, a_d=100)
     scheduler = PathScheduler(VERTICES, "s", "d", memory, HAND)
     scheduler.start(0.0)
@@ -299,11 +299,18 @@ def test_a_new_primary_must_beat_the_whole_set_it_would_build(direct: float, mov
     scheduler.tick(10.0)
     feed(scheduler, {VIA_A: 100, VIA_B: 95}, 10.0, 20.0)
     assert scheduler.tick(20.0).all_paths == (VIA_A, VIA_B)
-    # Direct at 112 is 12% above the primary, enough for one path. But moving there ends the path
-    # through b, and direct with the path through a (212) is not 10% above the set's 195.
     memory.observe("s", "d", round(direct * 1000), 1000.0, now=25.0)
     feed(scheduler, {VIA_A: 100, VIA_B: 95}, 20.0, 30.0)
     decision = scheduler.tick(30.0)
+    assert not isinstance(decision, DropDepot)
+    return scheduler, decision
+
+
+@pytest.mark.parametrize(("direct", "moves"), [(112.0, False), (200.0, True)])
+def test_a_new_primary_must_beat_the_whole_set_it_would_build(direct: float, moves: bool) -> None:
+    # Direct at 112 is 12% above the primary, enough for one path. But moving there ends the path
+    # through b, and direct with the path through a (212) is not 10% above the set's 195.
+    _, decision = direct_measured_beside_the_set(direct)
     if moves:
         # The set built from direct keeps the path through a: it runs on, the path through b leaves, and direct
         # joins on trial (before, the move ended both and ran direct alone until they joined again).
@@ -313,26 +320,17 @@ def test_a_new_primary_must_beat_the_whole_set_it_would_build(direct: float, mov
         assert decision.all_paths == (VIA_A, VIA_B)
 
 
-def moved_onto_direct() -> tuple[PathScheduler, EdgeMemory]:
+def moved_onto_direct() -> PathScheduler:
     """The move above: the set (via a, via b) onto direct, measured at 200, keeping the path through a."""
-    memory = known(s_a=100, a_d=100)
-    scheduler = PathScheduler(VERTICES, "s", "d", memory, HAND)
-    scheduler.start(0.0)
-    feed(scheduler, {VIA_A: 100}, 0.0, 10.0)
-    learn_b(memory, 95.0)
-    scheduler.tick(10.0)
-    feed(scheduler, {VIA_A: 100, VIA_B: 95}, 10.0, 20.0)
-    scheduler.tick(20.0)
-    memory.observe("s", "d", 200_000, 1000.0, now=25.0)
-    feed(scheduler, {VIA_A: 100, VIA_B: 95}, 20.0, 30.0)
-    assert scheduler.tick(30.0).all_paths == (VIA_A, ("s", "d"))
-    return scheduler, memory
+    scheduler, decision = direct_measured_beside_the_set(200.0)
+    assert decision.all_paths == (VIA_A, ("s", "d"))
+    return scheduler
 
 
 def test_a_path_moved_onto_that_shares_the_kept_paths_bottleneck_leaves_on_trial() -> None:
     # A shared bottleneck: direct carries 30 and the path through a falls to 80 beside it. Before, the move had
     # run direct alone (the set's other paths ended) and paid their fill again when they joined.
-    scheduler, _ = moved_onto_direct()
+    scheduler = moved_onto_direct()
     feed(scheduler, {VIA_A: 80, ("s", "d"): 30}, 30.0, 40.0)
     decision = scheduler.tick(40.0)
     assert isinstance(decision, Switch)
@@ -340,7 +338,7 @@ def test_a_path_moved_onto_that_shares_the_kept_paths_bottleneck_leaves_on_trial
 
 
 def test_a_path_moved_onto_that_adds_stays_and_becomes_the_primary() -> None:
-    scheduler, _ = moved_onto_direct()
+    scheduler = moved_onto_direct()
     feed(scheduler, {VIA_A: 100, ("s", "d"): 200}, 30.0, 40.0)
     promoted = scheduler.tick(40.0)  # its trial passed, and the single-path rules make it the primary: a swap
     assert isinstance(promoted, Switch)
@@ -367,6 +365,7 @@ def test_a_full_set_trades_its_narrowest_extra_for_a_path_that_adds_clearly_more
         # unbanned (it added, only less), joins again
         feed(scheduler, {VIA_A: 100, VIA_B: 5}, 15.0, 25.0)
         dropped = scheduler.tick(25.0)
+        assert isinstance(dropped, Switch)
         assert (dropped.reason, dropped.all_paths) == ("drop", (VIA_A,))
         feed(scheduler, {VIA_A: 100}, 25.0, 35.0)
         assert scheduler.tick(35.0).all_paths == (VIA_A, ("s", "d"))
