@@ -692,11 +692,11 @@ class PathScheduler:
             kept = self._set.running_beside(path)
             if kept:
                 assert self._attempt is not None
+                leaving = self._attempt.path not in kept
+                if leaving:  # the old primary leaves as an extra would
+                    self._set.extras.insert(0, self._attempt)
                 self._set.leave_all_but(now, kept)
-                if self._attempt.path not in kept:
-                    self._history.append(self._attempt.freeze(now, self.config.streams))
-                    for edge in edges_of(self._attempt.path):
-                        self._edge_since.pop(edge, None)
+                if leaving:
                     self._attempt = self._set.take_settled()
                     self._set.recall_bans(now)
                 self._set.join_beside(now, path, predicted)

@@ -116,6 +116,11 @@ class PathSet:
         self.bans: dict[Path, _Ban] = {}
         """Paths that joined and did not add (or stopped adding), with their predicted width when they left."""
 
+    @property
+    def on_trial(self) -> Mapping[Path, float]:
+        """The newcomers still on trial, each with its predicted rate (none when no trial is open)."""
+        return self.trial.predicted if self.trial is not None else {}
+
     def edges(self) -> set[Edge]:
         return {edge for path in self.loop.current_paths for edge in edges_of(path)}
 
@@ -146,7 +151,7 @@ class PathSet:
             config.path_margin, self.banned_edges(),
         )
         kept = [path for path in built if path in self.loop.current_paths]
-        on_trial = self.trial.predicted if self.trial is not None else {}
+        on_trial = self.on_trial
         taken = {edge for path in [primary, *kept] for edge in edges_of(path)}
         for path in on_trial:
             if len(kept) < config.max_paths - 1 and path not in kept and not taken & set(edges_of(path)):
@@ -162,15 +167,14 @@ class PathSet:
     def take_settled(self) -> _Attempt:
         """The first extra that has passed its trial, out of the extras: the primary of a move whose old primary
         left (``running_beside`` keeps one)."""
-        on_trial = self.trial.predicted if self.trial is not None else {}
-        settled = next(extra for extra in self.extras if extra.path not in on_trial)
+        settled = next(extra for extra in self.extras if extra.path not in self.on_trial)
         self.extras.remove(settled)
         return settled
 
     def join_beside(self, now: float, path: Path, predicted: float) -> None:
         """``path`` joins the set as it now is, on trial from now with the newcomers still on trial (``judge_trial``),
         against what the measured graph gives the paths that passed theirs."""
-        on_trial = dict(self.trial.predicted) if self.trial is not None else {}
+        on_trial = dict(self.on_trial)
         settled = [p for p in self.loop.current_paths if p not in on_trial]
         self._admit(now, {**on_trial, path: predicted}, [path], set_total(self.loop.measured_graph(), settled))
 
@@ -305,7 +309,7 @@ class PathSet:
         trial (what made them slow, often the set itself, will not change while they are out)."""
         graph = self.loop.carried(self.loop.measured_graph(), judging=True)  # as the trial judged them
         dropped = False
-        on_trial = self.trial.predicted if self.trial is not None else {}
+        on_trial = self.on_trial
         for extra in list(self.extras):
             if extra.path in on_trial:
                 continue  # its trial judges it (judge_trial), when its hops have reported
