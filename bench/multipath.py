@@ -4,7 +4,7 @@ the sum of their rates, and does it lose nothing where every chain shares one bo
     flock /tmp/lnet-testbed.lock .venv/bin/python bench/multipath.py [--topologies two,three,shared]
         [--max-paths 2,3] [--size SIZE] [--runs 3] [--max-inflight 2|default] [--block-size 1MiB] [--out DIR]
         [--quick] [--list]
-    flock /tmp/lnet-testbed.lock .venv/bin/python bench/multipath.py --random N [--seed S] [--quick]
+    flock /tmp/lnet-testbed.lock .venv/bin/python bench/multipath.py --random N [--seed S] [--only I,J] [--quick]
         [--max-paths 3] [...]
 
 --random N runs N seeded random scenarios of <=8 depots (bench/testbed_scenarios.py; a fresh seed unless --seed,
@@ -14,7 +14,8 @@ scenario runs every --max-paths asked for, whatever its number of routes (worst/
 lose). The simulator runs the same plan on the same scaled network at the same size; each ratio is printed for
 both with their distribution and saved with the CDFs in bench/results/multipath-random-<seed>-<time>.json and
 .png. --quick --max-paths 3: 12 scenarios in about 35 minutes (45 with the default 2,3; the estimate is printed
-first).
+first). --only I,J runs only those of the N (their r-numbers), e.g. to run again, before and after a change, the
+scenarios that missed.
 
 Needs root (the testbed) and an lnet-send with --max-paths. Three fixed topologies (deploy/topologies/):
   two     multipath2.toml: two physically disjoint routes of similar rate (direct 16, through a 20 Mbit/s)
@@ -478,6 +479,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--random", type=int, default=0, metavar="N",
                         help="also N seeded random scenarios of <=8 depots (bench/testbed_scenarios.py)")
     parser.add_argument("--seed", type=int, help="seed of the random scenarios (default: a fresh one, printed)")
+    pc.add_only_arg(parser)
     parser.add_argument("--max-paths", type=parse_max_paths, default=(2, 3), metavar="N,...",
                         help="the multipath runs' --max-paths values (default 2,3; each up to a named topology's "
                              "routes)")
@@ -516,9 +518,8 @@ async def main(argv: list[str] | None = None) -> int:
     cases = [CASES[name] for name in args.topologies.split(",") if name]
     random_plan = Plan(replace(settings, inflight=args.random_max_inflight), args.max_paths)
     if args.random:
-        print(f"random scenarios: seed {args.random_seed} (rerun: bench/multipath.py --random {args.random} --seed "
-              f"{args.random_seed}{' --quick' if args.quick else ''})", flush=True)
-    rcs = [ts.random_case(args.random_seed, index) for index in ts.small_indices(args.random)]
+        print(f"random scenarios: seed {args.random_seed} (rerun: {pc.rerun_command('multipath', args)})", flush=True)
+    rcs = [ts.random_case(args.random_seed, index) for index in pc.random_indices(args)]
     if args.list:
         for case in cases:
             print("\n".join(describe(case, plan)), end="\n\n")

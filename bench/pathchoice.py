@@ -4,7 +4,7 @@ networks whose best chain is known?
     flock /tmp/lnet-testbed.lock .venv/bin/python bench/pathchoice.py [--topologies abilene,detour,...]
         [--size SIZE] [--runs 3] [--max-inflight 2|default] [--max-paths 1] [--block-size 1MiB] [--seed 11]
         [--out DIR] [--quick]
-    flock /tmp/lnet-testbed.lock .venv/bin/python bench/pathchoice.py --random N [--seed S] [--quick] [...]
+    flock /tmp/lnet-testbed.lock .venv/bin/python bench/pathchoice.py --random N [--seed S] [--only I,J] [--quick] [...]
 
 --random N runs N seeded random scenarios of <=8 depots (lnet.scheduler.scenarios, as bench/scheduler.py --random
 runs them; a fresh seed unless --seed, always printed), each scaled to fit the machine (bench/testbed_scenarios.py),
@@ -15,7 +15,8 @@ on the same scaled network at the same size. Printed: each scenario's warm/oracl
 direct is the oracle) and warm/sum of its disjoint routes (where it has them), on the testbed and in the
 simulator, and their distribution (median, 10th percentile, testbed minus simulator); saved with the CDFs in
 bench/results/pathchoice-random-<seed>-<time>.json and pathchoice-random-<seed>.png. --quick: about 10 s a
-transfer, 12 scenarios in about 35 minutes (the estimate, from the simulator's rates, is printed first).
+transfer, 12 scenarios in about 35 minutes (the estimate, from the simulator's rates, is printed first). --only I,J
+runs only those of the N (their r-numbers), e.g. to run again, before and after a change, the scenarios that missed.
 
 Needs root (the testbed). Seven topologies (docs/scheduler.md, "Path choice on the testbed", describes each):
   abilene  deploy/topologies/abilene.toml, the logistics paper's experiment (window-limited hosts, a four-depot chain)
@@ -1091,6 +1092,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         "oracle and direct are single paths")
     parser.add_argument("--seed", type=int, help=f"seed of the generated topologies ({DEFAULT_SEED}) and of the random "
                         "scenarios (default: a fresh one, printed)")
+    add_only_arg(parser)
     parser.add_argument("--out", type=Path, default=Path(tempfile.gettempdir()) / "lnet-bench-pathchoice")
     parser.add_argument("--quick", action="store_true", help="a smoke test: tiny sizes, one run")
     parser.add_argument("--list", action="store_true", help="print the topologies (TOML) and their design figures")
@@ -1114,6 +1116,40 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
+def add_only_arg(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--only", metavar="I,J", help="with --random N: only these of its scenarios, by index (the "
+                        "r-number of a scenario; e.g. --only 2,20 to run again the two that missed)")
+
+
+def parse_only(text: str | None, count: int) -> list[int] | None:
+    """--only's indices, each one of the first ``count`` random scenarios' (None: all of them)."""
+    if text is None:
+        return None
+    if not count:
+        raise ValueError("--only needs --random N")
+    allowed = ts.small_indices(count)
+    try:
+        only = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise ValueError(f"--only: comma-separated scenario indices, not {text!r}") from None
+    outside = [i for i in only if i not in allowed]
+    if outside or not only:
+        raise ValueError(f"--only: {', '.join(map(str, outside)) or 'nothing'} is not among --random {count}'s "
+                         f"scenarios ({', '.join(map(str, allowed))})")
+    return only
+
+
+def random_indices(args: argparse.Namespace) -> list[int]:
+    """The random scenarios to run: the first --random N, or those of them --only names."""
+    return args.only if args.only is not None else ts.small_indices(args.random)
+
+
+def rerun_command(bench: str, args: argparse.Namespace) -> str:
+    only = f" --only {','.join(map(str, args.only))}" if args.only is not None else ""
+    return (f"bench/{bench}.py --random {args.random} --seed {args.random_seed}{only}"
+            f"{' --quick' if args.quick else ''}")
+
+
 def check_args(parser: argparse.ArgumentParser, args: argparse.Namespace, cases: Iterable[str]) -> None:
     """The checks this benchmark and bench/multipath.py share: --runs, --topologies, --random and its seed (a fresh
     one unless given), --max-inflight (the named topologies' default 2, the random scenarios' lnet-send's rule),
@@ -1129,6 +1165,10 @@ def check_args(parser: argparse.ArgumentParser, args: argparse.Namespace, cases:
     given = vars(args)
     args.random_max_inflight = given.get("max_inflight")  # None: lnet-send's rule
     args.max_inflight = given.get("max_inflight", 2)
+    try:
+        args.only = parse_only(args.only, args.random)
+    except ValueError as exc:
+        parser.error(str(exc))
     unknown = [name for name in args.topologies.split(",") if name and name not in names]
     if unknown:
         parser.error(f"unknown topologies: {', '.join(unknown)} (choose from {', '.join(names)})")
@@ -1176,9 +1216,8 @@ async def main(argv: list[str] | None = None) -> int:
     cases = [CASES[name](named_seed) for name in args.topologies.split(",") if name]
     random_settings = replace(settings, inflight=args.random_max_inflight, max_paths=args.random_max_paths)
     if args.random:
-        print(f"random scenarios: seed {args.random_seed} (rerun: bench/pathchoice.py --random {args.random} --seed "
-              f"{args.random_seed}{' --quick' if args.quick else ''})", flush=True)
-    rcs = [ts.random_case(args.random_seed, index) for index in ts.small_indices(args.random)]
+        print(f"random scenarios: seed {args.random_seed} (rerun: {rerun_command('pathchoice', args)})", flush=True)
+    rcs = [ts.random_case(args.random_seed, index) for index in random_indices(args)]
     if args.list:
         for case in cases:
             print("\n".join(describe(case, settings.design_inflight)), end="\n\n")

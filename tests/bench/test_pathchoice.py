@@ -188,6 +188,26 @@ def test_the_simulator_alone_runs_the_random_scenarios_without_root(capsys: pyte
     assert any(line.startswith("warm / oracle") and "median" in line and "p10" in line for line in out.splitlines())
 
 
+def test_only_runs_the_named_random_scenarios(capsys: pytest.CaptureFixture[str]) -> None:
+    # --only: a subset of --random N's scenarios by index, to run again the ones that missed (an A/B of a few)
+    assert trio.run(pc.main, ["--random", "12", "--seed", "7", "--only", "2,19", "--quick", "--simulate-only"]) == 0
+    out = capsys.readouterr().out
+    assert [line.split()[0] for line in out.splitlines() if line.startswith("r0")] == ["r002", "r019"]
+    assert "--only 2,19" in out  # the rerun command printed says so
+
+
+@pytest.mark.parametrize(("argv", "error"), [
+    (["--only", "2"], "--only needs --random N"),
+    (["--random", "3", "--only", "7"], "7 is not among --random 3's scenarios (0, 1, 2)"),
+    (["--random", "3", "--only", "1,x"], "comma-separated scenario indices"),
+])
+def test_only_names_scenarios_of_the_random_set(argv: list[str], error: str,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        pc.parse_args(argv)
+    assert error in capsys.readouterr().err
+
+
 def test_a_pinned_run_stopped_as_too_slow_is_no_failure_but_a_failed_transfer_is() -> None:
     stopped = {"ok": False, "error": "stopped after 60 s", "stopped_s": 60.0}
     row = {"runs": [{**stopped, "kind": "direct"}, {"ok": True, "kind": "cold"}], "widest": [stopped]}
