@@ -4,6 +4,7 @@ something, as plain data (``Relay`` wraps it in a ``Traced`` event). Pure: the r
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Collection
 from typing import Any
@@ -65,6 +66,12 @@ def trace_decision(
         if decision.reason == "start":  # what orders the first probes (theory of operation, 10)
             data["rtt_ms"] = {v: round(rtt * 1000, 2) for v, rtt in scheduler.rtt_s.items()}
             data["peer_rtt_ms"] = {f"{u}>{v}": round(rtt * 1000, 2) for (u, v), rtt in scheduler.peer_rtt_s.items()}
+            # what bench/replay.py needs to run the same scheduler on the same events: its ends, candidates and
+            # settings, and whether it began from a memory (a warm start's memory is not in the trace)
+            data["src"], data["dst"] = scheduler.src, scheduler.dst
+            data["vertices"] = list(scheduler.vertices)
+            data["config"] = dataclasses.asdict(scheduler.config)
+            data["remembered_edges"] = len(scheduler.memory.snapshot())
     if evaluated:
         graph = scheduler.graph(with_aging=False)
         data["weights_mbps"] = {f"{u}>{v}": round(a[THROUGHPUT] * 8 / 1e6, 3)

@@ -224,6 +224,8 @@ class ScriptedScheduler:
         self.last_evaluation: float | None = None  # what --trace reads: it never re-evaluates
         self.rtt_s: dict[str, float] = {}
         self.peer_rtt_s: dict[tuple[str, str], float] = {}
+        self.src, self.dst = self.paths[0][0], self.paths[0][-1]  # and its start record: ends, candidates
+        self.vertices = tuple(dict.fromkeys(v for path in self.paths for v in path))
 
     def start(self, now: float) -> Switch:
         self._t0 = now

@@ -1,0 +1,160 @@
+"""Replay an lnet-send trace through the scheduler of this version: the same events, in the same order, at the same
+times, and each decision the run recorded beside the one this scheduler takes.
+
+    .venv/bin/python bench/replay.py TRACE.jsonl [--all] [--json]
+
+The scheduler is a pure function of what it is told (measurements, probe ends, failures) and when it is asked
+(ticks): given a run's trace (``lnet-send --trace``, which ``bench/pathchoice.py`` and ``bench/multipath.py`` keep
+for every run), this rebuilds the run's scheduler from the trace's first record (its ends, candidates, settings and
+round trips) and feeds it the recorded events. Where the code is the run's, every decision comes out the same, so a
+testbed run can be read decision by decision on this machine; where a rule changed, the first decision that differs
+shows what the new rule would have done at that point of a real run. After it the run went on with the old
+decision and the replay's scheduler would have gone on with the new one: later lines compare nothing (``--all``
+prints them anyway, marked).
+
+Cold starts only: a warm start's memory is not in the trace, and the trace says whether there was one. Exact up to
+the trace's rounding (times to the millisecond, seconds of a measurement to 0.1 ms): a figure that lands on a
+threshold may tip the other way. Ticks that changed nothing and asked for no probe are not in the trace and are not
+replayed; they decide nothing. Exit status: 0 every decision the same, 1 one differs, 2 the trace cannot be
+replayed (not a cold start, or from a version that did not record its settings).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from lnet.scheduler import Decision as SchedulerDecision
+from lnet.scheduler import (
+    DepotFailure,
+    DropDepot,
+    EdgeMemory,
+    HopFailure,
+    Measurement,
+    PathScheduler,
+    ProbeDone,
+    SchedulerConfig,
+)
+
+__all__ = ["ReplayError", "Step", "main", "replay"]
+
+
+class ReplayError(ValueError):
+    """The trace cannot be replayed: what is missing, in a sentence."""
+
+
+@dataclass(frozen=True)
+class Step:
+    """One recorded decision and the replay's at the same point: each as ``[kind, reason, paths, probes]``."""
+
+    t: float
+    recorded: list[Any]
+    replayed: list[Any]
+
+    @property
+    def same(self) -> bool:
+        return self.recorded == self.replayed
+
+
+def replay(records: Iterable[dict[str, Any]]) -> list[Step]:
+    """Every decision of a cold start's trace beside this scheduler's, until the end of the trace."""
+    records = list(records)
+    decisions = [r for r in records if r.get("kind") == "decision"]
+    if not decisions or decisions[0].get("reason") != "start":
+        raise ReplayError("no start decision: the trace of a transfer that did not run, or of a pinned path")
+    first = decisions[0]
+    missing = [key for key in ("src", "dst", "vertices", "config", "remembered_edges") if key not in first]
+    if missing:
+        raise ReplayError(f"the trace's start record has no {', '.join(missing)}: a trace of an earlier lnet-send")
+    if first["remembered_edges"]:
+        raise ReplayError(f"a warm start ({first['remembered_edges']} edges remembered): its memory is not in the "
+                          "trace; replay the trace of a --cold run")
+    try:
+        config = SchedulerConfig(**first["config"])
+    except TypeError as exc:
+        raise ReplayError(f"settings this version does not know: {exc}") from None
+    scheduler = PathScheduler(
+        first["vertices"], first["src"], first["dst"], EdgeMemory(), config,
+        rtt_s={v: ms / 1000 for v, ms in first.get("rtt_ms", {}).items()},
+        peer_rtt_s={_edge(pair): ms / 1000 for pair, ms in first.get("peer_rtt_ms", {}).items()},
+    )
+    steps: list[Step] = []
+    for record in records:
+        kind, t = record.get("kind"), float(record.get("t", 0.0))
+        if kind == "measure":
+            scheduler.measure(Measurement(tuple(record["edge"]), record["bytes"], record["seconds"], t,
+                                          record["streams"], record["began"], record.get("starved", False)))
+        elif kind == "probe-done":
+            scheduler.measure(ProbeDone(tuple(record["edge"]), t))
+        elif kind == "failure":
+            if "depot" in record:
+                scheduler.measure(DepotFailure(record["depot"], t))
+            else:
+                scheduler.measure(HopFailure(tuple(record["edge"]), t))
+        elif kind == "decision":
+            decision = scheduler.start(t) if record is first else scheduler.tick(t)
+            steps.append(Step(t, _recorded(record), _replayed(decision)))
+    return steps
+
+
+def _edge(pair: str) -> tuple[str, str]:
+    u, _, v = pair.partition(">")
+    return u, v
+
+
+def _recorded(record: dict[str, Any]) -> list[Any]:
+    return [record["decision"], record.get("reason", ""), record["paths"], record["probes"]]
+
+
+def _replayed(decision: SchedulerDecision) -> list[Any]:
+    probes = [] if isinstance(decision, DropDepot) else [list(e) for e in decision.probes]
+    return [type(decision).__name__, getattr(decision, "reason", ""), [list(p) for p in decision.all_paths], probes]
+
+
+def _show(step: list[Any]) -> str:
+    kind, reason, paths, probes = step
+    chains = " + ".join(",".join(p[1:-1]) or "direct" for p in paths)
+    asked = f" probes {', '.join('>'.join(e) for e in probes)}" if probes else ""
+    return f"{kind}{' ' + reason if reason else ''} [{chains}]{asked}"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("trace", type=Path, help="an lnet-send --trace file (JSON lines) of a --cold run")
+    parser.add_argument("--all", action="store_true", help="go on past the first decision that differs")
+    parser.add_argument("--json", action="store_true", help="print the steps as JSON")
+    args = parser.parse_args(argv)
+    try:
+        lines = args.trace.read_text(encoding="utf-8").splitlines()
+        steps = replay(json.loads(line) for line in lines if line.strip())
+    except (OSError, json.JSONDecodeError, KeyError, ReplayError) as exc:
+        print(f"replay: {args.trace}: {exc}", file=sys.stderr)
+        return 2
+    differs = next((i for i, step in enumerate(steps) if not step.same), None)
+    if args.json:
+        print(json.dumps({"trace": str(args.trace), "decisions": len(steps), "first_difference": differs,
+                          "steps": [vars(step) for step in steps]}))
+    else:
+        for i, step in enumerate(steps):
+            if differs is not None and i > differs and not args.all:
+                break
+            after = differs is not None and i > differs
+            mark = "  (after the first difference: compares nothing)" if after else ""
+            if step.same:
+                print(f"{step.t:8.3f}  same      {_show(step.recorded)}{mark}")
+            else:
+                print(f"{step.t:8.3f}  recorded  {_show(step.recorded)}{mark}")
+                print(f"{'':8}  replayed  {_show(step.replayed)}")
+        total = f"{len(steps)} decisions"
+        print(f"{total}: all the same" if differs is None
+              else f"{total}: the first that differs is number {differs + 1}, at {steps[differs].t:.3f} s")
+    return 0 if differs is None else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

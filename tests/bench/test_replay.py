@@ -1,0 +1,104 @@
+"""bench/replay.py: a cold start's trace, fed again to the scheduler, gives the decisions the run took."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+import trio
+
+from lnet.client.sending.relay import Relay, RelayConfig, Traced
+from lnet.scheduler import EdgeMemory, PathScheduler, SchedulerConfig
+
+from ..client.network import MiB, Network, depots, inline
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def load_bench() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("replay", REPO / "bench" / "replay.py")
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["replay"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+rp = load_bench()
+
+# A wide route through a, a narrower one through b, a slow direct link, and c, a depot the round trips make look
+# good whose onward edge is slow: the cold start runs direct, scouts, probes, moves and joins paths.
+RATES = {("here", "a"): 12 * MiB, ("a", "dst"): 12 * MiB, ("here", "b"): 6 * MiB, ("b", "dst"): 6 * MiB,
+         ("here", "c"): 12 * MiB, ("c", "dst"): 1 * MiB}
+RTT_S = {"a": 0.02, "b": 0.02, "c": 0.01, "dst": 0.03}
+
+
+async def traced_cold_start(tmp_path: Path, memory: EdgeMemory) -> list[dict[str, Any]]:
+    """A transfer on the emulated network with lnet-send's scheduler, as ``--trace`` writes its records."""
+    network = Network(default_rate=0.5 * MiB, latency_s=0.01)
+    for (u, v), rate in RATES.items():
+        network.set_rate(u, v, rate)
+    source = tmp_path / "payload.bin"
+    source.write_bytes(os.urandom(120 * MiB))
+    config = SchedulerConfig(max_paths=3, streams=RelayConfig().max_inflight, min_streams=2)
+    records: list[dict[str, Any]] = []
+
+    def keep(event: object) -> None:
+        if isinstance(event, Traced):
+            records.append(json.loads(json.dumps({"kind": event.kind, **event.data})))  # as the file holds it
+
+    async with depots(network, ["a", "b", "c", "dst"], tmp_path) as clients:
+        scheduler = PathScheduler(["here", "a", "b", "c", "dst"], "here", "dst", memory, config, rtt_s=RTT_S)
+        relay = Relay(source, "here", "dst", clients, scheduler=scheduler,
+                      config=RelayConfig(block_size=MiB, trace=True), offload=inline, on_event=keep)
+        await relay.run()
+    return records
+
+
+async def test_a_cold_start_replays_to_the_decisions_it_took(
+    tmp_path: Path, autojump_clock: trio.abc.Clock, capsys: pytest.CaptureFixture[str]
+) -> None:
+    records = await traced_cold_start(tmp_path, EdgeMemory())
+    steps = rp.replay(records)
+    kinds = {(step.recorded[0], step.recorded[1]) for step in steps}
+    assert ("Switch", "start") in kinds
+    assert ("Switch", "join") in kinds  # it did more than start
+    assert any(step.recorded[3] for step in steps)  # and asked for probes
+    assert all(step.same for step in steps), next(step for step in steps if not step.same)
+    trace = tmp_path / "run.trace.jsonl"
+    trace.write_text("".join(json.dumps(record) + "\n" for record in records))
+    assert rp.main([str(trace)]) == 0
+    assert f"{len(steps)} decisions: all the same" in capsys.readouterr().out
+
+    # A run whose scheduler decided otherwise at one point (here: a probe it did not ask for) differs there
+    changed = next(i for i, r in enumerate(records) if r["kind"] == "decision" and r["probes"] and i > 0)
+    records[changed] = {**records[changed], "probes": [["here", "nowhere"]]}
+    trace.write_text("".join(json.dumps(record) + "\n" for record in records))
+    assert rp.main([str(trace)]) == 1
+    out = capsys.readouterr().out
+    number = sum(1 for r in records[: changed + 1] if r["kind"] == "decision")
+    assert f"the first that differs is number {number}, at {records[changed]['t']:.3f} s" in out
+    assert "replayed" in out
+    assert "here>nowhere" in out
+
+
+async def test_a_warm_start_is_refused_its_memory_is_not_in_the_trace(
+    tmp_path: Path, autojump_clock: trio.abc.Clock, capsys: pytest.CaptureFixture[str]
+) -> None:
+    memory = EdgeMemory()
+    memory.observe("here", "a", 12 * MiB, 1.0, 0.0)
+    records = await traced_cold_start(tmp_path, memory)
+    with pytest.raises(rp.ReplayError, match="a warm start"):
+        rp.replay(records)
+    start = {key: value for key, value in records[0].items() if key != "config"}
+    trace = tmp_path / "old.trace.jsonl"
+    trace.write_text(json.dumps(start) + "\n")
+    assert rp.main([str(trace)]) == 2
+    assert "has no config: a trace of an earlier lnet-send" in capsys.readouterr().err
