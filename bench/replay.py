@@ -5,18 +5,17 @@ times, and each decision the run recorded beside the one this scheduler takes.
 
 The scheduler is a pure function of what it is told (measurements, probe ends, failures) and when it is asked
 (ticks): given a run's trace (``lnet-send --trace``, which ``bench/pathchoice.py`` and ``bench/multipath.py`` keep
-for every run), this rebuilds the run's scheduler from the trace's first record (its ends, candidates, settings and
-round trips) and feeds it the recorded events. Where the code is the run's, every decision comes out the same, so a
-testbed run can be read decision by decision on this machine; where a rule changed, the first decision that differs
-shows what the new rule would have done at that point of a real run. After it the run went on with the old
-decision and the replay's scheduler would have gone on with the new one: later lines compare nothing (``--all``
-prints them anyway, marked).
+for every run), this rebuilds the run's scheduler from the trace's first record (its ends, candidates, settings,
+round trips, and the memory it began from with the clock that memory is dated on) and feeds it the recorded
+events. Where the code is the run's, every decision comes out the same, so a testbed run can be read decision by
+decision on this machine; where a rule changed, the first decision that differs shows what the new rule would
+have done at that point of a real run. After it the run went on with the old decision and the replay's scheduler
+would have gone on with the new one: later lines compare nothing (``--all`` prints them anyway, marked).
 
-Cold starts only: a warm start's memory is not in the trace, and the trace says whether there was one. Exact up to
-the trace's rounding (times to the millisecond, seconds of a measurement to 0.1 ms): a figure that lands on a
-threshold may tip the other way. Ticks that changed nothing and asked for no probe are not in the trace and are not
-replayed; they decide nothing. Exit status: 0 every decision the same, 1 one differs, 2 the trace cannot be
-replayed (not a cold start, or from a version that did not record its settings).
+Exact up to the trace's rounding (times to the millisecond, a measurement's seconds to 0.1 ms): a figure that
+lands on a threshold may tip the other way. Ticks that changed nothing and asked for no probe are not in the trace
+and are not replayed; they decide nothing. Exit status: 0 every decision the same, 1 one differs, 2 the trace
+cannot be replayed (from a version that did not record its settings and memory, or of a pinned path).
 """
 
 from __future__ import annotations
@@ -62,33 +61,37 @@ class Step:
 
 
 def replay(records: Iterable[dict[str, Any]]) -> list[Step]:
-    """Every decision of a cold start's trace beside this scheduler's, until the end of the trace."""
+    """Every decision of a run's trace beside this scheduler's, until the end of the trace."""
     records = list(records)
     decisions = [r for r in records if r.get("kind") == "decision"]
     if not decisions or decisions[0].get("reason") != "start":
         raise ReplayError("no start decision: the trace of a transfer that did not run, or of a pinned path")
     first = decisions[0]
-    missing = [key for key in ("src", "dst", "vertices", "config", "remembered_edges") if key not in first]
+    needed = ("src", "dst", "vertices", "config", "clock_s", "memory", "memory_smoothing_s")
+    missing = [key for key in needed if key not in first]
     if missing:
         raise ReplayError(f"the trace's start record has no {', '.join(missing)}: a trace of an earlier lnet-send")
-    if first["remembered_edges"]:
-        raise ReplayError(f"a warm start ({first['remembered_edges']} edges remembered): its memory is not in the "
-                          "trace; replay the trace of a --cold run")
     try:
         config = SchedulerConfig(**first["config"])
     except TypeError as exc:
         raise ReplayError(f"settings this version does not know: {exc}") from None
+    try:
+        memory = EdgeMemory.from_document(first["memory"], smoothing_s=first["memory_smoothing_s"])
+    except (ValueError, TypeError, KeyError) as exc:
+        raise ReplayError(f"the memory the run began from cannot be read: {exc}") from None
+    clock = float(first["clock_s"])  # the events' times are seconds since the start; the memory's, the clock's
     scheduler = PathScheduler(
-        first["vertices"], first["src"], first["dst"], EdgeMemory(), config,
+        first["vertices"], first["src"], first["dst"], memory, config,
         rtt_s={v: ms / 1000 for v, ms in first.get("rtt_ms", {}).items()},
         peer_rtt_s={_edge(pair): ms / 1000 for pair, ms in first.get("peer_rtt_ms", {}).items()},
     )
     steps: list[Step] = []
     for record in records:
-        kind, t = record.get("kind"), float(record.get("t", 0.0))
+        kind, t = record.get("kind"), clock + float(record.get("t", 0.0))
         if kind == "measure":
+            began = None if record["began"] is None else clock + record["began"]
             scheduler.measure(Measurement(tuple(record["edge"]), record["bytes"], record["seconds"], t,
-                                          record["streams"], record["began"], record.get("starved", False)))
+                                          record["streams"], began, record.get("starved", False)))
         elif kind == "probe-done":
             scheduler.measure(ProbeDone(tuple(record["edge"]), t))
         elif kind == "failure":
@@ -98,7 +101,7 @@ def replay(records: Iterable[dict[str, Any]]) -> list[Step]:
                 scheduler.measure(HopFailure(tuple(record["edge"]), t))
         elif kind == "decision":
             decision = scheduler.start(t) if record is first else scheduler.tick(t)
-            steps.append(Step(t, _recorded(record), _replayed(decision)))
+            steps.append(Step(t - clock, _recorded(record), _replayed(decision)))
     return steps
 
 
@@ -125,7 +128,7 @@ def _show(step: list[Any]) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("trace", type=Path, help="an lnet-send --trace file (JSON lines) of a --cold run")
+    parser.add_argument("trace", type=Path, help="an lnet-send --trace file (JSON lines)")
     parser.add_argument("--all", action="store_true", help="go on past the first decision that differs")
     parser.add_argument("--json", action="store_true", help="print the steps as JSON")
     args = parser.parse_args(argv)

@@ -334,7 +334,21 @@ class EdgeMemory:
         """Write the memory as JSON, atomically: a reader sees the old file or the new one, never a torn one."""
         target = Path(path)
         target.parent.mkdir(parents=True, exist_ok=True)
-        document = {
+        document = self.document()
+        fd, temporary = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as stream:
+                json.dump(document, stream, indent=1, allow_nan=False)
+                stream.flush()
+                os.fsync(stream.fileno())
+            os.replace(temporary, target)
+        except BaseException:
+            Path(temporary).unlink(missing_ok=True)
+            raise
+
+    def document(self) -> dict[str, Any]:
+        """The memory as the JSON document ``save`` writes (``from_document`` reads it back)."""
+        document: dict[str, Any] = {
             "format": _FORMAT,
             "version": _VERSION,
             "edges": [
@@ -356,16 +370,16 @@ class EdgeMemory:
                 {"path": list(r.path), "beside": list(r.beside), "width_bps": r.width_bps, "at": r.at}
                 for _, r in sorted(self._overlaps.items())
             ]
-        fd, temporary = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as stream:
-                json.dump(document, stream, indent=1, allow_nan=False)
-                stream.flush()
-                os.fsync(stream.fileno())
-            os.replace(temporary, target)
-        except BaseException:
-            Path(temporary).unlink(missing_ok=True)
-            raise
+        return document
+
+    @classmethod
+    def from_document(cls, document: object, *, smoothing_s: float = DEFAULT_SMOOTHING_S) -> EdgeMemory:
+        """A memory from ``document`` (as ``document()`` gives it); ValueError, TypeError or KeyError if it is not
+        one (``load`` reports those and starts empty instead)."""
+        memory = cls(smoothing_s=smoothing_s)
+        memory._edges, overlaps = _parse(document)
+        memory._overlaps = {(record.path, record.beside): record for record in overlaps}
+        return memory
 
     @classmethod
     def load(cls, path: str | os.PathLike[str], *, smoothing_s: float = DEFAULT_SMOOTHING_S) -> EdgeMemory:
@@ -383,8 +397,7 @@ class EdgeMemory:
             log.warning("ignoring the edge memory %s: cannot read it (%s)", path, error)
             return memory
         try:
-            memory._edges, overlaps = _parse(json.loads(text))
-            memory._overlaps = {(record.path, record.beside): record for record in overlaps}
+            memory = cls.from_document(json.loads(text), smoothing_s=smoothing_s)
         except (ValueError, TypeError, KeyError) as error:
             log.warning("ignoring the edge memory %s: not an lnet edge memory (%s)", path, error)
         return memory

@@ -66,12 +66,15 @@ def trace_decision(
         if decision.reason == "start":  # what orders the first probes (theory of operation, 10)
             data["rtt_ms"] = {v: round(rtt * 1000, 2) for v, rtt in scheduler.rtt_s.items()}
             data["peer_rtt_ms"] = {f"{u}>{v}": round(rtt * 1000, 2) for (u, v), rtt in scheduler.peer_rtt_s.items()}
-            # what bench/replay.py needs to run the same scheduler on the same events: its ends, candidates and
-            # settings, and whether it began from a memory (a warm start's memory is not in the trace)
+            # what bench/replay.py needs to run the same scheduler on the same events: its ends, candidates,
+            # settings and memory as it began, and its clock then (a memory's records are dated on it)
             data["src"], data["dst"] = scheduler.src, scheduler.dst
             data["vertices"] = list(scheduler.vertices)
             data["config"] = dataclasses.asdict(scheduler.config)
+            data["clock_s"] = round(now - since_start, 3)
             data["remembered_edges"] = len(scheduler.memory.snapshot())
+            data["memory"] = scheduler.memory.document()
+            data["memory_smoothing_s"] = scheduler.memory.smoothing_s
     if evaluated:
         graph = scheduler.graph(with_aging=False)
         data["weights_mbps"] = {f"{u}>{v}": round(a[THROUGHPUT] * 8 / 1e6, 3)

@@ -1,4 +1,4 @@
-"""bench/replay.py: a cold start's trace, fed again to the scheduler, gives the decisions the run took."""
+"""bench/replay.py: a run's trace, fed again to the scheduler, gives the decisions the run took."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ import pytest
 import trio
 
 from lnet.client.sending.relay import Relay, RelayConfig, Traced
+from lnet.protocol.clock import TrioWallClock
 from lnet.scheduler import EdgeMemory, PathScheduler, SchedulerConfig
 
 from ..client.network import MiB, Network, depots, inline
@@ -40,7 +41,7 @@ RATES = {("here", "a"): 12 * MiB, ("a", "dst"): 12 * MiB, ("here", "b"): 6 * MiB
 RTT_S = {"a": 0.02, "b": 0.02, "c": 0.01, "dst": 0.03}
 
 
-async def traced_cold_start(tmp_path: Path, memory: EdgeMemory) -> list[dict[str, Any]]:
+async def traced_run(tmp_path: Path, memory: EdgeMemory) -> list[dict[str, Any]]:
     """A transfer on the emulated network with lnet-send's scheduler, as ``--trace`` writes its records."""
     network = Network(default_rate=0.5 * MiB, latency_s=0.01)
     for (u, v), rate in RATES.items():
@@ -65,7 +66,7 @@ async def traced_cold_start(tmp_path: Path, memory: EdgeMemory) -> list[dict[str
 async def test_a_cold_start_replays_to_the_decisions_it_took(
     tmp_path: Path, autojump_clock: trio.abc.Clock, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    records = await traced_cold_start(tmp_path, EdgeMemory())
+    records = await traced_run(tmp_path, EdgeMemory())
     steps = rp.replay(records)
     kinds = {(step.recorded[0], step.recorded[1]) for step in steps}
     assert ("Switch", "start") in kinds
@@ -89,16 +90,36 @@ async def test_a_cold_start_replays_to_the_decisions_it_took(
     assert "here>nowhere" in out
 
 
-async def test_a_warm_start_is_refused_its_memory_is_not_in_the_trace(
+async def test_a_warm_start_replays_from_the_memory_it_began_with(
     tmp_path: Path, autojump_clock: trio.abc.Clock, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    # remembered: the route through a at its rate, b's first edge, and c's slow onward edge, an hour ago (aged
+    # since: the memory's records are dated on the run's clock, and the replay must date the events alike)
     memory = EdgeMemory()
-    memory.observe("here", "a", 12 * MiB, 1.0, 0.0)
-    records = await traced_cold_start(tmp_path, memory)
-    with pytest.raises(rp.ReplayError, match="a warm start"):
-        rp.replay(records)
-    start = {key: value for key, value in records[0].items() if key != "config"}
+    now = TrioWallClock()()
+    memory.observe("here", "a", 12 * MiB, 1.0, now - 3600)
+    memory.observe("a", "dst", 12 * MiB, 1.0, now - 3600)
+    memory.observe("here", "b", 6 * MiB, 1.0, now - 60)
+    memory.observe("c", "dst", 1 * MiB, 1.0, now - 60)
+    records = await traced_run(tmp_path, memory)
+    assert records[0]["remembered_edges"] == 4
+    steps = rp.replay(records)
+    assert ["here", "a", "dst"] in steps[0].recorded[2]  # a warm start: the remembered route from the first second
+    assert all(step.same for step in steps), next(step for step in steps if not step.same)
+    # the same run replayed from no memory starts elsewhere: the memory is what the replay began from
+    cold = {**records[0], "memory": EdgeMemory().document(), "remembered_edges": 0}
+    assert not rp.replay([cold, *records[1:]])[0].same
+
+
+def test_a_trace_without_the_start_s_settings_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    start = {"kind": "decision", "t": 0.0, "decision": "Switch", "reason": "start", "paths": [["here", "dst"]],
+             "probes": [], "deep": [], "rtt_ms": {}, "peer_rtt_ms": {}}
     trace = tmp_path / "old.trace.jsonl"
     trace.write_text(json.dumps(start) + "\n")
     assert rp.main([str(trace)]) == 2
-    assert "has no config: a trace of an earlier lnet-send" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "has no src, dst, vertices, config, clock_s, memory, memory_smoothing_s" in err
+    assert "a trace of an earlier lnet-send" in err
+    trace.write_text(json.dumps({**start, "reason": "pinned"}) + "\n")
+    assert rp.main([str(trace)]) == 2
+    assert "no start decision" in capsys.readouterr().err
