@@ -4,29 +4,14 @@ over an hour: bench/multipath.py, docs/scheduler.md.)"""
 
 from __future__ import annotations
 
-import importlib.util
 import itertools
-import sys
-from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
+from .benches import load_bench
 
-
-def load_bench() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("multipath", REPO / "bench" / "multipath.py")
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["multipath"] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-mp = load_bench()
+mp = load_bench("multipath")
 
 
 def physical_links(case: Any, route: tuple[str, ...]) -> set[frozenset[str]]:

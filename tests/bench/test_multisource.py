@@ -5,10 +5,8 @@ bench/multisource.py, docs/client.md.)"""
 from __future__ import annotations
 
 import argparse
-import importlib.util
-import sys
 from pathlib import Path
-from types import ModuleType, SimpleNamespace
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -16,21 +14,12 @@ import pytest
 from lnet.testbed.replica_sets import replica_set
 from lnet.testbed.topology import Topology
 
-REPO = Path(__file__).resolve().parents[2]
+from .benches import load_bench
+
 MiB = 1024 * 1024
 
 
-def load_bench() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("multisource", REPO / "bench" / "multisource.py")
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["multisource"] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-ms = load_bench()
+ms = load_bench("multisource")
 TOOLS = {"aria2c": "/usr/bin/aria2c", "nginx": "/usr/sbin/nginx"}
 URLS = ["http://10.0.0.2:8080/f", "http://10.0.0.3:8080/f"]
 

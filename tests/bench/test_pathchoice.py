@@ -3,12 +3,9 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
-import sys
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
@@ -16,20 +13,9 @@ import trio
 
 from lnet.testbed.topology import Topology
 
-REPO = Path(__file__).resolve().parents[2]
+from .benches import REPO, load_bench
 
-
-def load_bench() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("pathchoice", REPO / "bench" / "pathchoice.py")
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["pathchoice"] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-pc = load_bench()
+pc = load_bench("pathchoice")
 
 
 def design_best(case: Any) -> tuple[list[str], float]:

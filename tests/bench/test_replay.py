@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
-import sys
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
@@ -18,21 +15,9 @@ from lnet.protocol.clock import TrioWallClock
 from lnet.scheduler import EdgeMemory, PathScheduler, SchedulerConfig
 
 from ..client.network import MiB, Network, depots, inline
+from .benches import load_bench
 
-REPO = Path(__file__).resolve().parents[2]
-
-
-def load_bench() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("replay", REPO / "bench" / "replay.py")
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["replay"] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-rp = load_bench()
+rp = load_bench("replay")
 
 # A wide route through a, a narrower one through b, a slow direct link, and c, a depot the round trips make look
 # good whose onward edge is slow: the cold start runs direct, scouts, probes, moves and joins paths.

@@ -2,23 +2,15 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 from types import ModuleType
 
-REPO = Path(__file__).resolve().parents[2]
+from .benches import REPO, load_bench
 
 
 def load_renderer() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("render_results", REPO / "bench" / "render_results.py")
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["render_results"] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_bench("render_results")
 
 
 def test_the_page_is_what_the_committed_results_give() -> None:
