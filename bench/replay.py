@@ -101,7 +101,7 @@ def replay(records: Iterable[dict[str, Any]]) -> list[Step]:
                 scheduler.measure(HopFailure(tuple(record["edge"]), t))
         elif kind == "decision":
             decision = scheduler.start(t) if record is first else scheduler.tick(t)
-            steps.append(Step(t - clock, _recorded(record), _replayed(decision)))
+            steps.append(Step(round(t - clock, 3), _recorded(record), _replayed(decision)))
     return steps
 
 
