@@ -185,6 +185,11 @@ def figures_of(case: MultiCase, result: dict[str, Any]) -> dict[str, Any]:
     routes = {short(route): of(f"route:{short(route)}") for route in case.routes}
     known = [v for v in routes.values() if v is not None]
     total = sum(known) if len(known) == len(routes) and case.disjoint else None  # shared routes do not add
+    at_once = [r for r in result["runs"] if r["kind"].startswith("together:")]
+    # the routes pinned at once, their rates added: the median over the repetitions whose every route finished
+    reps = sorted({r["rep"] for r in at_once})
+    together = pc.median([sum(r["mbps"] for r in at_once if r["rep"] == rep) for rep in reps
+                          if all(r["ok"] for r in at_once if r["rep"] == rep)])
     single = of("mp1")
     multi = {int(k[2:]): of(k) for k in sorted({r["kind"] for r in result["runs"]}) if k.startswith("mp")}
     multi.pop(1, None)
@@ -197,6 +202,7 @@ def figures_of(case: MultiCase, result: dict[str, Any]) -> dict[str, Any]:
         "mp1_mbps": single, "mp_mbps": {str(n): m for n, m in multi.items()},
         "control_mbps": {str(n): c for n, c in control.items()}, "cold_mbps": of("cold"), "multi_paths": largest,
         "multi_over_sum": pc.ratio(best, total) if case.disjoint else None,
+        "together_mbps": together, "multi_over_together": pc.ratio(best, together),
         "multi_over_single": pc.ratio(best, single),
         "worst_over_single": None if not ratios or None in ratios else min(r for r in ratios if r is not None),
         "multi_over_control": pc.ratio(best, control.get(largest)) if largest is not None else None,
@@ -259,7 +265,7 @@ async def run_case(case: MultiCase, plan: Plan, out_root: Path, payloads: pc.Pay
                               "routes": [list(r) for r in case.routes], "disjoint": case.disjoint,
                               "similar": case.similar, "design": case.design(settings.design_inflight), "runs": []}
     try:
-        await measure_case(case, plan, out, size, await payloads.get(size), result, say)
+        await measure_case(case, plan, out, size, payloads, result, say)
     finally:  # the depots' buffers, whatever happened
         for data in out.glob("depots-*"):
             shutil.rmtree(data, ignore_errors=True)
@@ -267,10 +273,11 @@ async def run_case(case: MultiCase, plan: Plan, out_root: Path, payloads: pc.Pay
     return result
 
 
-async def measure_case(case: MultiCase, plan: Plan, out: Path, size: int, payload: Path, result: dict[str, Any],
-                       say: Callable[[str], None]) -> None:
+async def measure_case(case: MultiCase, plan: Plan, out: Path, size: int, payloads: pc.Payloads,
+                       result: dict[str, Any], say: Callable[[str], None]) -> None:
     settings = plan.settings
     timeout = pc.run_timeout(size, settings)
+    payload = await payloads.get(size)
     scratch = out / "scratch-edges.json"
     say(f"  transfers of {format_size(size)}; routes by design: "
         + "; ".join(f"{short(r)} {case.route_mbps(r, settings.design_inflight):.1f}" for r in case.routes))
@@ -291,10 +298,36 @@ async def measure_case(case: MultiCase, plan: Plan, out: Path, size: int, payloa
             else:
                 say(f"  rep {rep} {kind:<12} FAILED: {record['error'][:300]}")
 
+        async def together(rep: int) -> None:
+            """The routes pinned at once, one lnet-send each with 1/n of the bytes: what they carry side by side on
+            this machine (routes disjoint in the overlay may still share a physical link, and the machine's CPU)."""
+            part = await payloads.get(size // len(case.routes))
+            depots = fleet.depots_file(out / "depots.toml", case.source, case.depots)
+            records: list[dict[str, Any]] = []
+
+            async def one(route: tuple[str, ...]) -> None:
+                name = short(route)
+                record = await pc.lnet_send(tb, case.source, depots, part, case.dest,
+                                            ["--path", ",".join(route[1:]), "--cold"],
+                                            out / f"rep{rep}-together-{name}", out / f"together-{name}-edges.json",
+                                            settings, timeout)
+                record.update(kind=f"together:{name}", rep=rep)
+                records.append(record)
+
+            async with trio.open_nursery() as routes:
+                for route in case.routes:
+                    routes.start_soon(one, tuple(route))
+            result["runs"].extend(records)
+            rates = ", ".join(f"{r['kind'][9:]} {r['mbps']:.2f}" if r["ok"] else f"{r['kind'][9:]} FAILED"
+                              for r in records)
+            say(f"  rep {rep} together     {rates} Mbit/s at once")
+
         for rep in range(1, settings.runs + 1):
             await fleet.start()
             for route in case.routes:
                 await send(f"route:{short(route)}", rep, ["--path", ",".join(route[1:]), "--cold"], scratch)
+            if case.disjoint and len(case.routes) > 1:
+                await together(rep)
             learnt = out / f"rep{rep}-edges.json"
             learnt.unlink(missing_ok=True)
             await send("cold", rep, plan.cold_run(case), learnt)
@@ -328,7 +361,8 @@ def estimate_seconds(cases: Sequence[MultiCase], plan: Plan) -> float:
 
 # -- seeded random scenarios (--random) ---------------------------------------------------------------------
 
-RANDOM_RATIOS = {"multi_over_sum": "multipath / sum of routes", "multi_over_single": "multipath / mp1",
+RANDOM_RATIOS = {"multi_over_sum": "multipath / sum of routes",
+                 "multi_over_together": "multipath / routes at once", "multi_over_single": "multipath / mp1",
                  "worst_over_single": "worst / mp1 (no routes)",
                  "multi_over_best": "multipath / best route alone"}
 
@@ -384,8 +418,9 @@ def random_ratios(figures: dict[str, Any], *, disjoint: bool) -> dict[str, float
     """A scenario's ratios for the distribution; worst / mp1 only without disjoint routes (multipath must not
     lose), as its label says: where routes exist multipath is there to gain, and it is multi / sum's."""
     best = figures["mp_mbps"].get(str(figures["multi_paths"])) if figures["multi_paths"] is not None else None
-    return {**{key: figures[key] for key in ("multi_over_sum", "multi_over_single", "multi_over_control",
-                                             "sum_routes_mbps", "best_route_mbps", "mp1_mbps", "cold_mbps")},
+    return {**{key: figures.get(key) for key in ("multi_over_sum", "multi_over_together", "multi_over_single",
+                                                 "multi_over_control", "sum_routes_mbps", "together_mbps",
+                                                 "best_route_mbps", "mp1_mbps", "cold_mbps")},
             "worst_over_single": None if disjoint else figures["worst_over_single"],
             "multi_over_best": pc.ratio(best, figures["best_route_mbps"]), "multi_mbps": best}
 

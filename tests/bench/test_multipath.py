@@ -140,6 +140,26 @@ def test_figures_and_targets_where_routes_are_disjoint() -> None:
     assert f["targets"]["multi_over_sum"] is None
 
 
+def test_the_routes_at_once_are_their_rates_added_where_every_one_finished() -> None:
+    # the routes pinned side by side (one lnet-send each): what they carry together on this machine, the reference
+    # that shares its links and CPU as multipath does; a repetition with a failed route counts for nothing
+    case = mp.CASES["three"]
+    at_once = [{**run(f"together:{name}", mbps, ok), "rep": rep} for rep, name, mbps, ok in [
+        (1, "d1,d2", 15.0, True), (1, "m", 12.0, True), (1, "direct", 7.0, True),
+        (2, "d1,d2", 16.0, True), (2, "m", 0.0, False), (2, "direct", 8.0, True),
+        (3, "d1,d2", 17.0, True), (3, "m", 13.0, True), (3, "direct", 8.0, True)]]
+    runs = [run("route:d1,d2", 20.0), run("route:m", 15.0), run("route:direct", 9.0), run("mp1", 20.0),
+            run("mp3", 34.0), *at_once]
+    f = mp.figures_of(case, {"runs": runs})
+    assert f["together_mbps"] == pytest.approx((34.0 + 38.0) / 2)  # repetitions 1 and 3
+    assert f["multi_over_together"] == pytest.approx(34 / 36)
+    assert f["multi_over_sum"] == pytest.approx(34 / 44)
+    assert mp.random_ratios(f, disjoint=True)["multi_over_together"] == pytest.approx(34 / 36)
+    f = mp.figures_of(case, {"runs": runs[:5]})  # none ran: no reference
+    assert f["together_mbps"] is None
+    assert f["multi_over_together"] is None
+
+
 def test_where_every_route_shares_a_bottleneck_no_multipath_run_may_lose() -> None:
     case = mp.CASES["shared"]
     runs = [run("route:direct", 18.0), run("route:a", 18.0), run("route:b", 18.0), run("mp1", 18.0),
