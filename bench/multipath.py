@@ -9,13 +9,15 @@ the sum of their rates, and does it lose nothing where every chain shares one bo
 
 --random N runs N seeded random scenarios of <=8 depots (bench/testbed_scenarios.py; a fresh seed unless --seed,
 always printed) through the plan below with lnet-send's in-flight rule unless --max-inflight says otherwise. A
-scenario with disjoint routes is a disjoint case (multi/sum); any other pins its best candidate path; every
+scenario with disjoint routes is a disjoint case (multi/sum; its routes also run pinned at once, one lnet-send each
+with 1/n of the bytes, and multi/at once sets multipath beside their rates added: routes disjoint in the overlay
+may share a physical link, and all of them share the machine); any other pins its best candidate path; every
 scenario runs every --max-paths asked for, whatever its number of routes (worst/single: multipath must not
-lose). The simulator runs the same plan on the same scaled network at the same size; each ratio is printed for
-both with their distribution and saved with the CDFs in bench/results/multipath-random-<seed>-<time>.json and
-.png. --quick --max-paths 3: 12 scenarios in about 35 minutes (45 with the default 2,3; the estimate is printed
-first). --only I,J runs only those of the N (their r-numbers), e.g. to run again, before and after a change, the
-scenarios that missed.
+lose). The simulator runs the same plan (the routes at once excepted) on the same scaled network at the same
+size; each ratio is printed for both with their distribution and saved with the CDFs in
+bench/results/multipath-random-<seed>-<time>.json and .png. --quick --max-paths 3: 12 scenarios in about 35
+minutes (45 with the default 2,3; the estimate is printed first). --only I,J runs only those of the N (their
+r-numbers), e.g. to run again, before and after a change, the scenarios that missed.
 
 Needs root (the testbed) and an lnet-send with --max-paths. Three fixed topologies (deploy/topologies/):
   two     multipath2.toml: two physically disjoint routes of similar rate (direct 16, through a 20 Mbit/s)
