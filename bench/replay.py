@@ -63,10 +63,9 @@ class Step:
 def replay(records: Iterable[dict[str, Any]]) -> list[Step]:
     """Every decision of a run's trace beside this scheduler's, until the end of the trace."""
     records = list(records)
-    decisions = [r for r in records if r.get("kind") == "decision"]
-    if not decisions or decisions[0].get("reason") != "start":
+    first = next((r for r in records if r.get("kind") == "decision"), {})
+    if first.get("reason") != "start":
         raise ReplayError("no start decision: the trace of a transfer that did not run, or of a pinned path")
-    first = decisions[0]
     needed = ("src", "dst", "vertices", "config", "clock_s", "memory", "memory_smoothing_s")
     missing = [key for key in needed if key not in first]
     if missing:
