@@ -226,6 +226,9 @@ def test_rows_their_distribution_and_issue_40s_targets() -> None:
     rows = ms.random_rows(sets, runs, sizes)
     assert [r["lnet_over_fair"] for r in rows] == pytest.approx([6.0 / 5.0, 1.0, 0.9])
     assert [r["lnet_of_limit"] for r in rows] == pytest.approx([0.8, 0.8, 0.8])
+    # the floor (1 s) is below the limit (4 s): the earliest any client could finish is the limit's 4 s
+    assert [r["floor_over_fair"] for r in rows] == pytest.approx([6.0 / 4.0, 5.0 / 4.0, 4.5 / 4.0])
+    assert [r["lnet_of_floor"] for r in rows] == pytest.approx([0.8, 0.8, 0.8])
     assert rows[2]["failed"] == 1
     tail = rows[0]["tail"]
     assert tail is not None  # the median lnet run (5.0 s) held its tail on r2, 0.5 s after r1
@@ -237,6 +240,9 @@ def test_rows_their_distribution_and_issue_40s_targets() -> None:
     summary = ms.summarise_random(rows)
     assert summary["64MiB"]["lnet_over_fair"]["median"] == pytest.approx(1.0)
     assert summary["64MiB"]["lnet_over_fair"]["min"] == pytest.approx(0.9)
+    median_check = ms.random_targets(summary, sizes, runs)[0]
+    assert median_check["reachable"] is True  # a client at the floor would gain 1.25x at the median
+    assert "floor: 1.25x" in median_check["value"]
     checks = {c["target"]: c["met"] for c in ms.random_targets(summary, sizes, runs)}
     assert checks == {"median lnet mdtp >= 1.15x aria2 fair (64MiB)": False,
                       "lnet mdtp never below 1.0x aria2 fair (64MiB)": False,
@@ -248,11 +254,16 @@ def test_rows_their_distribution_and_issue_40s_targets() -> None:
     checks = {c["target"]: c["met"] for c in ms.random_targets(ms.summarise_random(rows), large, runs[:-1])}
     assert checks["median lnet mdtp >= 90% of the physical limit (256MiB)"] is False  # 80%
     assert checks["identical bytes in every run of every competitor"]
+    for r in rows:  # where aria2 fair is as near the floor as 1.1x, a 1.15x target is out of any client's reach
+        r["floor_over_fair"] = 1.1
+    median_check = ms.random_targets(ms.summarise_random(rows), large, runs)[0]
+    assert (median_check["met"], median_check["reachable"]) == (False, False)
+    assert median_check["value"].endswith("1.10x (unreachable)")
 
 
 def test_the_plot_is_a_cdf_per_ratio(tmp_path: Path) -> None:
     pytest.importorskip("matplotlib")
-    rows = [{"size": "64MiB", "lnet_over_fair": 1.0 + i / 10, "lnet_of_limit": None, "fair_of_limit": None}
-            for i in range(5)]
+    rows = [{"size": "64MiB", "lnet_over_fair": 1.0 + i / 10, "lnet_of_limit": None, "fair_of_limit": None,
+             "floor_over_fair": 1.2 + i / 10, "lnet_of_floor": None} for i in range(5)]
     ms.plot_random(rows, "test", tmp_path / "cdf.png")
     assert (tmp_path / "cdf.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
