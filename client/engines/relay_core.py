@@ -668,9 +668,12 @@ class RelayEngine(Generic[A]):
 
     def arrived(self, block: Block[A], now: float) -> list[Block[A]]:
         """``block``'s copy arrived, verified, first: it counts on its path while that is in the set, else on the
-        primary. Returns the block's other copies, to cut off."""
+        primary. Returns the block's other copies, to cut off. The block is no longer under way from here on,
+        though a copy cut off ends later: the end game does not copy a block already delivered (on the testbed,
+        a second copy won, its race ended, and the first copy, still being cut off, was given a third)."""
         first = block.twin_of or block
         others = [copy for copy in (first, *first.twins) if copy is not block]
+        self.travelling.pop(block.index, None)
         if block.twin_of is not None:
             self.second_copies_won += 1
         self.delivered += block.length
@@ -679,7 +682,7 @@ class RelayEngine(Generic[A]):
         self.tag(block, None, now, delivered=True)
         return others
 
-    def end_game(self) -> list[tuple[Block[A], Route]]:
+    def end_game(self, now: float) -> list[tuple[Block[A], Route]]:
         """Once every block is under way (and no depot is full: a second copy would only take the room a first
         one waits for), second copies of the blocks slower paths would deliver last, each with the path that
         would deliver it sooner (``striping.endgame``).
@@ -694,7 +697,11 @@ class RelayEngine(Generic[A]):
         the depot that holds it by whatever way the scheduler knows from there, at a rate nobody measures: it
         counts as never arriving, so it is the first to get a second copy, and the end game runs for it with one
         path in the set too (measured on the testbed: blocks left at a dropped scout's depot timed out there,
-        30 s a try, and a 96-block cold start took 141 s where 31 were enough)."""
+        30 s a try, and a 96-block cold start took 141 s where 31 were enough).
+
+        A path that has held blocks without delivering any for longer than its rate says its backlog takes
+        (``PathMeter.silent_s``) drains no sooner than it has been silent: its rate was predicted, or measured
+        before it fell silent."""
         if not (self.rules.end_game and self.all_under_way and self.paths) or self.full:
             return []
         paths = list(self.paths)
@@ -719,9 +726,15 @@ class RelayEngine(Generic[A]):
             [self.rate(path) for path in paths] + [0.0] * len(left),  # (0: never arrives, takes no copy)
             travelling, min_gain_s=self.rules.tick_s,
             usable=[self.usable(path) and self.idle_at_source(path) for path in paths] + [False] * len(left),
+            silent_s=[self.silent_s(path, now) for path in paths] + [0.0] * len(left),
         )
         self.second_copies += len(copies)
         return [(self.travelling[index], every[path]) for index, path in copies]
+
+    def silent_s(self, path: Route, now: float) -> float:
+        """How long ``path`` has held blocks without delivering one (``PathMeter.silent_s``)."""
+        meter = self.path_meters.get(path)
+        return meter.silent_s(now) if meter is not None else 0.0
 
     def idle_at_source(self, path: Route) -> bool:
         """No copy waits at the source for ``path``'s first hop: a block given to it now would set out at once

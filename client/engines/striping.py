@@ -70,7 +70,7 @@ class Travelling:
 
 def endgame(
     outstanding: Sequence[float], rates: Sequence[float], travelling: Sequence[Travelling], *, min_gain_s: float,
-    usable: Sequence[bool] | None = None,
+    usable: Sequence[bool] | None = None, silent_s: Sequence[float] | None = None,
 ) -> list[tuple[int, int]]:
     """Second copies to start at the end of a transfer, once no block is left to hand out: ``(block, path)`` pairs.
 
@@ -82,19 +82,34 @@ def endgame(
     would deliver it soonest, ``(outstanding + length) / rate`` (the MDTP rule), when that is at least
     ``min_gain_s`` sooner than its own path's backlog drains. Copies go on while that holds, each one counted on
     its new path and taken off its old path's backlog for the next. ``travelling`` holds only blocks with no
-    second copy yet. ``usable``: paths that may take copies (all by default)."""
+    second copy yet. ``usable``: paths that may take copies (all by default).
+
+    ``silent_s``: how long each path has held blocks without delivering one (0 for none). A path silent for
+    longer than its rate says its whole backlog takes has shown that rate wrong (a prediction, or an average of
+    the past): it drains no sooner than it has been silent. (On the testbed a cold start's scout held three
+    blocks on a first hop that took 14 s a copy; counted at the mean of the known rates, it was to deliver them
+    in half a second, and the direct path sat idle for 7 s of a 22-s transfer until they came.) A silence its
+    rate accounts for changes nothing: a path streaming many blocks at once delivers the first late and the
+    rest together (on the testbed, taking such a path's silence as its floor sent half as many copies again
+    onto a path over the same bottleneck, and the transfer took 7% longer)."""
     n = len(outstanding)
-    if len(rates) != n or (usable is not None and len(usable) != n):
-        raise ValueError("need one rate (and one usable flag) for each path")
+    if len(rates) != n or (usable is not None and len(usable) != n) or (silent_s is not None and len(silent_s) != n):
+        raise ValueError("need one rate (and one usable flag, one silence) for each path")
     load = list(outstanding)
     ok = list(usable) if usable is not None else [True] * n
     mean = _mean_known(rates)
     if mean is not None:
         rates = [mean if rate == math.inf else rate for rate in rates]
 
-    def drain(path: int, extra: float = 0.0) -> float:
+    def by_rate(path: int, extra: float = 0.0) -> float:
         rate = rates[path]
         return (load[path] + extra) / rate if rate > 0 and math.isfinite(rate) else math.inf
+
+    # the silences that refute their path's rate, as the backlogs stand before any copy
+    quiet = [s if s > by_rate(p) else 0.0 for p, s in enumerate(silent_s)] if silent_s is not None else [0.0] * n
+
+    def drain(path: int, extra: float = 0.0) -> float:
+        return max(by_rate(path, extra), quiet[path])
 
     waiting = sorted(travelling, key=lambda block: (block.hops, -block.index))
     copies: list[tuple[int, int]] = []
@@ -136,11 +151,18 @@ class PathMeter:
         self._flushed_at: float | None = None
         self._decayed_bytes = 0.0
         self._decayed_seconds = 0.0
+        self._quiet_since = 0.0
+
+    def silent_s(self, now: float) -> float:
+        """How long the path has held blocks without delivering one: since its last delivery, or since it was
+        given a block with none outstanding if that came later; 0 while it holds none."""
+        return max(0.0, now - self._quiet_since) if self.outstanding > 0 else 0.0
 
     def admitted(self, now: float) -> None:
         """A block was given to the path."""
         if self.outstanding == 0:
             self._mark = now
+            self._quiet_since = now
         self.outstanding += 1
 
     def left(self, now: float) -> None:
@@ -151,6 +173,7 @@ class PathMeter:
         """A block of the path arrived, verified, at the destination."""
         self.deliveries += 1
         self.delivered_bytes += nbytes
+        self._quiet_since = now
         if self.deliveries == 1:
             # the pipeline was filling: from here on it is the path's rate
             self._busy, self._bytes, self._decayed_bytes, self._decayed_seconds = 0.0, 0, 0.0, 0.0

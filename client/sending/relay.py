@@ -597,7 +597,7 @@ class Relay:
     def _end_game(self, nursery: trio.Nursery) -> None:
         """Second copies of the blocks slower paths would deliver last, once every block is under way
         (``RelayEngine.end_game``), each raced beside its first."""
-        copies = self.engine.end_game()
+        copies = self.engine.end_game(trio.current_time())
         for block, path in copies:
             nursery.start_soon(self._race, block, path)
         if copies:

@@ -509,6 +509,48 @@ def test_the_end_game_copies_nothing_where_it_gains_too_little_or_cannot() -> No
         endgame([0], [1e6, 1e6], one, min_gain_s=0.5)
 
 
+def test_a_path_silent_for_long_drains_no_sooner_than_it_has_been_silent() -> None:
+    # The testbed's case: a scout predicted as fast as direct (infinitely: a hop not measured, so at direct's
+    # rate) holds three blocks on a first hop that takes 14 s a copy. After 8.5 s without a delivery it is
+    # not about to deliver them in the 0.5 s its rate says: the idle direct path takes all three.
+    three = [Travelling(i, 1, 0, MiB) for i in (17, 18, 19)]
+    rates = [6e6, math.inf]
+    assert endgame([0, 3 * MiB], rates, three, min_gain_s=0.5) == []
+    copies = endgame([0, 3 * MiB], rates, three, min_gain_s=0.5, silent_s=[0.0, 8.5])
+    assert sorted(index for index, _ in copies) == [17, 18, 19]
+    assert {path for _, path in copies} == {0}
+    # a short silence, no longer than its blocks take at its rate (0.52 s), changes nothing
+    assert endgame([0, 3 * MiB], rates, three, min_gain_s=0.5, silent_s=[0.0, 0.5]) == []
+    # once it has been silent longer, it drains no sooner than it has been silent: copies while they gain (a
+    # block takes 0.17 s on the idle path: two arrive by 0.9 s less the half second they must gain)
+    assert len(endgame([0, 3 * MiB], rates, three, min_gain_s=0.5, silent_s=[0.0, 0.9])) == 2
+    # 40 blocks on two paths of one rate: by the rates, the idle one takes about half (19: each then drains its
+    # share in about 3.5 s); silent for 8.5 s, the other delivers none sooner than the idle one delivers them all
+    many = [Travelling(i, 1, 0, MiB) for i in range(40)]
+    assert len(endgame([0, 40 * MiB], [6e6, 6e6], many, min_gain_s=0.5)) == 19
+    assert len(endgame([0, 40 * MiB], [6e6, 6e6], many, min_gain_s=0.5, silent_s=[0.0, 8.5])) == 40
+    # silent for 5 s, less than the 7 s its rate says its 40 blocks take: the silence shows nothing, as before
+    assert len(endgame([0, 40 * MiB], [6e6, 6e6], many, min_gain_s=0.5, silent_s=[0.0, 5.0])) == 19
+    # a helper silent itself takes no copy that it would deliver later than the slow path drains
+    assert endgame([0, 3 * MiB], [6e6, 1e6], three, min_gain_s=0.5, silent_s=[9.0, 0.0]) == []
+    with pytest.raises(ValueError, match="one silence"):
+        endgame([0, 3 * MiB], rates, three, min_gain_s=0.5, silent_s=[0.0])
+
+
+def test_a_path_meter_says_how_long_the_path_has_held_blocks_without_delivering() -> None:
+    meter = PathMeter(window_s=5.0)
+    assert meter.silent_s(3.0) == 0.0  # holds nothing
+    meter.admitted(3.0)
+    meter.admitted(3.5)
+    assert meter.silent_s(10.0) == pytest.approx(7.0)  # since it was first given a block
+    meter.delivered(MiB, 10.0)
+    assert meter.silent_s(12.0) == pytest.approx(2.0)  # since its last delivery
+    meter.delivered(MiB, 12.0)
+    assert meter.silent_s(20.0) == 0.0  # nothing left to deliver: not silent, idle
+    meter.admitted(25.0)
+    assert meter.silent_s(26.0) == pytest.approx(1.0)  # since the new block, not the old delivery
+
+
 @pytest.mark.parametrize("seed", range(5))
 def test_the_end_game_never_sends_a_block_where_it_would_arrive_later(seed: int) -> None:
     rng = random.Random(seed)
