@@ -964,7 +964,7 @@ def random_targets(summary: dict[str, dict[str, Any]], sizes: dict[str, int],
             check: dict[str, Any] = {"target": f"median lnet mdtp >= {RANDOM_TARGET_MEDIAN}x aria2 fair ({label})",
                                      "value": f"{speedup['median']:.2f}x",
                                      "met": speedup["median"] >= RANDOM_TARGET_MEDIAN}
-            allows = ratios.get("floor_over_fair", {}).get("median")
+            allows = ratios["floor_over_fair"]["median"]
             if allows is not None:
                 check["reachable"] = allows >= RANDOM_TARGET_MEDIAN
                 check["value"] += f"; a client at every set's round-trip floor: {allows:.2f}x"
