@@ -72,6 +72,11 @@ class SchedulerConfig:
     then is slow, and no baseline worth waiting for (3 s: a copy ending a second or more past ``warmup_s``, before
     which no sample of a new hop is learnt; at ``warmup_s`` itself no first path would ever have reported).
     None: they wait for the reports, however long, as before 2026-11-28."""
+    warm_probes_after_s: float | None = 3.0
+    """A warm start (its first path chosen from measured edges) starts its probes once every hop of its set has
+    reported, or this long after the start, whichever comes first; a cold start probes from its first second
+    (``PathScheduler._waiting_probes``). 0: a warm start's probes start with it, as before 2026-12-07; None: they
+    wait for the reports, however long."""
     max_depots: int | None = 32
     """At most this many depots (the destination among them) are the transfer's candidates, chosen by
     ``candidates`` (theory of operation, 15) when the overlay has more. None: every vertex, however many."""
@@ -104,6 +109,8 @@ class SchedulerConfig:
             raise ValueError("max_explorations must not be negative")
         if not 0 < self.memory_mismatch < 1:
             raise ValueError("memory_mismatch must be between 0 and 1")
+        if self.warm_probes_after_s is not None and not self.warm_probes_after_s >= 0:
+            raise ValueError("warm_probes_after_s must not be negative")
         if self.max_paths < 1:
             raise ValueError("max_paths must be at least 1")
         if self.max_depots is not None and self.max_depots < 1:

@@ -27,7 +27,11 @@ from lnet.scheduler._probing import apply_priors
 VERTICES = ["s", "a", "b", "d"]
 # The seed's way of exploring (by moving the transfer), unless a test is about probes.
 CONFIG = SchedulerConfig(reevaluate_s=5.0, min_attempt_s=10.0, warmup_s=2.0, hysteresis=0.1, probes_per_round=0)
-PROBING = SchedulerConfig(reevaluate_s=5.0, min_attempt_s=10.0, warmup_s=2.0, probes_per_round=2, probe_s=4.0)
+# Probes from the first second, warm starts too (the tests of which probes are chosen); lnet-send's warm starts
+# wait for their path to report (``warm_probes_after_s``, tested on its own below).
+PROBING = SchedulerConfig(
+    reevaluate_s=5.0, min_attempt_s=10.0, warmup_s=2.0, probes_per_round=2, probe_s=4.0, warm_probes_after_s=0.0
+)
 
 
 def known(**rates: float) -> EdgeMemory:
@@ -211,6 +215,36 @@ def test_probes_ask_for_the_unknown_edges_that_could_beat_the_best_known_path() 
     scheduler.measure(Measurement(("a", "d"), 5, 1.0, 31.0))
     scheduler.measure(ProbeDone(("a", "d"), 31.0))
     assert scheduler.tick(31.5).probes == (("a", "b"),)  # its turn: s-a-b-d could still beat direct
+
+
+def test_a_warm_start_s_probes_wait_for_its_path_to_report() -> None:
+    # The memory knows the direct path and nothing else: a cold start would probe from its first second; a warm
+    # start's first copies are on their way, and a probe beside them takes its share of what they cross.
+    memory = EdgeMemory()
+    memory.observe("s", "d", 10_000, 1000.0, now=0.0)
+    scheduler = PathScheduler(VERTICES, "s", "d", memory, replace(PROBING, warm_probes_after_s=3.0))
+    first = scheduler.start(0.0)
+    assert first.path == ("s", "d")
+    assert first.probes == ()
+    assert scheduler.tick(1.0).probes == ()
+    scheduler.measure(Measurement(("s", "d"), 10_000, 1.0, 1.5, began=0.5))  # in its warm-up: not a report yet
+    assert scheduler.tick(1.5).probes == ()
+    scheduler.measure(Measurement(("s", "d"), 10_000, 1.0, 2.5, began=2.0))  # its first report past the warm-up
+    assert scheduler.tick(2.5).probes != ()
+
+
+def test_a_warm_start_s_probes_wait_no_longer_than_warm_probes_after_s() -> None:
+    memory = EdgeMemory()
+    memory.observe("s", "d", 10_000, 1000.0, now=0.0)
+    scheduler = PathScheduler(VERTICES, "s", "d", memory, replace(PROBING, warm_probes_after_s=3.0))
+    assert scheduler.start(0.0).probes == ()
+    assert scheduler.tick(2.9).probes == ()  # the path has not reported
+    assert scheduler.tick(3.0).probes != ()  # nor will it soon, maybe: exploring waits no longer
+
+
+def test_a_cold_start_probes_from_its_first_second() -> None:
+    config = replace(PROBING, warm_probes_after_s=3.0)
+    assert PathScheduler(VERTICES, "s", "d", EdgeMemory(), config).start(0.0).probes != ()
 
 
 def test_probes_run_a_few_at_a_time_and_a_finished_one_makes_room_at_the_next_tick() -> None:

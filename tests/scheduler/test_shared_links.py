@@ -27,6 +27,8 @@ from lnet.scheduler.simulator import (
 )
 
 CHAIN = ("ornl", "atl", "ind", "kc", "den", "svl")
+WARM_PROBES = SchedulerConfig(streams=2, warm_probes_after_s=0.0, probes_per_round=1)
+"""Two streams a hop, one probe at a time, from the first second of a warm start too."""
 
 
 def test_streams_share_a_link_max_min_fairly_within_their_own_caps() -> None:
@@ -166,7 +168,7 @@ def test_at_the_default_depth_rule_a_probe_is_a_floor_and_a_cold_start_does_not_
     # start on the simulated Abilene moved 6 to 8 times in 120 s (via New York and Washington too) and averaged
     # 16.8 of 20 Mbit/s. A probe's stream is a floor, 16 of them its ceiling, tried once.
     network = abilene_shared()
-    config = SchedulerConfig(streams=16, min_streams=2, probes_per_round=1, probe_s=3.0)
+    config = SchedulerConfig(streams=16, min_streams=2, warm_probes_after_s=0.0, probes_per_round=1, probe_s=3.0)
     scheduler = PathScheduler(list(network.vertices), "ornl", "svl", EdgeMemory(), config,
                               rtt_s=network.rtts_from("ornl"))
     result = simulate_transfer(network, scheduler, duration_s=120.0, depth="adaptive")
@@ -176,7 +178,7 @@ def test_at_the_default_depth_rule_a_probe_is_a_floor_and_a_cold_start_does_not_
 
 def test_a_probe_at_the_default_depth_rule_weighs_its_stream_with_the_fewest_copies_as_its_ceiling() -> None:
     memory = EdgeMemory()
-    config = SchedulerConfig(streams=16, min_streams=2, probes_per_round=1)
+    config = SchedulerConfig(streams=16, min_streams=2, warm_probes_after_s=0.0, probes_per_round=1)
     scheduler = PathScheduler(["s", "a", "d"], "s", "d", memory, config)
     first = scheduler.start(0.0)
     assert first.probes
@@ -205,7 +207,7 @@ def test_at_the_default_depth_rule_a_slow_link_is_not_a_lure() -> None:
     memory = EdgeMemory()
     for (u, v), mbps in {("s", "a"): 40.0, ("a", "d"): 15.0, ("a", "w"): 30.0}.items():
         memory.observe(u, v, mbit(mbps) / 16, 1.0, 0.0)  # as aggregates spread over the 16 streams
-    config = SchedulerConfig(streams=16, min_streams=2, probes_per_round=1)
+    config = SchedulerConfig(streams=16, min_streams=2, warm_probes_after_s=0.0, probes_per_round=1)
     scheduler = PathScheduler(["s", "a", "w", "d"], "s", "d", memory, config)
     assert scheduler.start(0.0).path == ("s", "a", "d")
     scheduler._probe_plan.since[("w", "d")] = 0.0  # the probe the engine ran
@@ -232,7 +234,7 @@ def test_at_the_default_depth_rule_a_slow_link_is_not_a_lure() -> None:
 
 def cold_start(*, streams: int, measure: str, scheduler_streams: int, probes: int, rtts: bool) -> list[tuple[str, ...]]:
     network = abilene_shared()
-    config = SchedulerConfig(streams=scheduler_streams, probes_per_round=probes, probe_s=3.0)
+    config = SchedulerConfig(streams=scheduler_streams, warm_probes_after_s=0.0, probes_per_round=probes, probe_s=3.0)
     rtt = network.rtts_from("ornl") if rtts else None
     scheduler = PathScheduler(list(network.vertices), "ornl", "svl", EdgeMemory(), config, rtt_s=rtt)
     result = simulate_transfer(network, scheduler, duration_s=90.0, streams=streams, measure=measure)  # type: ignore[arg-type]
@@ -262,7 +264,9 @@ def probing_beside(direct_per_stream_mbit: float) -> tuple[PathScheduler, EdgeMe
     memory = EdgeMemory()
     memory.observe("s", "b", mbit(100), 1.0, 0.0)
     memory.observe("s", "d", mbit(direct_per_stream_mbit), 1.0, 0.0)
-    config = SchedulerConfig(streams=2, probes_per_round=1, reevaluate_s=100.0, min_attempt_s=200.0)
+    config = SchedulerConfig(
+        streams=2, warm_probes_after_s=0.0, probes_per_round=1, reevaluate_s=100.0, min_attempt_s=200.0
+    )
     scheduler = PathScheduler(["s", "b", "d"], "s", "d", memory, config)
     assert scheduler.start(0.0).probes == (("b", "d"),)
     return scheduler, memory
@@ -297,7 +301,7 @@ def test_round_trips_send_exploration_towards_the_destination_first(
     # the client's round trips the path through a is the promising one; without them the vertex order decides.
     memory = EdgeMemory()
     memory.observe("s", "d", 1000, 1.0, 0.0)
-    config = SchedulerConfig(streams=2, probes_per_round=1)
+    config = SchedulerConfig(streams=2, warm_probes_after_s=0.0, probes_per_round=1)
     scheduler = PathScheduler(["s", "z", "a", "d"], "s", "d", memory, config, rtt_s=rtt)
     assert scheduler.start(0.0).probes == (first,)
 
@@ -308,7 +312,7 @@ def probing_into_the_destination(truth_per_stream_mbit: float) -> tuple[PathSche
     memory = EdgeMemory()
     memory.observe("s", "d", mbit(6), 1.0, 0.0)
     memory.observe("s", "b", mbit(40), 1.0, 0.0)
-    config = SchedulerConfig(streams=2, probes_per_round=1)
+    config = SchedulerConfig(streams=2, warm_probes_after_s=0.0, probes_per_round=1)
     scheduler = PathScheduler(["s", "b", "d"], "s", "d", memory, config)
     decisions: list[object] = [scheduler.start(0.0)]
     assert decisions[0].probes == (("b", "d"),)  # type: ignore[attr-defined]
@@ -358,7 +362,7 @@ def test_a_warm_start_from_a_floor_with_a_ceiling_starts_on_it() -> None:
     memory.observe("s", "d", mbit(6), 1.0, 0.0)
     memory.observe("s", "b", mbit(40), 1.0, 0.0)
     memory.observe("b", "d", mbit(6.3), 1.0, 0.0, ceiling_bps=mbit(9.15))
-    scheduler = PathScheduler(["s", "b", "d"], "s", "d", memory, SchedulerConfig(streams=2, probes_per_round=1))
+    scheduler = PathScheduler(["s", "b", "d"], "s", "d", memory, WARM_PROBES)
     first = scheduler.start(0.0)
     assert first.path == ("s", "b", "d")
     assert scheduler.explorations == 1
@@ -376,7 +380,7 @@ def _b_to_d_probed_as_a_floor(known: dict[tuple[str, str], float], vertices: lis
     memory = EdgeMemory()
     for edge, rate in {("s", "d"): 6, **known}.items():
         memory.observe(*edge, mbit(rate), 1.0, 0.0)
-    config = SchedulerConfig(streams=2, probes_per_round=1)
+    config = SchedulerConfig(streams=2, warm_probes_after_s=0.0, probes_per_round=1)
     scheduler = PathScheduler(vertices, "s", "d", memory, config)
     assert scheduler.start(0.0).probes == (("b", "d"),)
     for t in (2.5, 3.0, 3.5, 4.0, 4.5, 5.0):
