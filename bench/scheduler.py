@@ -246,15 +246,17 @@ def _ratio(num: float, den: float | None) -> float | None:
 
 
 def run_random(
-    job: tuple[int, int, float, float, float, bool, bool, int | None, int | None, int | None, bool],
+    job: tuple[int, int, float, float, float, bool, bool, int | None, int | None, int | None, bool, bool, bool],
 ) -> dict[str, Any]:
     """One scenario's cold and warm transfers and its figures (run in a worker process)."""
-    seed, index, cold_s, warm_s, step_s, deep, scouts, depots, max_depots, block, wait, peers = job
+    seed, index, cold_s, warm_s, step_s, deep, scouts, depots, max_depots, block, wait, peers, at_start = job
     began = time.perf_counter()
     case = scenario(seed, index, cold_s=cold_s, warm_s=warm_s, step_s=step_s, depots=depots)
     built = time.perf_counter() - began
+    defaults = SchedulerConfig()
     network, config = case.network, replace(send_config(), deep_probes=deep, cold_scouts=scouts,
-                                            scout_after_s=None if wait else SchedulerConfig().scout_after_s,
+                                            scout_after_s=None if wait else defaults.scout_after_s,
+                                            warm_probes_after_s=0.0 if at_start else defaults.warm_probes_after_s,
                                             max_depots=max_depots or None)
     rtt = network.rtts_from(case.src)
     # what the depots measure to their peers: every pair's round trip but the source's own (those are ``rtt``)
@@ -422,7 +424,8 @@ def random_distribution(args: argparse.Namespace, argv: list[str]) -> int:
     indices = [int(i) for i in args.only.split(",")] if args.only else list(range(args.random))
     print(f"seed {seed} (rerun: bench/scheduler.py --random {args.random} --seed {seed})", flush=True)
     jobs = [(seed, i, args.cold_s, args.warm_s, args.step_s, not args.no_deep_probes, not args.no_cold_scouts,
-             args.depots, args.max_depots, args.block_size or None, args.scouts_wait, args.peer_rtts) for i in indices]
+             args.depots, args.max_depots, args.block_size or None, args.scouts_wait, args.peer_rtts,
+             args.warm_probes_at_start) for i in indices]
     # Biggest first, so that the workers finish together.
     jobs.sort(key=lambda job: -scenario_size_class(job[1]))
     # The scheduler's runs depend on the order of some sets of strings, so on Python's hash seed: the workers get
@@ -449,6 +452,7 @@ def random_distribution(args: argparse.Namespace, argv: list[str]) -> int:
     rule = ("-no-deep-probes" if args.no_deep_probes else "") + ("-no-cold-scouts" if args.no_cold_scouts else "")
     rule += "-fluid" if not args.block_size else ""
     rule += "-scouts-wait" if args.scouts_wait else ""
+    rule += "-warm-probes-at-start" if args.warm_probes_at_start else ""
     rule += "-peer-rtts" if args.peer_rtts else ""
     rule += f"-cold-{args.cold_s:g}s" if args.cold_s != COLD_S else ""
     rule += (f"-{args.depots}-depots" if args.depots else "") + (
@@ -461,6 +465,7 @@ def random_distribution(args: argparse.Namespace, argv: list[str]) -> int:
                    "depth": "adaptive", "deep_probes": not args.no_deep_probes,
                    "cold_scouts": not args.no_cold_scouts,
                    "scout_after_s": None if args.scouts_wait else SchedulerConfig().scout_after_s,
+                   "warm_probes_after_s": 0.0 if args.warm_probes_at_start else SchedulerConfig().warm_probes_after_s,
                    "depots": args.depots, "peer_rtts": args.peer_rtts,
                    "max_depots": args.max_depots or None, "block_bytes": args.block_size or None,
                    "python_hash_seed": 0},
@@ -508,6 +513,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--scouts-wait", action="store_true",
                         help="--random: a cold start's scouts wait for its first path's reports however long, as "
                         "before scout_after_s (to compare the rules)")
+    parser.add_argument("--warm-probes-at-start", action="store_true",
+                        help="--random: a warm start probes from its first second, as before warm_probes_after_s "
+                        "(to compare the rules)")
     parser.add_argument("--peer-rtts", action="store_true",
                         help="--random: the scheduler also knows the round trip between every two depots (as "
                         "depots measure to their peers), not only the client's own to each")

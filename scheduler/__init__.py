@@ -89,6 +89,10 @@ Where lnet departs from the seed, and why
    paths (unknown = the round-trip guess of 10, aged = raised) that could beat that path by the hysteresis
    margin, a new one at the first tick after one ends (``ProbeDone``). The engine owns a probe's warm-up. An
    engine that never answers a probe is noticed after ``probe_s`` and the loop falls back to the seed's way.
+   A warm start (its first path chosen from measured edges) starts its probes once every hop of its set has
+   reported, or ``warm_probes_after_s`` (3 s) after the start, whichever is first: its first copies are on their
+   way, and a probe beside them takes its share of whatever link they cross while nothing has arrived yet. A
+   cold start probes from its first second (docs/decisions/0014).
 9. Comparable measurements. Every weight the loop compares means one thing: the throughput this
    transfer can expect on the edge with its own block size and ``streams`` blocks in flight per hop. How TCP
    behaves on these paths decides how to get it:
