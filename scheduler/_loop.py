@@ -817,11 +817,11 @@ class PathScheduler:
     def _waiting_probes(self, now: float) -> bool:
         """Whether a warm start's probes still wait: until every hop of its set has reported, or
         ``warm_probes_after_s`` after the start, whichever comes first (as a cold start's scouts wait for its first
-        path). A warm start
-        runs on measured ground, and its first copies are on their way: a probe started beside them takes its
-        share of whatever link they cross while nothing has yet arrived (in the testbed-shaped simulator a 16-block
-        transfer over a shared bottleneck filled its first copies in 4.5 s beside four probes, 2.5 s pinned). A
-        cold start probes from its first second: nothing is known, and exploring is what it does first."""
+        path). A warm start runs on measured ground, and its first copies are on their way: a probe started beside
+        them takes its share of whatever link they cross while nothing has yet arrived (in the testbed-shaped
+        simulator a 16-block transfer over a shared bottleneck filled its first copies in 4.5 s beside four probes,
+        2.5 s pinned). A cold start probes from its first second: nothing is known, and exploring is what it does
+        first."""
         if not self._probes_wait:
             return False
         assert self._attempt is not None

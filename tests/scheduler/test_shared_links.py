@@ -168,7 +168,7 @@ def test_at_the_default_depth_rule_a_probe_is_a_floor_and_a_cold_start_does_not_
     # start on the simulated Abilene moved 6 to 8 times in 120 s (via New York and Washington too) and averaged
     # 16.8 of 20 Mbit/s. A probe's stream is a floor, 16 of them its ceiling, tried once.
     network = abilene_shared()
-    config = SchedulerConfig(streams=16, min_streams=2, warm_probes_after_s=0.0, probes_per_round=1, probe_s=3.0)
+    config = SchedulerConfig(streams=16, min_streams=2, probes_per_round=1, probe_s=3.0)
     scheduler = PathScheduler(list(network.vertices), "ornl", "svl", EdgeMemory(), config,
                               rtt_s=network.rtts_from("ornl"))
     result = simulate_transfer(network, scheduler, duration_s=120.0, depth="adaptive")
@@ -178,7 +178,7 @@ def test_at_the_default_depth_rule_a_probe_is_a_floor_and_a_cold_start_does_not_
 
 def test_a_probe_at_the_default_depth_rule_weighs_its_stream_with_the_fewest_copies_as_its_ceiling() -> None:
     memory = EdgeMemory()
-    config = SchedulerConfig(streams=16, min_streams=2, warm_probes_after_s=0.0, probes_per_round=1)
+    config = SchedulerConfig(streams=16, min_streams=2, probes_per_round=1)
     scheduler = PathScheduler(["s", "a", "d"], "s", "d", memory, config)
     first = scheduler.start(0.0)
     assert first.probes
@@ -234,7 +234,7 @@ def test_at_the_default_depth_rule_a_slow_link_is_not_a_lure() -> None:
 
 def cold_start(*, streams: int, measure: str, scheduler_streams: int, probes: int, rtts: bool) -> list[tuple[str, ...]]:
     network = abilene_shared()
-    config = SchedulerConfig(streams=scheduler_streams, warm_probes_after_s=0.0, probes_per_round=probes, probe_s=3.0)
+    config = SchedulerConfig(streams=scheduler_streams, probes_per_round=probes, probe_s=3.0)
     rtt = network.rtts_from("ornl") if rtts else None
     scheduler = PathScheduler(list(network.vertices), "ornl", "svl", EdgeMemory(), config, rtt_s=rtt)
     result = simulate_transfer(network, scheduler, duration_s=90.0, streams=streams, measure=measure)  # type: ignore[arg-type]
