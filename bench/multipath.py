@@ -69,6 +69,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import pathchoice as pc  # noqa: E402  (bench/pathchoice.py: the depots, lnet-send on a host, payloads, medians)
 import testbed_scenarios as ts  # noqa: E402  (bench/testbed_scenarios.py: the random scenarios, scaled)
+from reruns import rerun_command  # noqa: E402  (bench/reruns.py)
 
 from lnet.scheduler import EdgeMemory  # noqa: E402
 from lnet.scheduler.scenarios import steady_rate  # noqa: E402
@@ -549,13 +550,15 @@ def describe(case: MultiCase, plan: Plan) -> list[str]:
 
 
 async def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
     args = parse_args(argv)
     settings = pc.Settings.from_args(args)
     plan = Plan(settings, args.max_paths)
     cases = [CASES[name] for name in args.topologies.split(",") if name]
     random_plan = Plan(replace(settings, inflight=args.random_max_inflight), args.max_paths)
     if args.random:
-        print(f"random scenarios: seed {args.random_seed} (rerun: {pc.rerun_command('multipath', args)})", flush=True)
+        rerun = rerun_command("multipath", argv, args.random_seed)
+        print(f"random scenarios: seed {args.random_seed} (rerun: {rerun})", flush=True)
     rcs = [ts.random_case(args.random_seed, index) for index in pc.random_indices(args)]
     if args.list:
         for case in cases:

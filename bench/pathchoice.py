@@ -79,6 +79,7 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))  # its sibling modules, however it is loaded (a test loads it by path)
 
 import testbed_scenarios as ts  # noqa: E402  (bench/testbed_scenarios.py: the random scenarios, scaled)
+from reruns import rerun_command  # noqa: E402  (bench/reruns.py)
 
 from lnet.client.commands.send_args import DEFAULT_MAX_PATHS  # noqa: E402
 from lnet.client.formats.report import TimelinePoint, first_reaching, short_path  # noqa: E402
@@ -1144,12 +1145,6 @@ def random_indices(args: argparse.Namespace) -> list[int]:
     return args.only if args.only is not None else ts.small_indices(args.random)
 
 
-def rerun_command(bench: str, args: argparse.Namespace) -> str:
-    only = f" --only {','.join(map(str, args.only))}" if args.only is not None else ""
-    return (f"bench/{bench}.py --random {args.random} --seed {args.random_seed}{only}"
-            f"{' --quick' if args.quick else ''}")
-
-
 def check_args(parser: argparse.ArgumentParser, args: argparse.Namespace, cases: Iterable[str]) -> None:
     """The checks this benchmark and bench/multipath.py share: --runs, --topologies, --random and its seed (a fresh
     one unless given), --max-inflight (the named topologies' default 2, the random scenarios' lnet-send's rule),
@@ -1210,13 +1205,15 @@ async def until_signalled(job: Awaitable[T]) -> T:
 
 
 async def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
     args = parse_args(argv)
     settings = Settings.from_args(args)
     named_seed = args.seed if args.seed is not None else DEFAULT_SEED
     cases = [CASES[name](named_seed) for name in args.topologies.split(",") if name]
     random_settings = replace(settings, inflight=args.random_max_inflight, max_paths=args.random_max_paths)
     if args.random:
-        print(f"random scenarios: seed {args.random_seed} (rerun: {rerun_command('pathchoice', args)})", flush=True)
+        rerun = rerun_command("pathchoice", argv, args.random_seed)
+        print(f"random scenarios: seed {args.random_seed} (rerun: {rerun})", flush=True)
     rcs = [ts.random_case(args.random_seed, index) for index in random_indices(args)]
     if args.list:
         for case in cases:

@@ -61,6 +61,9 @@ from lnet.scheduler.simulator import (
 )
 from lnet.units import parse_size
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from reruns import rerun_command  # noqa: E402  (bench/reruns.py)
+
 MODES = {"seed": SchedulerConfig(probes_per_round=0), "probes": SchedulerConfig()}
 
 
@@ -246,10 +249,11 @@ def _ratio(num: float, den: float | None) -> float | None:
 
 
 def run_random(
-    job: tuple[int, int, float, float, float, bool, bool, int | None, int | None, int | None, bool, bool, bool],
+    job: tuple[int, int, float, float, float, bool, bool, int | None, int | None, int | None, bool, bool, bool, bool],
 ) -> dict[str, Any]:
-    """One scenario's cold and warm transfers and its figures (run in a worker process)."""
-    seed, index, cold_s, warm_s, step_s, deep, scouts, depots, max_depots, block, wait, peers, at_start = job
+    """One scenario's cold and warm transfers and its figures (run in a worker process); with ``trace``, each
+    run's steps and decisions too (``run_trace``)."""
+    seed, index, cold_s, warm_s, step_s, deep, scouts, depots, max_depots, block, wait, peers, at_start, trace = job
     began = time.perf_counter()
     case = scenario(seed, index, cold_s=cold_s, warm_s=warm_s, step_s=step_s, depots=depots)
     built = time.perf_counter() - began
@@ -273,6 +277,7 @@ def run_random(
                              start_s=cold_s, duration_s=warm_s, seed=noise + 1, **options)
     cold_bps, warm_bps = cold.mean_rate(0.0), warm.mean_rate(cold_s)
     reached = cold.first_time_at(0.9 * case.cold.steady_bps)
+    traced = {"trace": {"cold": run_trace(cold, 0.0), "warm": run_trace(warm, cold_s)}} if trace else {}
     return {
         "index": index, "kind": case.kind, "depots": case.depots, "size_class": case.size_class, "draws": case.draws,
         "change_at_s": list(case.change_at_s),
@@ -296,7 +301,39 @@ def run_random(
         "warm_final_paths": [list(p) for p in warm.final_paths],
         "warm_first_paths": [list(p) for p in warm.samples[0].paths],
         "build_s": round(built, 3), "run_s": round(time.perf_counter() - began - built, 3),
+        **traced,
     }
+
+
+def run_trace(result: SimResult, start_s: float) -> dict[str, Any]:
+    """A run step by step, in seconds from its start: each path's true rate, the probes beside it (edge and
+    streams), and every decision that changed the set."""
+    return {
+        "steps": [{"t": s.t - start_s, "mbps": _mbps(s.rate_bps),
+                   "paths": [[list(p), _mbps(r)] for p, r in zip(s.paths, s.rates, strict=True)],
+                   "probes": [[list(edge), streams] for edge, streams in s.probes]} for s in result.samples],
+        "decisions": [{"t": t - start_s, "decision": type(d).__name__,
+                       "reason": getattr(d, "reason", None),
+                       "paths": [list(p) for p in getattr(d, "paths", ())]} for t, d in result.decisions],
+    }
+
+
+def print_trace(row: dict[str, Any]) -> None:
+    """``--trace``: a scenario's cold and warm runs, a line a step (Mbit/s; probes as u>v, xN when deep)."""
+    for run in ("cold", "warm"):
+        trace = row["trace"][run]
+        print(f"r{row['index']:03d} {row['kind']}, {row['depots']} depots: {run} run, "
+              f"{row[run + '_mbps']:.1f} Mbit/s ({row[run + '_ratio']:.2f} of the oracle)")
+        decisions = iter(trace["decisions"])
+        pending = next(decisions, None)
+        for step in trace["steps"]:
+            while pending is not None and pending["t"] <= step["t"]:  # taken at the end of the step before
+                print(f"  {pending['t']:6.1f} s  {pending['decision']} ({pending['reason']}): "
+                      + ", ".join(">".join(p) for p in pending["paths"]))
+                pending = next(decisions, None)
+            paths = " ".join(f"{'>'.join(p)}={mbps:.1f}" for p, mbps in step["paths"])
+            probes = " ".join(f"{u}>{v}" + (f"x{n}" if n > 1 else "") for (u, v), n in step["probes"])
+            print(f"  {step['t']:6.1f} s {step['mbps']:7.1f}  {paths}" + (f"  probes {probes}" if probes else ""))
 
 
 def p10(values: Sequence[float]) -> float:
@@ -422,10 +459,10 @@ def _commit() -> str:
 def random_distribution(args: argparse.Namespace, argv: list[str]) -> int:
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(2**32)
     indices = [int(i) for i in args.only.split(",")] if args.only else list(range(args.random))
-    print(f"seed {seed} (rerun: bench/scheduler.py --random {args.random} --seed {seed})", flush=True)
+    print(f"seed {seed} (rerun: {rerun_command('scheduler', argv, seed)})", flush=True)
     jobs = [(seed, i, args.cold_s, args.warm_s, args.step_s, not args.no_deep_probes, not args.no_cold_scouts,
              args.depots, args.max_depots, args.block_size or None, args.scouts_wait, args.peer_rtts,
-             args.warm_probes_at_start) for i in indices]
+             args.warm_probes_at_start, args.trace) for i in indices]
     # Biggest first, so that the workers finish together.
     jobs.sort(key=lambda job: -scenario_size_class(job[1]))
     # The scheduler's runs depend on the order of some sets of strings, so on Python's hash seed: the workers get
@@ -445,7 +482,9 @@ def random_distribution(args: argparse.Namespace, argv: list[str]) -> int:
     print_random(seed, summary, args.cold_s, args.warm_s)
     if args.only:
         for r in rows:
-            print(json.dumps(r))
+            if args.trace:
+                print_trace(r)
+            print(json.dumps({k: v for k, v in r.items() if k != "trace"}))
         return 0
     RESULTS.mkdir(exist_ok=True)
     stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
@@ -528,10 +567,15 @@ def main(argv: list[str] | None = None) -> int:
                         "when it ends (default lnet-send's, %(default)s bytes; 0: a sample every step, the fluid "
                         "model)")
     parser.add_argument("--only", metavar="I,J", help="--random: only these scenario indices (printed, not saved)")
+    parser.add_argument("--trace", action="store_true",
+                        help="--random with --only: print each run step by step (every path's rate, the probes "
+                        "beside it, the decisions)")
     parser.add_argument("--cold-s", type=float, default=COLD_S, help=f"--random: cold run, sim. s ({COLD_S:g})")
     parser.add_argument("--warm-s", type=float, default=WARM_S, help=f"--random: warm run, sim. s ({WARM_S:g})")
     parser.add_argument("--step-s", type=float, default=STEP_S, help=f"--random: simulator step ({STEP_S:g} s)")
     args = parser.parse_args(argv)
+    if args.trace and not args.only:
+        parser.error("--trace needs --only I,J (a trace a scenario)")
     if args.random is not None:
         return random_distribution(args, sys.argv[1:] if argv is None else argv)
     if args.multipath:

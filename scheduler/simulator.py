@@ -259,13 +259,15 @@ def _latest(timeline: list[tuple[float, float]] | None, now: float, initial: flo
 @dataclass(frozen=True, slots=True)
 class SimSample:
     """During the step starting at ``t`` the transfer ran on ``path`` at ``rate_bps`` (true, noise-free): the sum
-    over the set of ``paths`` (the primary, ``path``, first), each at its rate in ``rates``."""
+    over the set of ``paths`` (the primary, ``path``, first), each at its rate in ``rates``; ``probes`` ran beside
+    it, each edge with its streams."""
 
     t: float
     path: Path
     rate_bps: float
     paths: tuple[Path, ...] = ()
     rates: tuple[float, ...] = ()
+    probes: tuple[tuple[Edge, int], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -560,6 +562,7 @@ def _run(
                 delivering *= min(1.0, max(0.0, (t + step_s - filled[path]) / step_s))
             path_rates.append(delivering)
         # Probes run beside the transfer, one stream each on a connection of its own that starts cold.
+        probed = tuple((edge, probe_depths[edge]) for edge in probing)
         for edge, started in list(probing.items()):
             d = probe_depths[edge]
             if block_bytes is None:
@@ -582,7 +585,7 @@ def _run(
             held = {path: block_bytes * sum(depths[edge] for edge in edges_of(path)) for path in paths}
             path_rates = tail.step(paths, path_rates, held, size_bytes - delivered, step_s)
         rate = sum(path_rates)
-        samples.append(SimSample(t, paths[0], rate, paths, tuple(path_rates)))
+        samples.append(SimSample(t, paths[0], rate, paths, tuple(path_rates), probed))
         delivered += rate * step_s
         t += step_s
         if size_bytes is not None and (delivered >= size_bytes * (1 - 1e-9) or tail is not None and tail.done):
