@@ -47,6 +47,7 @@ BENCHES = {
     "small_files": "`bench/small_files.py`: a tree of small files (docs/client.md)",
     "directory": "`bench/directory_*.py`: the depot directory on etcd (docs/directory.md)",
     "trickle": "`bench/trickle.py`: a normal client beside hundreds of trickling clients (docs/depot.md)",
+    "pinned_ab": "`bench/pinned_ab.py`: lnet-send pinned to testbed paths, two versions of lnet in turn",
 }
 
 _STAMP = re.compile(r"(?<!\d)(\d{8})-(\d{6})(?!\d)")
@@ -275,6 +276,23 @@ def render_depot_throughput(name: str, doc: Doc) -> list[str]:
     return [*lines, *md_table(columns, rows), ""]
 
 
+def render_pinned_ab(name: str, doc: Doc) -> list[str]:
+    """bench/pinned_ab.py's record: each path's Mbit/s under side A and side B, run by run."""
+    lines = [f"#### Pinned paths, A against B ({date_of(name, doc)})", "", *provenance(name, doc),
+             f"- sides: {doc.get('sides')}", ""]
+    runs = [run for run in doc.get("runs", []) if isinstance(run, dict)]
+    rows = []
+    for key in dict.fromkeys((run["seed"], run["index"], run["path"]) for run in runs):
+        def rates(side: str, key: tuple[Any, ...] = key) -> list[Any]:
+            return [run["mbps"] for run in runs if (run["seed"], run["index"], run["path"]) == key
+                    and run["side"] == side and run["ok"]]
+        a, b = rates("A"), rates("B")
+        b_over_a = statistics.median(b) / statistics.median(a) if a and b else None
+        rows.append([f"{key[0]} r{key[1]:03d} {key[2]}", spread(a), spread(b), fmt(b_over_a)])
+    columns = ["scenario, path", "A: Mbit/s, median (range)", "B", "B / A, medians"]
+    return [*lines, *md_table(columns, rows), ""]
+
+
 def render_runs(name: str, doc: Doc) -> list[str]:
     """A benchmark that records only its command and every run's figures (numbers by name)."""
     lines = [f"#### `{doc.get('command')}` ({date_of(name, doc)})", "", *provenance(name, doc), ""]
@@ -310,6 +328,8 @@ def kind_of(doc: Doc) -> tuple[str, Renderer] | None:
         return "directory", render_runs
     if bench == "trickle" and isinstance(doc.get("runs"), list):
         return "trickle", render_runs
+    if bench == "pinned_ab" and isinstance(doc.get("runs"), list):
+        return "pinned_ab", render_pinned_ab
     return None
 
 

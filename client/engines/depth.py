@@ -7,12 +7,14 @@ and one of which took 0.3 s, fell from its first four copies to two and stayed t
 26 Mbit/s where six or seven copies carried 48 pinned (``bench/results/traces/depth-rule-r018-20261128.json``).
 
 So a hop that has carried enough at its depth tries twice the depth, and keeps it as a floor if it carries
-``DEPTH_GAIN`` times more: the rule the deep probes use too (``lnet.client.sending.probes``), where twice the
-copies on a hop held back by each copy's own window nearly double it, and on a full link add nothing. A trial that
-fails is not tried again for ``COOLDOWN_FLUSHES`` flushes. Each level is judged on copies that began at it: the
-first ``depth`` copies after a change are let go by (they began at the level before), then ``2 x depth`` copies are
-counted (two a stream, as a deep probe's level is). A hop starved of work says nothing of its depth, and its
-counts start again.
+``DEPTH_GAIN`` times more: the rule the deep probes use too (``lnet.client.sending.probes``), where twice the copies
+on a hop held back by each copy's own window nearly double it, and on a full link add nothing. A level kept is the
+bar of the next, tried at once: a lossy hop, whose every copy is held to its loss limit, took 30 s a level when each
+level kept was first measured again on its own, and 15-20 s without (docs/decisions/0019; ``CLIMB_COPIES`` in
+``lnet.scheduler.simulator`` is this climb). A trial that fails is not tried again for ``COOLDOWN_FLUSHES`` flushes.
+Each level is judged on copies that began at it: the first ``depth`` copies after a change are let go by (they began
+at the level before), then ``2 x depth`` copies are counted (two a stream, as a deep probe's level is). A hop
+starved of work says nothing of its depth, and its counts start again.
 """
 
 from __future__ import annotations
@@ -100,14 +102,22 @@ class DepthClimb:
             else:
                 self.cooldown = COOLDOWN_FLUSHES
             self.trial = None
-            self._restart(settled=kept)  # kept, the copies in flight began at the depth that goes on
+            depth = self._depth(rule)
+            if kept and depth < self.high:
+                self._try(depth, rate)  # what the level just kept carried is the next level's bar: tried at once
+            else:
+                self._restart(settled=kept)  # kept, the copies in flight began at the depth that goes on
         elif self.cooldown == 0 and depth < self.high:
-            self.trial = min(2 * depth, self.high)
-            self.below_bps = rate
-            self.tried += 1
-            self._restart(settled=False)
+            self._try(depth, rate)
         else:
             self._restart(settled=True)  # the next judgement compares recent rates
+
+    def _try(self, depth: int, rate: float) -> None:
+        """A trial of twice ``depth``, against ``rate``, what the hop carried at it."""
+        self.trial = min(2 * depth, self.high)
+        self.below_bps = rate
+        self.tried += 1
+        self._restart(settled=False)
 
     def _restart(self, *, settled: bool) -> None:
         """Count afresh; ``settled``: the copies in flight began at the depth that goes on."""

@@ -1,6 +1,6 @@
 """A hop's depth above Wu et al.'s rule (``lnet.client.engines.depth``): a hop that has carried enough at its depth
-tries twice the depth, keeps it as a floor if it carries ``DEPTH_GAIN`` times more, and otherwise waits
-``COOLDOWN_FLUSHES`` before trying again; a starved hop tries nothing."""
+tries twice the depth, keeps it as a floor if it carries ``DEPTH_GAIN`` times more and tries the next level at
+once, and otherwise waits ``COOLDOWN_FLUSHES`` before trying again; a starved hop tries nothing."""
 
 from __future__ import annotations
 
@@ -31,10 +31,40 @@ def test_a_deeper_level_that_carries_more_is_kept_as_a_floor() -> None:
     assert climb.trial == 4
     climb.depth(2, flush(8.0, 4, began=2))  # copies in flight from the level before end: let by until four
     climb.depth(2, flush(8.0, 2, began=2))
-    assert climb.depth(2, flush(4.0 * DEPTH_GAIN, 8)) == 4  # kept as a floor
+    assert climb.depth(2, flush(4.0 * DEPTH_GAIN, 8)) == 8  # kept as a floor, and the next level tried at once
     assert climb.floor == 4
+    assert climb.trial == 8
+    assert climb.below_bps == 4.0 * DEPTH_GAIN * MiB  # against what the level just kept carried
+
+
+def test_a_hop_that_gains_at_every_level_climbs_one_trial_a_level() -> None:
+    # a lossy hop: each copy held to its loss limit, so twice the copies carry twice as much, up to the ceiling;
+    # each level is let by (its depth in copies) and judged (twice its depth), nothing counted twice
+    climb = DepthClimb(2, 16)
+    climb.depth(2, flush(1.0, 2))
+    climb.depth(2, flush(1.0, 4))
+    flushes = 0
+    for level in (4, 8, 16):
+        assert climb.trial == level
+        climb.depth(2, flush(level / 2, level))  # the copies that began at the level before: let by
+        flushes += 1
+        climb.depth(2, flush(float(level), 2 * level))
+        flushes += 1
+    assert climb.floor == 16
     assert climb.trial is None
-    assert climb.depth(2, flush(5.0, 8)) == 8  # two copies a stream at 4, counted from the first: the next trial
+    assert flushes == 6
+    assert climb.tried == 3
+
+
+def test_a_climb_stops_at_the_level_that_adds_nothing_and_keeps_the_one_below() -> None:
+    climb = DepthClimb(2, 16)
+    climb.depth(2, flush(1.0, 2))
+    climb.depth(2, flush(1.0, 4))
+    climb.depth(2, flush(2.0, 4))
+    assert climb.depth(2, flush(2.0, 8)) == 8  # 4 kept (twice the rate), 8 tried
+    climb.depth(2, flush(2.0, 8))
+    assert climb.depth(2, flush(2.1, 16)) == 4  # 8 adds 5%: the link is full
+    assert (climb.floor, climb.trial, climb.cooldown) == (4, None, COOLDOWN_FLUSHES)
 
 
 def test_a_deeper_level_that_carries_no_more_is_given_up_for_a_while() -> None:
