@@ -621,9 +621,11 @@ class Settings:
 
 
 async def lnet_send(tb: Testbed, host: str, depots_file: Path, payload: Path, dest: str, extra: list[str],
-                    out: Path, memory: Path, settings: Settings, timeout_s: float) -> dict[str, Any]:
-    """One lnet-send on ``host``: its --json summary (with the report saved at ``out``.json), or the failure."""
-    argv = [PY, "-m", "lnet.client.send", str(payload), "--to", dest, "--depots", str(depots_file),
+                    out: Path, memory: Path, settings: Settings, timeout_s: float, *, python: str = PY
+                    ) -> dict[str, Any]:
+    """One lnet-send on ``host``: its --json summary (with the report saved at ``out``.json), or the failure;
+    ``python``: the interpreter whose lnet runs it (bench/pinned_ab.py's other side)."""
+    argv = [python, "-m", "lnet.client.send", str(payload), "--to", dest, "--depots", str(depots_file),
             "--memory", str(memory), "--block-size", settings.block, "--duration", "30m", "--json", "--no-progress",
             "--report", str(out.with_suffix(".report.json")), "--manifest", str(out.with_suffix(".manifest.json")),
             "--trace", str(out.with_suffix(".trace.jsonl")),

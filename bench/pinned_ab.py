@@ -89,11 +89,11 @@ async def main(argv: list[str] | None = None) -> int:
                     for hops in paths:
                         await fleet.start()
                         depots = fleet.depots_file(root / "depots.toml", case.source, case.depots)
-                        pc.PY = sides[side]  # lnet-send's python; the depots started with this one
                         record = await pc.lnet_send(tb, case.source, depots, payload, case.dest,
                                                     ["--path", hops, "--cold"],
                                                     root / f"{side}-{run}-{hops.replace(',', '_')}",
-                                                    root / "scratch-edges.json", settings, 600.0)
+                                                    root / "scratch-edges.json", settings, 600.0,
+                                                    python=sides[side])  # the depots run this python's
                         rows.append({"seed": seed, "index": index, "path": hops, "side": side, "run": run,
                                      "ok": record["ok"], "mbps": record.get("mbps"),
                                      "seconds": record.get("seconds"), "error": record.get("error")})
