@@ -7,9 +7,13 @@ The libraries' errors carry these codes, so this module sits below every layer a
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from enum import IntEnum
+from typing import Any, TypeVar
 
-__all__ = ["EXIT_CODES_HELP", "ExitCode", "Failure", "is_interrupt"]
+__all__ = ["EXIT_CODES_HELP", "ExitCode", "Failure", "is_interrupt", "run_interruptible"]
+
+R = TypeVar("R")
 
 
 class ExitCode(IntEnum):
@@ -46,6 +50,20 @@ def is_interrupt(exc: BaseException) -> bool:
     if isinstance(exc, KeyboardInterrupt):
         return True
     return isinstance(exc, BaseExceptionGroup) and exc.subgroup(KeyboardInterrupt) is not None
+
+
+def run_interruptible(main: Callable[..., Awaitable[R]], *args: Any) -> R:
+    """``trio.run(main, *args)`` with Ctrl-C raised only at the main task's checkpoints.
+
+    By default trio raises ``KeyboardInterrupt`` wherever the program happens to be when SIGINT comes, which may
+    be the middle of a library's cancel scope (httpcore's, say): trio's cancel-scope stack is then corrupted, and
+    the program may hang instead of saying how to resume. At a checkpoint of the main task it arrives as any
+    cancellation does: every task is cancelled, its cleanup runs, and the interrupt reaches the handlers that
+    turn it into exit 130 (``is_interrupt``). A program that calls this makes its long loops checkpoint, as trio
+    code does anyway."""
+    import trio  # this module sits below every layer; only the programs that run a loop need trio here
+
+    return trio.run(main, *args, restrict_keyboard_interrupt_to_checkpoints=True)
 
 
 class Failure(Exception):

@@ -31,7 +31,7 @@ from lnet.client.commands.clientio import ClientIO
 from lnet.client.commands.outcome import Failed, Outcome, finish
 from lnet.client.commands.output import CommandOutput, QuietProgress, file_option_problem, parse_arguments
 from lnet.client.commands.replica_options import ReplicaArgs
-from lnet.client.exits import EXIT_CODES_HELP, ExitCode, Failure, is_interrupt
+from lnet.client.exits import EXIT_CODES_HELP, ExitCode, Failure, is_interrupt, run_interruptible
 from lnet.units import parse_duration
 
 if TYPE_CHECKING:
@@ -195,10 +195,8 @@ def main(argv: list[str] | None = None, *, io: ClientIO | None = None, predial: 
             skip = args.follow or args.one_depot_url
             predial = predial if skip else _predial(args, predial)
             io = ClientIO(early=predial)
-        import trio
-
         try:
-            return trio.run(_get, args, out, io or ClientIO())
+            return run_interruptible(_get, args, out, io or ClientIO())
         except BaseException as exc:  # Ctrl-C before or after the download (during it, _fetch says what is kept)
             if not is_interrupt(exc):
                 raise

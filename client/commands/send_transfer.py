@@ -19,7 +19,6 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TypeVar
 
-import trio
 from rich.console import Console
 
 from lnet.client.commands import replica_options
@@ -35,7 +34,7 @@ from lnet.client.commands.output import CommandOutput, transfer_progress
 from lnet.client.commands.send_args import DEFAULT_DURATION_S, DEFAULT_HASH, DEFAULT_MAX_PATHS, SendArgs
 from lnet.client.engines import smallfiles
 from lnet.client.engines.chunks import PlanConfig
-from lnet.client.exits import ExitCode, is_interrupt
+from lnet.client.exits import ExitCode, is_interrupt, run_interruptible
 from lnet.client.fetching.mirrors import MirrorResult, ReplicaOptions
 from lnet.client.formats import tree
 from lnet.client.formats.manifest import Manifest
@@ -196,7 +195,7 @@ def main_parsed(args: SendArgs, argv: list[str], io: ClientIO) -> int:
     # collections during a transfer do not walk it again and again (2.4% of lnet-send's samples on the chain).
     gc.freeze()
     try:
-        return trio.run(transfer, args, argv, io, out)
+        return run_interruptible(transfer, args, argv, io, out)
     except BaseException as exc:
         if not is_interrupt(exc):
             raise
