@@ -422,10 +422,12 @@ def _run(
     climb: dict[Edge, tuple[int, float]] = {}
     """With the tail: each hop's depth as the relay climbs it, from ``first_depth`` up to ``n``, and since when."""
     hop_bps: dict[Edge, float] = {}
-    filled: dict[Path, float] = {}
-    """With the tail: when each path's first copies reach the destination."""
-    filling: set[Path] = set(paths) if tail is not None else set()
-    """Paths whose fill is reckoned at their first step."""
+    filling: dict[Path, float] = dict.fromkeys(paths, 1.0) if tail is not None else {}
+    """With the tail: the paths whose first copies are still on their way, and the part of the way left (1 when
+    the path starts). Each step covers ``step_s`` over the fill time the hops' rates of that step give
+    (``_fill_s``): a path that joins beside a deep probe of its own hops fills slowly while the probe runs and
+    at its own rate once the probe ends, as on the testbed (a fill reckoned once, at the first step's shared
+    rates, held a chain joined beside three deep probes empty for 9 s where the testbed's filled in 2)."""
     shared: dict[tuple[frozenset[tuple[Edge, int]], int], dict[Edge, float]] = {}
 
     def share(flows: dict[Edge, int]) -> dict[Edge, float]:
@@ -522,7 +524,7 @@ def _run(
         if tail is not None and block_bytes is not None:
             climbed: dict[Edge, tuple[int, float]] = {}  # the hops of the set now: one that left starts again
             for path in paths:
-                unfilled = path in filling or filled.get(path, -math.inf) > t
+                unfilled = path in filling
                 for edge in edges_of(path):
                     level, at = climb.get(edge, (first_depth, t))
                     if unfilled:
@@ -555,11 +557,14 @@ def _run(
             ]
             delivering = min(rates, default=0.0)
             if path in filling and block_bytes is not None:
-                filled[path] = t + _fill_s(hop_rates, depths, block_bytes)
-                if math.isfinite(filled[path]):
-                    filling.discard(path)  # (else a hop carries nothing yet: reckoned again next step)
-            if path in filled:  # the part of the step after its first copies arrived
-                delivering *= min(1.0, max(0.0, (t + step_s - filled[path]) / step_s))
+                covered = step_s / _fill_s(hop_rates, depths, block_bytes)  # 0 while a hop carries nothing
+                left = filling[path]
+                if covered >= left:  # filled within the step: it delivers for the part of the step after
+                    del filling[path]
+                    delivering *= 1.0 - left / covered
+                else:
+                    filling[path] = left - covered
+                    delivering = 0.0
             path_rates.append(delivering)
         # Probes run beside the transfer, one stream each on a connection of its own that starts cold.
         probed = tuple((edge, probe_depths[edge]) for edge in probing)
@@ -607,7 +612,7 @@ def _run(
             if tail is not None and set(paths) <= set(decision.all_paths):
                 # paths that join: the others go on while they fill (where a path replaces another, the one
                 # that left still delivers what its hops hold meanwhile, which the model does not count either)
-                filling |= joined
+                filling.update(dict.fromkeys(joined, 1.0))
             paths = decision.all_paths
     return SimResult([] if scheduler is None else scheduler.attempts, samples, decisions, delivered, finished_at)
 

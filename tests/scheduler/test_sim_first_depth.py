@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from lnet.client.sending.relay_config import RelayConfig
-from lnet.scheduler.simulator import CLIMB_COPIES, FIRST_DEPTH, SimNetwork, mbit, simulate_pinned
+from lnet.scheduler.simulator import CLIMB_COPIES, FIRST_DEPTH, DegradeEdge, SimNetwork, mbit, simulate_pinned
 
 MiB = 1024 * 1024
 STREAMS = 16
@@ -67,3 +67,18 @@ def test_a_fixed_depth_under_the_first_fills_at_its_own() -> None:
                              depth="fixed", min_depth=2)
     first = next(sample.t for sample in result.samples if sample.rate_bps > 0)
     assert first == pytest.approx(MiB / mbit(10.0), abs=0.125)
+
+
+def test_a_path_fills_at_the_rates_of_each_step_not_at_those_of_its_first() -> None:
+    # The hop's streams get 1 Mbit/s for the first half second (as beside a deep probe of the same hop), then 10:
+    # the first four copies would take 4 MiB / 0.5 MB/s = 8.4 s at the first rate, and have a sixteenth of the way
+    # behind them when the rate rises; the rest takes 15/16 x 0.84 s. (Reckoned once, at the first step's rate,
+    # a chain joined beside three deep probes delivered nothing for 9 s where the testbed's filled in 2.)
+    vertices = ("src", "dst")
+    capacities = {HOP: mbit(1.0), ("dst", "src"): mbit(1.0)}
+    network = SimNetwork(vertices, capacities, default_ramp_s=0.0, noise=0.0,
+                         events=(DegradeEdge(0.5, HOP, mbit(10.0)),))
+    slow_fill = FIRST_DEPTH * MiB / mbit(FIRST_DEPTH * 1.0)
+    fast_fill = FIRST_DEPTH * MiB / mbit(FIRST_DEPTH * 10.0)
+    expected = 0.5 + (1 - 0.5 / slow_fill) * fast_fill
+    assert first_arrival(network, 64 * MiB) == pytest.approx(expected, abs=0.125)
