@@ -17,7 +17,7 @@ from typing import Any, Generic, TypeVar
 
 from lnet.client.commands import datasets, depots
 from lnet.client.commands.output import parse_arguments
-from lnet.client.exits import EXIT_CODES_HELP, ExitCode
+from lnet.client.exits import EXIT_CODES_HELP, ExitCode, is_interrupt, run_interruptible
 from lnet.client.formats import report
 from lnet.units import format_size, parse_size
 
@@ -190,13 +190,11 @@ def _demo(args: DemoArgs) -> int:
     except ValueError as exc:
         print(f"lnet demo: {exc}", file=sys.stderr)
         return ExitCode.USAGE
-    import trio
-
     from lnet.testbed import TestbedError
     from lnet.testbed.demo import run_demo
 
     try:
-        return trio.run(
+        return run_interruptible(
             lambda: run_demo(args.out, size=size, block=args.block_size, max_inflight=args.max_inflight)
         )
     except TestbedError as exc:
@@ -237,7 +235,13 @@ def main(argv: list[str] | None = None) -> int:
     command = parse_arguments(_parser(), argv, _bound)
     if isinstance(command, int):
         return command
-    return command()
+    try:
+        return command()
+    except BaseException as exc:  # Ctrl-C: a word and its exit status, not a traceback
+        if not is_interrupt(exc):
+            raise
+        print("lnet: interrupted", file=sys.stderr)
+        return ExitCode.INTERRUPTED
 
 
 if __name__ == "__main__":

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
-from lnet.client.exits import ExitCode
+from lnet.client.exits import ExitCode, run_interruptible
 from lnet.client.formats.overlay import Overlay, OverlayError
 from lnet.units import parse_duration
 
@@ -76,8 +76,6 @@ def _settings(directory: str | None, depots: Path | None, timeout_s: float) -> t
 
 
 def run_publish(args: PublishArgs) -> int:
-    import trio
-
     from lnet.directory.datasets import Dataset, dataset_key
     from lnet.directory.entries import EntryError
     from lnet.directory.etcd import EtcdClient, EtcdError, EtcdUnavailable
@@ -101,7 +99,7 @@ def run_publish(args: PublishArgs) -> int:
             await etcd.put(key, dataset.encode(), lease=lease)
 
     try:
-        trio.run(put)
+        run_interruptible(put)
     except (EtcdUnavailable, EtcdError) as exc:
         print(f"lnet publish: {exc}", file=sys.stderr)
         return ExitCode.UNREACHABLE

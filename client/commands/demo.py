@@ -23,6 +23,7 @@ import trio
 from rich.console import Console
 from rich.table import Table
 
+from lnet.client.exits import run_interruptible
 from lnet.client.wire.depot_client import DepotClient, NotFound
 from lnet.units import format_size, parse_size
 
@@ -162,7 +163,7 @@ def main(argv: list[str] | None = None) -> int:
     if block_size < 64 * 1024 or args.expire < 1:
         parser.error("--block-size must be at least 64KiB and --expire at least 1 second")
     try:
-        trio.run(demo, block_size, args.expire)
+        run_interruptible(demo, block_size, args.expire)
     except DemoFailed as exc:
         console.print(f"[red]FAILED[/red]: {exc}")
         return 1

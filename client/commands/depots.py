@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from lnet.client.exits import ExitCode
+from lnet.client.exits import ExitCode, run_interruptible
 from lnet.client.formats.overlay import DepotEntry, Overlay, OverlayError, url_key
 from lnet.units import format_size, parse_duration
 
@@ -431,7 +431,6 @@ class DepotsArgs:
 
 
 def run(args: DepotsArgs, *, transport: httpx.AsyncBaseTransport | None = None) -> int:
-    import trio
     from rich.console import Console
 
     err = Console(stderr=True, highlight=False)
@@ -443,7 +442,7 @@ def run(args: DepotsArgs, *, transport: httpx.AsyncBaseTransport | None = None) 
     except (ValueError, OverlayError) as exc:
         err.print(f"lnet depots: {exc}", markup=False, soft_wrap=True)
         return ExitCode.USAGE
-    healths = trio.run(lambda: query_all(overlay, timeout_s=timeout_s, transport=transport))
+    healths = run_interruptible(lambda: query_all(overlay, timeout_s=timeout_s, transport=transport))
     if args.json:
         sys.stdout.write(json.dumps(to_json(healths), indent=2) + "\n")
     else:

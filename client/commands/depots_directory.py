@@ -23,7 +23,7 @@ from lnet.client.commands.depots import (
     to_json,
 )
 from lnet.client.commands.discover import DirectoryUnavailable, Discovered, discover
-from lnet.client.exits import ExitCode
+from lnet.client.exits import ExitCode, run_interruptible
 from lnet.client.formats.overlay import Overlay, OverlayError, url_key
 from lnet.units import parse_duration
 
@@ -83,7 +83,6 @@ def health_from_record(record: DepotRecord, names_by_url: Mapping[str, str], now
 
 
 def run_with_directory(args: DepotsArgs, timeout_s: float, *, transport: httpx.AsyncBaseTransport | None) -> int:
-    import trio
     from rich.console import Console
 
     from lnet.scheduler import EdgeMemory
@@ -108,7 +107,7 @@ def run_with_directory(args: DepotsArgs, timeout_s: float, *, transport: httpx.A
         return found, healths
 
     try:
-        found, healths = trio.run(gather)
+        found, healths = run_interruptible(gather)
     except OverlayError as exc:
         err.print(f"lnet depots: {exc}", markup=False, soft_wrap=True)
         return ExitCode.USAGE

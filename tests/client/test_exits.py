@@ -8,7 +8,7 @@ import pytest
 import trio
 import trio.lowlevel
 
-from lnet.client.exits import is_interrupt, run_interruptible
+from lnet.client.exits import ExitCode, is_interrupt, run_interruptible
 
 
 def test_ctrl_c_is_raised_at_the_next_wait_not_in_the_middle_of_work() -> None:
@@ -57,3 +57,24 @@ def test_run_interruptible_returns_what_main_returns() -> None:
         return x + 1
 
     assert run_interruptible(main, 41) == 42
+
+
+def test_lnet_answers_ctrl_c_with_a_word_and_130_not_a_traceback(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from lnet.client.commands import cli
+
+    async def asking() -> None:
+        await trio.sleep_forever()
+
+    def interrupted(*args: object, **kwargs: object) -> object:
+        async def main() -> None:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(asking)
+                await trio.lowlevel.checkpoint()
+                signal.raise_signal(signal.SIGINT)
+        return run_interruptible(main)
+
+    monkeypatch.setattr("lnet.client.commands.depots_directory.run", interrupted)
+    assert cli.main(["depots"]) == ExitCode.INTERRUPTED
+    assert capsys.readouterr().err == "lnet: interrupted\n"
