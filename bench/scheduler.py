@@ -34,7 +34,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import networkx as nx
 
@@ -248,9 +248,31 @@ def _ratio(num: float, den: float | None) -> float | None:
     return None if not den else num / den
 
 
-def run_random(
-    job: tuple[int, int, float, float, float, bool, bool, int | None, int | None, int | None, bool, bool, bool, bool],
-) -> dict[str, Any]:
+class RandomJob(NamedTuple):
+    """One scenario of ``--random`` and the switches it runs with (sent to a worker process)."""
+
+    seed: int
+    index: int
+    cold_s: float
+    warm_s: float
+    step_s: float
+    deep: bool
+    """Deep probes (not ``--no-deep-probes``)."""
+    scouts: bool
+    """Cold scouts (not ``--no-cold-scouts``)."""
+    depots: int | None
+    max_depots: int | None
+    block: int | None
+    wait: bool
+    """``--scouts-wait``."""
+    peers: bool
+    """``--peer-rtts``."""
+    at_start: bool
+    """``--warm-probes-at-start``."""
+    trace: bool
+
+
+def run_random(job: RandomJob) -> dict[str, Any]:
     """One scenario's cold and warm transfers and its figures (run in a worker process); with ``trace``, each
     run's steps and decisions too (``run_trace``)."""
     seed, index, cold_s, warm_s, step_s, deep, scouts, depots, max_depots, block, wait, peers, at_start, trace = job
@@ -460,11 +482,12 @@ def random_distribution(args: argparse.Namespace, argv: list[str]) -> int:
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(2**32)
     indices = [int(i) for i in args.only.split(",")] if args.only else list(range(args.random))
     print(f"seed {seed} (rerun: {rerun_command('scheduler', argv, seed)})", flush=True)
-    jobs = [(seed, i, args.cold_s, args.warm_s, args.step_s, not args.no_deep_probes, not args.no_cold_scouts,
-             args.depots, args.max_depots, args.block_size or None, args.scouts_wait, args.peer_rtts,
-             args.warm_probes_at_start, args.trace) for i in indices]
+    jobs = [RandomJob(seed, i, args.cold_s, args.warm_s, args.step_s, deep=not args.no_deep_probes,
+                      scouts=not args.no_cold_scouts, depots=args.depots, max_depots=args.max_depots,
+                      block=args.block_size or None, wait=args.scouts_wait, peers=args.peer_rtts,
+                      at_start=args.warm_probes_at_start, trace=args.trace) for i in indices]
     # Biggest first, so that the workers finish together.
-    jobs.sort(key=lambda job: -scenario_size_class(job[1]))
+    jobs.sort(key=lambda job: -scenario_size_class(job.index))
     # The scheduler's runs depend on the order of some sets of strings, so on Python's hash seed: the workers get
     # a fixed one, so that a seed gives the same figures on every run.
     os.environ["PYTHONHASHSEED"] = "0"

@@ -426,8 +426,8 @@ def _run(
     """With the tail: the paths whose first copies are still on their way, and the part of the way left (1 when
     the path starts). Each step covers ``step_s`` over the fill time the hops' rates of that step give
     (``_fill_s``): a path that joins beside a deep probe of its own hops fills slowly while the probe runs and
-    at its own rate once the probe ends, as on the testbed (a fill reckoned once, at the first step's shared
-    rates, held a chain joined beside three deep probes empty for 9 s where the testbed's filled in 2)."""
+    at its own rate once the probe ends (a fill reckoned once, at the first step's shared rates, held a chain
+    joined beside deep probes of its three hops empty for 9.3 s; covered step by step, 5.0 s)."""
     shared: dict[tuple[frozenset[tuple[Edge, int]], int], dict[Edge, float]] = {}
 
     def share(flows: dict[Edge, int]) -> dict[Edge, float]:

@@ -9,9 +9,10 @@ from .benches import load_bench
 sched = load_bench("scheduler")
 
 
-def job(index: int, *, trace: bool) -> tuple[object, ...]:
+def job(index: int, *, trace: bool) -> object:
     # seed 7, 20-s cold and warm runs, 1-s steps, deep probes and cold scouts, lnet-send's block, nothing else
-    return (7, index, 20.0, 20.0, 1.0, True, True, None, None, sched.SEND_BLOCK, False, False, False, trace)
+    return sched.RandomJob(7, index, 20.0, 20.0, 1.0, deep=True, scouts=True, depots=None, max_depots=None,
+                           block=sched.SEND_BLOCK, wait=False, peers=False, at_start=False, trace=trace)
 
 
 def test_a_trace_gives_each_step_its_paths_rates_and_the_probes_beside_them() -> None:
