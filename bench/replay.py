@@ -37,6 +37,7 @@ from lnet.scheduler import (
     Measurement,
     PathScheduler,
     ProbeDone,
+    Progress,
     SchedulerConfig,
 )
 
@@ -99,6 +100,8 @@ def replay(records: Iterable[dict[str, Any]]) -> list[Step]:
             else:
                 scheduler.measure(HopFailure(tuple(record["edge"]), t))
         elif kind == "decision":
+            if record.get("left_bytes") is not None:  # the bytes left the run's scheduler was told (``Progress``)
+                scheduler.measure(Progress(int(record["left_bytes"]), t))
             decision = scheduler.start(t) if record is first else scheduler.tick(t)
             steps.append(Step(round(t - clock, 3), _recorded(record), _replayed(decision)))
     return steps

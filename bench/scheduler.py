@@ -237,7 +237,7 @@ def send_config() -> SchedulerConfig:
     if (relay.max_inflight, relay.min_inflight) != (STREAMS, MIN_STREAMS):
         raise RuntimeError("lnet-send's in-flight defaults moved: update lnet.scheduler.scenarios to match")
     return replace(SchedulerConfig(max_paths=DEFAULT_MAX_PATHS), streams=relay.max_inflight,
-                   min_streams=relay.min_inflight)
+                   min_streams=relay.min_inflight, block_bytes=relay.block_size, first_depth=relay.initial_inflight)
 
 
 def _mbps(bps: float | None) -> float | None:

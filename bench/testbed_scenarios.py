@@ -144,13 +144,17 @@ class SimSettings:
     peer_rtts: bool = True
     """The scheduler knows the round trips between depots (they time them to their peers, as the testbed's depots
     do), not only the client's own."""
+    fill_rule: bool = True
+    """The scheduler knows the block size and is told the bytes left (``SchedulerConfig.block_bytes``), as in
+    lnet-send: a path whose fill would end after the transfer is not taken. False: the rule before 2026-12-07."""
 
     @property
     def min_streams(self) -> int:
         return min(2, self.inflight)
 
     def config(self) -> SchedulerConfig:
-        return replace(send_config(), streams=self.inflight, min_streams=self.min_streams, max_paths=self.max_paths)
+        return replace(send_config(), streams=self.inflight, min_streams=self.min_streams, max_paths=self.max_paths,
+                       block_bytes=self.block_bytes if self.fill_rule else None)
 
     def options(self) -> dict[str, Any]:
         depth = "adaptive" if self.min_streams < self.inflight else "fixed"

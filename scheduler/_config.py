@@ -90,6 +90,15 @@ class SchedulerConfig:
     simulator (``bench/scheduler.py --multipath``): 0.05 to 0.25 do alike where routes differ widely or share one
     bottleneck; 0.15 leaves out a route adding 10% (``two_routes``' direct link), which 0.10 takes, but at 15%
     measurement noise 0.10's trial (5% growth) let a path through the shared bottleneck stay and churn the set."""
+    block_bytes: int | None = None
+    """The transfer's block size. With it, and the bytes the engine says are left (``Progress``), a path new to
+    the set is taken (it joins, or the primary moves onto it) only when its first copies would reach the
+    destination before the set, without it, delivers what is left (``_paths.fill_s``; a failure's move is always
+    made): at the end of a transfer a path's fill is time no block gains. None: no such rule (nor without
+    ``Progress``)."""
+    first_depth: int = 4
+    """Copies a new path starts with on each hop (the relay's ``initial_inflight``): its first copies share each
+    hop's rate, and a depot passes a block on once it holds all of it."""
 
     def __post_init__(self) -> None:
         for name in ("reevaluate_s", "min_attempt_s", "age_after_s"):
@@ -117,3 +126,5 @@ class SchedulerConfig:
             raise ValueError("max_depots must be at least 1 (the destination), or None")
         if not 0 < self.path_margin < 1:
             raise ValueError("path_margin must be between 0 and 1")
+        if (self.block_bytes is not None and self.block_bytes < 1) or self.first_depth < 1:
+            raise ValueError("block_bytes must be at least 1 (or None), and first_depth at least 1")

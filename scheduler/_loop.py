@@ -22,7 +22,7 @@ from ._attempts import PathAttempt, SwitchReason, _Attempt, _Flow
 from ._candidates import candidates
 from ._config import SchedulerConfig
 from ._memory import Edge, EdgeMemory
-from ._paths import set_total
+from ._paths import fill_s, set_total
 from ._pathset import PathSet
 from ._probing import SHARED_DROP, ProbePlan
 from ._state import Ceilings, Exploration, LoopState, Memory, News, Scouts
@@ -40,6 +40,7 @@ __all__ = [
     "PathAttempt",
     "PathScheduler",
     "ProbeDone",
+    "Progress",
     "SchedulerConfig",
     "SwitchReason",
     "Switch",
@@ -121,7 +122,21 @@ class ProbeDone:
     at: float
 
 
-Event = Measurement | HopFailure | DepotFailure | ProbeDone
+@dataclass(frozen=True, slots=True)
+class Progress:
+    """``left`` bytes of the transfer had not reached the destination at ``at`` (the engine's ledger: what this run
+    sends, less what has arrived). Told before a ``tick``, it lets the loop leave out a path whose fill would
+    end after the transfer (``SchedulerConfig.block_bytes``)."""
+
+    left: int
+    at: float
+
+    def __post_init__(self) -> None:
+        if self.left < 0:
+            raise ValueError(f"the bytes left cannot be negative, not {self.left}")
+
+
+Event = Measurement | HopFailure | DepotFailure | ProbeDone | Progress
 
 
 # -- decisions out ---------------------------------------------------------------------------------------
@@ -249,6 +264,8 @@ class PathScheduler:
         """The time of the latest ``tick`` (bans settle by it)."""
         self._probes_wait = False
         """A warm start's probes wait for its set to report (``_waiting_probes``)."""
+        self._left: int | None = None
+        """The bytes not yet delivered, as the engine last said (``Progress``); None: not told."""
 
     def add_vertex(self, vertex: str) -> None:
         """A depot that joined the overlay during the transfer: a candidate from the next ``tick`` on (probed
@@ -356,6 +373,8 @@ class PathScheduler:
                 self._measured(edge, nbytes, seconds, at, streams, began, starved=starved)
             case HopFailure(edge=edge, at=at):
                 self._failed(edge, at)
+            case Progress(left=left):
+                self._left = left
             case ProbeDone(edge=edge):
                 if self._probe_plan.ended(edge):
                     self._state = self._state.heard().with_news(News.PROBE_ENDED)
@@ -605,7 +624,7 @@ class PathScheduler:
         # (A path chosen unmeasured, the cold start's first, is judged by what it measures alone.)
         chosen_for = self._attempt.predicted if math.isfinite(self._attempt.predicted) else 0.0
         bar = max(now_bps, chosen_for)
-        if not predicted > bar * (1 + self.config.early_gain):
+        if not predicted > bar * (1 + self.config.early_gain) or not self.pays_fill(best):
             return None
         switch = self._move(now, best, predicted, "better")
         probes = self._probes(now)
@@ -669,6 +688,8 @@ class PathScheduler:
             return self._set_switch(now, "drop")
         choice = self._choose()
         if choice is not None and not failure and not self._set.would_gain(choice[0]):
+            choice = None
+        if choice is not None and not failure and not self.pays_fill(choice[0]):
             choice = None
         if choice is not None:
             path, predicted, reason = choice
@@ -765,6 +786,27 @@ class PathScheduler:
         self._changed_at = now
         primary = self._attempt.path
         return Switch(primary, path_throughput(self.measured_graph(), primary), reason)
+
+    @property
+    def left_bytes(self) -> int | None:
+        """The bytes not yet delivered, as the engine last said (``Progress``); None: never said."""
+        return self._left
+
+    def pays_fill(self, path: Path) -> bool:
+        """Whether ``path``, new to the set, is worth taking with what is left: its first copies (``fill_s``, at
+        ``first_depth`` copies a hop) reach the destination before the set, at what it carries now, delivers the
+        bytes left without it. With the set at rate R, L bytes left and a newcomer of rate w whose first block
+        comes after F, the set ends at (L + wF) / (R + w) with it and L / R without: sooner exactly when F < L / R.
+        True when the block size or the bytes left are not known, for a path of the set, or before the set has
+        shown a rate."""
+        block, left = self.config.block_bytes, self._left
+        if block is None or left is None or path in self.current_paths:
+            return True
+        graph = self.measured_graph()
+        now_bps = set_total(self.carried(graph), self.current_paths)
+        if not (now_bps > 0 and math.isfinite(now_bps)):
+            return True
+        return fill_s(graph, path, min(self.config.first_depth, self.config.streams), block) < left / now_bps
 
     def measured_graph(self) -> nx.DiGraph:
         """The graph paths are compared on: without aging's raises when the loop probes (probes try them)."""

@@ -17,6 +17,7 @@ __all__ = [
     "adds_enough",
     "extend_set",
     "extra_path",
+    "fill_s",
     "keeps_adding",
     "path_set",
     "set_total",
@@ -57,6 +58,18 @@ def set_total(graph: nx.DiGraph, paths: Iterable[Sequence[str]]) -> float:
     """The set's predicted throughput: the sum of its paths' widths (the model: edge-disjoint paths do not slow
     each other; where they share a physical link it is optimistic, and the loop learns so from a trial)."""
     return sum(path_throughput(graph, path) for path in paths)
+
+
+def fill_s(graph: nx.DiGraph, path: Sequence[str], depth: int, block_bytes: int) -> float:
+    """How long ``path``'s first copies take to reach its end: on each hop ``depth`` copies of a block share the
+    hop's predicted rate, and a depot passes a block on once it holds all of it (``simulator._fill_s``, on the
+    truth). A hop whose rate is unknown counts as instant, so the figure is the least the fill takes."""
+    total = 0.0
+    for u, v in _edges(path):
+        rate = graph.edges[u, v].get(THROUGHPUT) if graph.has_edge(u, v) else None
+        if rate is not None and rate > 0:
+            total += depth * block_bytes / rate
+    return total
 
 
 def shown_rate(graph: nx.DiGraph, path: Sequence[str]) -> float:

@@ -76,6 +76,8 @@ class PathSetLoop(Protocol):
 
     def measured_graph(self) -> nx.DiGraph: ...
 
+    def pays_fill(self, path: Path) -> bool: ...
+
     def carried(self, graph: nx.DiGraph, *, judging: bool = False) -> nx.DiGraph: ...
 
 
@@ -200,6 +202,7 @@ class PathSet:
             graph, self.loop.src, self.loop.dst, paths, self.loop.config.max_paths, self.loop.config.path_margin,
             self.banned_edges(),
         )
+        joined = [path for path in joined if self.loop.pays_fill(path)]
         if not joined:
             return False
         self._admit(now, {path: path_throughput(graph, path) for path in joined}, joined, set_total(graph, paths))
@@ -221,6 +224,7 @@ class PathSet:
             graph, self.loop.src, self.loop.dst, rest, config.max_paths, config.path_margin,
             {*self.banned_edges(), *edges_of(narrowest.path)},
         )
+        joined = [path for path in joined if self.loop.pays_fill(path)]
         if not joined:
             return False
         current = set_total(carried, self.loop.current_paths)

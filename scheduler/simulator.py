@@ -40,6 +40,7 @@ from ._loop import (
     PathAttempt,
     PathScheduler,
     ProbeDone,
+    Progress,
     Switch,
 )
 from ._memory import Edge, EdgeMemory
@@ -600,6 +601,8 @@ def _run(
             continue
         for event in events:
             scheduler.measure(event)
+        if size_bytes is not None:
+            scheduler.measure(Progress(max(0, round(size_bytes - delivered)), t))
         decision = scheduler.tick(t)
         if not isinstance(decision, Keep):
             decisions.append((t, decision))

@@ -83,6 +83,7 @@ from lnet.scheduler import (
     NoPathError,
     PathScheduler,
     ProbeDone,
+    Progress,
     Switch,
     widest_path,
 )
@@ -432,6 +433,7 @@ class Relay:
         """Each copy's carry, while it runs: cut off when another copy of the block arrives first."""
         # Names this transfer's copy lanes at the depots; random so that two transfers never share one.
         self._lane = secrets.token_hex(8)
+        self._bytes_to_send = 0  # set by run(): the bytes of the blocks this run sends
         self._blocks_to_send: int | None = None  # set by run(): the blocks this run sends
         self._probe_runs = EdgeProbes(self)  # reads the members of ``ProbingRelay``
         self._pools: dict[str, _Pool] = {}
@@ -487,14 +489,6 @@ class Relay:
         now = self.clock()
         # Blocks admitted at once: 4 x max_inflight a path (``_take_paths`` scales it to the set)
         admission = self._admission = trio.CapacityLimiter(self.config.max_inflight * 4)
-        if self.scheduler is not None:
-            first = self.scheduler.start(now)
-            self._trace_decision(first, now)
-            self._take_paths(*_path_set(first), "start", first.predicted_bps)
-            self._probes_asked = tuple(first.probes)
-            self._deep_asked = frozenset(first.deep)
-        else:
-            self._take_paths((self.path,), (), "pinned")
         if isinstance(self.source, Stream):
             spans = self.source.spans
         else:
@@ -505,6 +499,16 @@ class Relay:
                 raise ValueError(f"block {index} given as delivered is not a block of {self.source}")
         self._records.update(self._already)
         self._blocks_to_send = sum(1 for block in blocks if block.index not in self._already)
+        self._bytes_to_send = sum(block.length for block in blocks if block.index not in self._already)
+        if self.scheduler is not None:
+            self._tell_progress(now)
+            first = self.scheduler.start(now)
+            self._trace_decision(first, now)
+            self._take_paths(*_path_set(first), "start", first.predicted_bps)
+            self._probes_asked = tuple(first.probes)
+            self._deep_asked = frozenset(first.deep)
+        else:
+            self._take_paths((self.path,), (), "pinned")
         self._whole = WholeHash(self.config.hash_algorithm, spans, _HASH_AHEAD_BYTES)
         fd = self._fd = -1 if isinstance(self.source, Stream) else os.open(self.source, os.O_RDONLY)
         try:
@@ -822,6 +826,7 @@ class Relay:
             self._end_game(nursery)
             if self.scheduler is None or self.dest in self.engine.full:
                 continue
+            self._tell_progress(now)
             decision = self.scheduler.tick(now)
             self._trace_decision(decision, now)
             paths, rates = _path_set(decision)
@@ -887,6 +892,12 @@ class Relay:
             return list(widest_path(graph, holder, self.dest))
         except NoPathError:
             return None
+
+    def _tell_progress(self, now: float) -> None:
+        """The scheduler's figure of the bytes left (``Progress``): this run's blocks, less those arrived. Not
+        traced as an event (one a tick): the decisions' records carry it (``trace_decision``)."""
+        assert self.scheduler is not None
+        self.scheduler.measure(Progress(max(0, self._bytes_to_send - self.engine.delivered), now))
 
     def tell(self, event: Measurement | HopFailure | DepotFailure | ProbeDone) -> None:
         """Give the scheduler (else the memory of a pinned transfer) an event, traced; the probes report here too."""

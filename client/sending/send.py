@@ -368,8 +368,11 @@ async def send(
             vertices = [overlay.here, *(name for name in clients if alive[name] and name not in excluded)]
             # Weights are per stream, times the blocks the relay keeps in flight on a hop; with the depth rule,
             # the fewest it keeps is what a one-stream probe's ceiling extrapolates to.
+            # The block size and the relay's first depth: a path whose fill would end after the transfer is not
+            # taken (``SchedulerConfig.block_bytes``; the relay tells the scheduler the bytes left).
             config = replace(scheduler_config or SchedulerConfig(), streams=relay_config.max_inflight,
-                             min_streams=relay_config.min_inflight)
+                             min_streams=relay_config.min_inflight, block_bytes=relay_config.block_size,
+                             first_depth=relay_config.initial_inflight)
             scheduler = PathScheduler(vertices, overlay.here, dest, memory, config, rtt_s=rtt_s,
                                       peer_rtt_s=peer_round_trips(statuses, overlay.url_to_vertex()))
             left_out = len(vertices) - len(scheduler.vertices)

@@ -59,6 +59,8 @@ def trace_decision(
         "probes": [] if isinstance(decision, DropDepot) else [list(e) for e in decision.probes],
         "deep": [] if isinstance(decision, DropDepot) else [list(e) for e in decision.deep],
     }
+    if scheduler.left_bytes is not None:  # what the fill rule weighed (``Progress``), for bench/replay.py
+        data["left_bytes"] = scheduler.left_bytes
     if isinstance(decision, Switch):
         predicted = decision.predicted_bps * 8 / 1e6
         data.update(reason=decision.reason,

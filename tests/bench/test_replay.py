@@ -33,7 +33,8 @@ async def traced_run(tmp_path: Path, memory: EdgeMemory) -> list[dict[str, Any]]
         network.set_rate(u, v, rate)
     source = tmp_path / "payload.bin"
     source.write_bytes(os.urandom(120 * MiB))
-    config = SchedulerConfig(max_paths=3, streams=RelayConfig().max_inflight, min_streams=2)
+    config = SchedulerConfig(max_paths=3, streams=RelayConfig().max_inflight, min_streams=2, block_bytes=MiB,
+                             first_depth=RelayConfig().initial_inflight)  # as lnet-send sets it
     records: list[dict[str, Any]] = []
 
     def keep(event: object) -> None:
@@ -52,6 +53,10 @@ async def test_a_cold_start_replays_to_the_decisions_it_took(
     tmp_path: Path, autojump_clock: trio.abc.Clock, capsys: pytest.CaptureFixture[str]
 ) -> None:
     records = await traced_run(tmp_path, EdgeMemory())
+    decisions = [r for r in records if r["kind"] == "decision"]
+    assert decisions[0]["left_bytes"] == 120 * MiB  # what the fill rule weighed, replayed as Progress
+    assert all(d["left_bytes"] <= 120 * MiB for d in decisions)
+    assert decisions[-1]["left_bytes"] < decisions[0]["left_bytes"]
     steps = rp.replay(records)
     kinds = {(step.recorded[0], step.recorded[1]) for step in steps}
     assert ("Switch", "start") in kinds

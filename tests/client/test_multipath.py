@@ -4,6 +4,7 @@ the report and its plot)."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import os
@@ -40,6 +41,7 @@ from lnet.scheduler import (
     EdgeMemory,
     Keep,
     PathScheduler,
+    Progress,
     SchedulerConfig,
     Switch,
 )
@@ -222,6 +224,8 @@ class ScriptedScheduler:
         self._dropped: list[str] = []
         self._t0 = 0.0
         self.last_evaluation: float | None = None  # what --trace reads: it never re-evaluates
+        self.left_bytes: int | None = None  # the relay's latest Progress
+        self.lefts: list[int] = []  # and every one it gave
         self.rtt_s: dict[str, float] = {}
         self.peer_rtt_s: dict[tuple[str, str], float] = {}
         self.src, self.dst = self.paths[0][0], self.paths[0][-1]  # and its start record: ends, candidates
@@ -232,6 +236,10 @@ class ScriptedScheduler:
         return Switch(self.paths[0], self.rates[0], "start", paths=self.paths, rates=self.rates)
 
     def measure(self, event: object) -> None:
+        if isinstance(event, Progress):
+            self.left_bytes = event.left
+            self.lefts.append(event.left)
+            return
         self.events.append(event)
         if isinstance(event, DepotFailure) and event.depot not in self._dropped:
             self._dropped.append(event.depot)
@@ -285,6 +293,24 @@ async def fetch(clients, result) -> bytes:  # type: ignore[no-untyped-def]
 
 def delivered_on(result: RelayResult, path: Route) -> int:
     return result.path_bytes.get(path, 0)
+
+
+async def test_the_relay_tells_the_scheduler_the_bytes_left_before_its_first_decision_and_at_every_tick(
+    tmp_path: Path, autojump_clock: trio.abc.Clock
+) -> None:
+    network = two_routes()
+    path, data = make_file(tmp_path, 40 * MiB + 99)
+    async with depots(network, ["a", "b", "dst"], tmp_path) as clients:
+        scheduler = ScriptedScheduler([VIA_A, VIA_B], (10 * MiB, 5 * MiB), TWO_ROUTES)
+        relay = Relay(path, "here", "dst", clients, scheduler=scheduler,  # type: ignore[arg-type]
+                      config=RelayConfig(block_size=MiB), offload=inline)
+        result = await relay.run()
+        assert await fetch(clients, result) == data
+    lefts = scheduler.lefts
+    assert lefts[0] == len(data)  # the whole file, before start() chose the first paths
+    assert len(lefts) >= 4  # then one a tick (0.5 s) over a transfer of about 3 s
+    assert all(later <= earlier for earlier, later in itertools.pairwise(lefts))
+    assert lefts[-1] < len(data) // 4  # the ticks go on while the blocks arrive
 
 
 @pytest.mark.parametrize("predicted", [(10 * MiB, 5 * MiB), (4 * MiB, 8 * MiB)], ids=["right", "wrong-way-round"])
