@@ -1,7 +1,7 @@
 """Replay an lnet-send trace through the scheduler of this version: the same events, in the same order, at the same
 times, and each decision the run recorded beside the one this scheduler takes.
 
-    .venv/bin/python bench/replay.py TRACE.jsonl [--all] [--json]
+    .venv/bin/python bench/replay.py TRACE.jsonl [--all] [--json] [--no-fill-rule]
 
 The scheduler is a pure function of what it is told (measurements, probe ends, failures) and when it is asked
 (ticks): given a run's trace (``lnet-send --trace``, which ``bench/pathchoice.py`` and ``bench/multipath.py`` keep
@@ -16,6 +16,9 @@ Exact up to the trace's rounding (times to the millisecond, a measurement's seco
 lands on a threshold may tip the other way. Ticks that changed nothing and asked for no probe are not in the trace
 and are not replayed; they decide nothing. Exit status: 0 every decision the same, 1 one differs, 2 the trace
 cannot be replayed (from a version that did not record its settings and memory, or of a pinned path).
+
+``--no-fill-rule`` replays without the bytes left the run's scheduler was told (``left_bytes``, fed as
+``Progress``): the first decision that differs is where that rule changed the run (docs/decisions/0020).
 """
 
 from __future__ import annotations
@@ -61,8 +64,9 @@ class Step:
         return self.recorded == self.replayed
 
 
-def replay(records: Iterable[dict[str, Any]]) -> list[Step]:
-    """Every decision of a run's trace beside this scheduler's, until the end of the trace."""
+def replay(records: Iterable[dict[str, Any]], *, fill_rule: bool = True) -> list[Step]:
+    """Every decision of a run's trace beside this scheduler's, until the end of the trace; without the bytes left
+    unless ``fill_rule``."""
     records = list(records)
     first = next((r for r in records if r.get("kind") == "decision"), {})
     if first.get("reason") != "start":
@@ -100,7 +104,7 @@ def replay(records: Iterable[dict[str, Any]]) -> list[Step]:
             else:
                 scheduler.measure(HopFailure(tuple(record["edge"]), t))
         elif kind == "decision":
-            if record.get("left_bytes") is not None:  # the bytes left the run's scheduler was told (``Progress``)
+            if fill_rule and record.get("left_bytes") is not None:  # the bytes left its scheduler was told
                 scheduler.measure(Progress(int(record["left_bytes"]), t))
             decision = scheduler.start(t) if record is first else scheduler.tick(t)
             steps.append(Step(round(t - clock, 3), _recorded(record), _replayed(decision)))
@@ -133,10 +137,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("trace", type=Path, help="an lnet-send --trace file (JSON lines)")
     parser.add_argument("--all", action="store_true", help="go on past the first decision that differs")
     parser.add_argument("--json", action="store_true", help="print the steps as JSON")
+    parser.add_argument("--no-fill-rule", action="store_true",
+                        help="replay without the bytes left the run was told: where the fill rule changed the run")
     args = parser.parse_args(argv)
     try:
         lines = args.trace.read_text(encoding="utf-8").splitlines()
-        steps = replay(json.loads(line) for line in lines if line.strip())
+        steps = replay((json.loads(line) for line in lines if line.strip()), fill_rule=not args.no_fill_rule)
     except (OSError, json.JSONDecodeError, KeyError, ReplayError) as exc:
         print(f"replay: {args.trace}: {exc}", file=sys.stderr)
         return 2

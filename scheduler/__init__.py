@@ -333,6 +333,15 @@ Where lnet departs from the seed, and why
    path (the longer of its two legs as rule 10 bounds them, shortest first); then any remembered depot left.
    Those left out are not asked for anything more; a depot that joins the directory during the transfer is added
    as before. ``max_depots=None`` keeps every vertex (``bench/scheduler.py --max-depots 0``, to compare).
+16. A path that cannot fill in time. A path delivers nothing until its first copies have crossed every hop (a
+   depot passes a block on once it holds all of it). With the set at rate R, L bytes left and a newcomer of rate w
+   whose first block comes after F, the transfer ends at (L + wF) / (R + w) with it and at L / R without it:
+   sooner exactly when F < L / R, whatever w is. So, given the block size (``SchedulerConfig.block_bytes``) and
+   the bytes left (``Progress``, told by the engine before each ``tick``), a path new to the set is taken (a move,
+   early or not, a join, a trade) only when its fill (``_paths.fill_s``: ``first_depth`` copies a hop sharing the
+   hop's predicted rate, one hop after the other) is shorter than what is left over what the set carries now.
+   A failure's move is always made. Near the end of a short transfer the loop no longer moves onto, or joins, a
+   path whose first block would come after the last (docs/decisions/0020).
 """
 
 from ._loop import (

@@ -58,6 +58,13 @@ async def test_a_cold_start_replays_to_the_decisions_it_took(
     assert all(d["left_bytes"] <= 120 * MiB for d in decisions)
     assert decisions[-1]["left_bytes"] < decisions[0]["left_bytes"]
     steps = rp.replay(records)
+    # Told that next to nothing was left, the scheduler would have joined no path after its start; replayed
+    # without the bytes left (--no-fill-rule), the figures recorded make no difference.
+    starved = [{**r, "left_bytes": 1} if r["kind"] == "decision" and r is not decisions[0] else r for r in records]
+    assert not all(step.same for step in rp.replay(starved))
+    assert [step.replayed for step in rp.replay(starved, fill_rule=False)] == [
+        step.replayed for step in rp.replay(records, fill_rule=False)
+    ]
     kinds = {(step.recorded[0], step.recorded[1]) for step in steps}
     assert ("Switch", "start") in kinds
     assert ("Switch", "join") in kinds  # it did more than start
