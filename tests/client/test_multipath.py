@@ -295,17 +295,25 @@ def delivered_on(result: RelayResult, path: Route) -> int:
     return result.path_bytes.get(path, 0)
 
 
-async def test_the_relay_tells_the_scheduler_the_bytes_left_before_its_first_decision_and_at_every_tick(
-    tmp_path: Path, autojump_clock: trio.abc.Clock
-) -> None:
-    network = two_routes()
-    path, data = make_file(tmp_path, 40 * MiB + 99)
+async def scripted_run(
+    tmp_path: Path, network: Network, size: int, predicted: tuple[float, float]
+) -> tuple[bytes, ScriptedScheduler, RelayResult]:
+    """A file of ``size`` random bytes over the routes through a and b, predicted at ``predicted``, in 1 MiB blocks:
+    its bytes (checked at the far end), the stand-in scheduler and the relay's result."""
+    path, data = make_file(tmp_path, size)
     async with depots(network, ["a", "b", "dst"], tmp_path) as clients:
-        scheduler = ScriptedScheduler([VIA_A, VIA_B], (10 * MiB, 5 * MiB), TWO_ROUTES)
+        scheduler = ScriptedScheduler([VIA_A, VIA_B], predicted, TWO_ROUTES)
         relay = Relay(path, "here", "dst", clients, scheduler=scheduler,  # type: ignore[arg-type]
                       config=RelayConfig(block_size=MiB), offload=inline)
         result = await relay.run()
         assert await fetch(clients, result) == data
+    return data, scheduler, result
+
+
+async def test_the_relay_tells_the_scheduler_the_bytes_left_before_its_first_decision_and_at_every_tick(
+    tmp_path: Path, autojump_clock: trio.abc.Clock
+) -> None:
+    data, scheduler, _ = await scripted_run(tmp_path, two_routes(), 40 * MiB + 99, (10 * MiB, 5 * MiB))
     lefts = scheduler.lefts
     assert lefts[0] == len(data)  # the whole file, before start() chose the first paths
     assert len(lefts) >= 4  # then one a tick (0.5 s) over a transfer of about 3 s
@@ -650,13 +658,7 @@ async def test_a_file_the_admission_holds_whole_gets_no_second_copy_queued_behin
     # them onto a path whose own blocks wait there too (the old rule did: 4 copies, 3 MiB more over the links,
     # 3.3 s where 3.07 s is enough); the MDTP rule moves them as the measured rates come in.
     network = two_routes(latency_s=0.03)
-    path, data = make_file(tmp_path, 40 * MiB)
-    async with depots(network, ["a", "b", "dst"], tmp_path) as clients:
-        scheduler = ScriptedScheduler([VIA_A, VIA_B], (4 * MiB, 8 * MiB), TWO_ROUTES)
-        relay = Relay(path, "here", "dst", clients, scheduler=scheduler,  # type: ignore[arg-type]
-                      config=RelayConfig(block_size=MiB), offload=inline)
-        result = await relay.run()
-        assert await fetch(clients, result) == data
+    data, _, result = await scripted_run(tmp_path, network, 40 * MiB, (4 * MiB, 8 * MiB))
     assert result.second_copies == 0
     assert network.bytes_sent[("a", "dst")] + network.bytes_sent[("b", "dst")] == len(data)
     assert result.seconds < 1.2 * len(data) / (15 * MiB), result.seconds
