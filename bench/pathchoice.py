@@ -783,19 +783,15 @@ def random_ratios(case: Case, rc: ts.RandomCase, figures: dict[str, Any], pinned
 
 
 def simulate_random(
-    rc: ts.RandomCase, settings: Settings, *, end_game: bool = True, fill_rule: bool = True, route_guess: bool = True,
-    exact_rtts: bool = False,
+    rc: ts.RandomCase, settings: Settings, *, end_game: bool = True, fill_rule: bool = True
 ) -> dict[str, Any]:
     """The simulator's run of this benchmark's plan on the scaled scenario: the size it sizes the runs by (about
     RANDOM_SECONDS at the best candidate's rate alone, or --size), each pinned path, cold, then warm; the end of
     each transfer as the relay runs it (its block size, and its end game unless ``end_game`` is False); the
-    scheduler told the bytes left, unless ``fill_rule`` is False (``SimSettings.fill_rule``), and keeping paths the
-    round trips place on the same links apart, unless ``route_guess`` is False; its round trips carry the hosts'
-    own time (``simulator.RTT_HOST_S``) unless ``exact_rtts``."""
+    scheduler told the bytes left, unless ``fill_rule`` is False (``SimSettings.fill_rule``)."""
     case, network = rc.scenario, rc.network
     sim = ts.SimSettings(settings.inflight or ts.send_config().streams, settings.max_paths, settings.block_bytes,
-                         end_game, fill_rule=fill_rule, route_guess=route_guess,
-                         rtt_host_s=(0.0, 0.0) if exact_rtts else ts.RTT_HOST_S)
+                         end_game, fill_rule=fill_rule)
     plan = random_plan(rc)
     if settings.size is not None:
         size = settings.size
@@ -1119,12 +1115,6 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--no-fill-rule", action="store_true",
                         help="with --resimulate or --simulate-only: the scheduler not told the bytes left, so it "
                         "takes a path whose fill ends after the transfer (the rule before 2026-12-07, to compare)")
-    parser.add_argument("--no-route-guess", action="store_true",
-                        help="with --resimulate or --simulate-only: the scheduler keeps paths apart by their overlay "
-                        "edges only, not by the links the round trips place them on (the rule before 2026-12-07)")
-    parser.add_argument("--exact-rtts", action="store_true",
-                        help="with --resimulate or --simulate-only: the scheduler's round trips are the links' "
-                        "delays alone, without the hosts' own time the testbed's carry (the model before 2026-12-07)")
     parser.add_argument("--figures", type=Path, metavar="OUT", help="run nothing: recompute the figures and the table "
                         "from an earlier run's --out directory (its pathchoice.json), with this version's rules")
     args = parser.parse_args(argv)
@@ -1242,11 +1232,9 @@ async def main(argv: list[str] | None = None) -> int:
     if args.figures is not None:
         return refigure(args.figures)
     if args.resimulate is not None:
-        return resimulate(args.resimulate, end_game=not args.no_end_game, fill_rule=not args.no_fill_rule,
-                          route_guess=not args.no_route_guess, exact_rtts=args.exact_rtts)
+        return resimulate(args.resimulate, end_game=not args.no_end_game, fill_rule=not args.no_fill_rule)
     if args.simulate_only:
-        return simulate_only(rcs, random_settings, end_game=not args.no_end_game, fill_rule=not args.no_fill_rule,
-                             route_guess=not args.no_route_guess, exact_rtts=args.exact_rtts)
+        return simulate_only(rcs, random_settings, end_game=not args.no_end_game, fill_rule=not args.no_fill_rule)
     if os.geteuid() != 0:
         print("this benchmark needs root (network namespaces for the testbed)", file=sys.stderr)
         return 1
@@ -1311,9 +1299,7 @@ def saved_settings(document: dict[str, Any], max_paths: int = 1) -> Settings:
     return Settings(block, parse_size(block), inflight, 1, bool(document["quick"]), None, max_paths)
 
 
-def resimulate(
-    saved: Path, *, end_game: bool, fill_rule: bool = True, route_guess: bool = True, exact_rtts: bool = False
-) -> int:
+def resimulate(saved: Path, *, end_game: bool, fill_rule: bool = True) -> int:
     """The simulator's side of a saved random run again, with this version's simulator and the run's settings and
     sizes, beside the testbed's figures saved with it: their agreement, scenario by scenario and as a
     distribution. Needs no root: nothing runs on the testbed."""
@@ -1330,24 +1316,19 @@ def resimulate(
         rc = ts.random_case(int(row["seed"]), int(row["index"]))
         case = case_of(rc)
         run_settings = replace(settings, size=int(row["size"]))
-        row["sim_run"] = simulate_random(rc, run_settings, end_game=end_game, fill_rule=fill_rule,
-                                         route_guess=route_guess, exact_rtts=exact_rtts)
+        row["sim_run"] = simulate_random(rc, run_settings, end_game=end_game, fill_rule=fill_rule)
         row.update(random_figures(case, rc, row))
     print_random(rows, print)
     return 0
 
 
-def simulate_only(
-    rcs: Sequence[ts.RandomCase], settings: Settings, *, end_game: bool, fill_rule: bool = True,
-    route_guess: bool = True, exact_rtts: bool = False,
-) -> int:
+def simulate_only(rcs: Sequence[ts.RandomCase], settings: Settings, *, end_game: bool, fill_rule: bool = True) -> int:
     """The simulator's side of ``rcs`` alone (``--simulate-only``): each scenario's ratios, then their median and
     10th percentile, by kind too."""
     sides: list[dict[str, Any]] = []
     for rc in rcs:
         scenario_ = rc.scenario
-        sim = simulate_random(rc, settings, end_game=end_game, fill_rule=fill_rule, route_guess=route_guess,
-                              exact_rtts=exact_rtts)
+        sim = simulate_random(rc, settings, end_game=end_game, fill_rule=fill_rule)
         case = case_of(rc)
         direct_best = case.direct_best or sim["oracle_path"] == [case.source, case.dest]
         pinned = {tuple(p["path"]): p["mbps"] for p in sim["pinned"]}

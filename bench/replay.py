@@ -1,7 +1,7 @@
 """Replay an lnet-send trace through the scheduler of this version: the same events, in the same order, at the same
 times, and each decision the run recorded beside the one this scheduler takes.
 
-    .venv/bin/python bench/replay.py TRACE.jsonl [--all] [--json] [--no-fill-rule] [--route-guess | --no-route-guess]
+    .venv/bin/python bench/replay.py TRACE.jsonl [--all] [--json] [--no-fill-rule]
 
 The scheduler is a pure function of what it is told (measurements, probe ends, failures) and when it is asked
 (ticks): given a run's trace (``lnet-send --trace``, which ``bench/pathchoice.py`` and ``bench/multipath.py`` keep
@@ -19,9 +19,6 @@ cannot be replayed (from a version that did not record its settings and memory, 
 
 ``--no-fill-rule`` replays without the bytes left the run's scheduler was told (``left_bytes``, fed as
 ``Progress``): the first decision that differs is where that rule changed the run (docs/decisions/0020).
-``--no-route-guess`` replays a run that kept paths the round trips place on the same links apart without that
-rule, and ``--route-guess`` a run from before it with it (docs/decisions/0021); a trace that does not say replays
-as its run ran (without the rule, if from before it).
 """
 
 from __future__ import annotations
@@ -67,12 +64,9 @@ class Step:
         return self.recorded == self.replayed
 
 
-def replay(
-    records: Iterable[dict[str, Any]], *, fill_rule: bool = True, route_guess: bool | None = None
-) -> list[Step]:
+def replay(records: Iterable[dict[str, Any]], *, fill_rule: bool = True) -> list[Step]:
     """Every decision of a run's trace beside this scheduler's, until the end of the trace; without the bytes left
-    unless ``fill_rule``; with ``route_guess`` on or off as given (None: as the run had it, off in a trace from
-    before the rule)."""
+    unless ``fill_rule``."""
     records = list(records)
     first = next((r for r in records if r.get("kind") == "decision"), {})
     if first.get("reason") != "start":
@@ -82,10 +76,7 @@ def replay(
     if missing:
         raise ReplayError(f"the trace's start record has no {', '.join(missing)}: a trace of an earlier lnet-send")
     try:
-        settings = {"route_guess": False, **first["config"]}  # a run from before the rule ran without it
-        if route_guess is not None:
-            settings["route_guess"] = route_guess
-        config = SchedulerConfig(**settings)
+        config = SchedulerConfig(**first["config"])
     except TypeError as exc:
         raise ReplayError(f"settings this version does not know: {exc}") from None
     try:
@@ -148,16 +139,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true", help="print the steps as JSON")
     parser.add_argument("--no-fill-rule", action="store_true",
                         help="replay without the bytes left the run was told: where the fill rule changed the run")
-    guess = parser.add_mutually_exclusive_group()
-    guess.add_argument("--route-guess", dest="route_guess", action="store_const", const=True,
-                       help="replay with paths the round trips place on the same links kept apart (decisions/0021)")
-    guess.add_argument("--no-route-guess", dest="route_guess", action="store_const", const=False,
-                       help="replay without that rule: where it changed the run")
     args = parser.parse_args(argv)
     try:
         lines = args.trace.read_text(encoding="utf-8").splitlines()
-        steps = replay((json.loads(line) for line in lines if line.strip()), fill_rule=not args.no_fill_rule,
-                       route_guess=args.route_guess)
+        steps = replay((json.loads(line) for line in lines if line.strip()), fill_rule=not args.no_fill_rule)
     except (OSError, json.JSONDecodeError, KeyError, ReplayError) as exc:
         print(f"replay: {args.trace}: {exc}", file=sys.stderr)
         return 2

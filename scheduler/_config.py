@@ -99,10 +99,6 @@ class SchedulerConfig:
     first_depth: int = 4
     """Copies a new path starts with on each hop (the relay's ``initial_inflight``): its first copies share each
     hop's rate, and a depot passes a block on once it holds all of it."""
-    route_guess: bool = True
-    """A path joins the set (or scouts) only when the round trips do not place a hop of it on the links of a path
-    already there (``_routes.RouteGuess``; theory of operation, 17). False: paths are kept apart only by their
-    overlay edges, as before 2026-12-07."""
 
     def __post_init__(self) -> None:
         for name in ("reevaluate_s", "min_attempt_s", "age_after_s"):

@@ -25,7 +25,6 @@ from ._memory import Edge, EdgeMemory
 from ._paths import fill_s, set_total
 from ._pathset import PathSet
 from ._probing import SHARED_DROP, ProbePlan
-from ._routes import RouteGuess
 from ._state import Ceilings, Exploration, LoopState, Memory, News, Scouts
 from ._widest import THROUGHPUT, NoPathError, edges_of, has_unknown, measured_only, path_throughput, widest_path
 
@@ -267,10 +266,6 @@ class PathScheduler:
         """A warm start's probes wait for its set to report (``_waiting_probes``)."""
         self._left: int | None = None
         """The bytes not yet delivered, as the engine last said (``Progress``); None: not told."""
-        self._routes = (
-            RouteGuess(src, self.rtt_s, self.peer_rtt_s) if self.config.route_guess and self.rtt_s else None
-        )
-        """Which hops run over the same links, by the round trips (theory of operation, 17)."""
 
     def add_vertex(self, vertex: str) -> None:
         """A depot that joined the overlay during the transfer: a candidate from the next ``tick`` on (probed
@@ -812,12 +807,6 @@ class PathScheduler:
         if not (now_bps > 0 and math.isfinite(now_bps)):
             return True
         return fill_s(graph, path, min(self.config.first_depth, self.config.streams), block) < left / now_bps
-
-    def beside(self, graph: nx.DiGraph, paths: Sequence[Sequence[str]]) -> nx.DiGraph:
-        """``graph`` as a path joining ``paths`` would share it: edges the round trips place on their links at their
-        share of them (``_routes.RouteGuess.beside``). ``graph`` itself without round trips, or with
-        ``route_guess`` off."""
-        return graph if self._routes is None else self._routes.beside(graph, paths)
 
     def measured_graph(self) -> nx.DiGraph:
         """The graph paths are compared on: without aging's raises when the loop probes (probes try them)."""

@@ -6,7 +6,7 @@ functions what the model predicts. See point 12 of the theory of operation in ``
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 
 import networkx as nx
 
@@ -158,19 +158,15 @@ def extend_set(
     max_paths: int,
     margin: float,
     excluded: Collection[Edge] = (),
-    beside: Callable[[nx.DiGraph, Sequence[Sequence[str]]], nx.DiGraph] | None = None,
 ) -> list[Path]:
     """The further paths the model adds to the set ``taken`` (not empty), greedily: while the set has fewer than
     ``max_paths``, the widest path of measured edges edge-disjoint from the set and avoiding ``excluded``, as long
-    as it adds at least ``margin`` of the growing set's predicted total. With ``beside``, each candidate is weighed
-    on the graph it gives beside the chosen paths (``_routes.RouteGuess.beside``: edges over the chosen paths'
-    links at their share of them)."""
+    as it adds at least ``margin`` of the growing set's predicted total."""
     chosen: list[Sequence[str]] = list(taken)
     added: list[Path] = []
     while len(chosen) < max_paths:
-        weighed = beside(graph, chosen) if beside is not None else graph
-        path = extra_path(weighed, src, dst, chosen, excluded)
-        if path is None or not adds_enough(path_throughput(weighed, path), set_total(graph, chosen), margin):
+        path = extra_path(graph, src, dst, chosen, excluded)
+        if path is None or not adds_enough(path_throughput(graph, path), set_total(graph, chosen), margin):
             break
         chosen.append(path)
         added.append(path)

@@ -78,8 +78,6 @@ class PathSetLoop(Protocol):
 
     def pays_fill(self, path: Path) -> bool: ...
 
-    def beside(self, graph: nx.DiGraph, paths: Sequence[Sequence[str]]) -> nx.DiGraph: ...
-
     def carried(self, graph: nx.DiGraph, *, judging: bool = False) -> nx.DiGraph: ...
 
 
@@ -138,9 +136,7 @@ class PathSet:
         graph = self.loop.measured_graph()
         config, banned = self.loop.config, self.banned_edges()
         src, dst = self.loop.src, self.loop.dst
-        extras = extend_set(
-            graph, src, dst, [primary], config.max_paths, config.path_margin, banned, self.loop.beside
-        )
+        extras = extend_set(graph, src, dst, [primary], config.max_paths, config.path_margin, banned)
         candidate = [primary, *extras]
         current = set_total(self.loop.carried(graph), self.loop.current_paths)
         return set_total(graph, candidate) > current * (1 + self.loop.config.hysteresis)
@@ -154,7 +150,7 @@ class PathSet:
         config = self.loop.config
         built = extend_set(
             self.loop.measured_graph(), self.loop.src, self.loop.dst, [primary], config.max_paths,
-            config.path_margin, self.banned_edges(), self.loop.beside,
+            config.path_margin, self.banned_edges(),
         )
         kept = [path for path in built if path in self.loop.current_paths]
         on_trial = self.on_trial
@@ -204,7 +200,7 @@ class PathSet:
         paths = self.loop.current_paths
         joined = extend_set(
             graph, self.loop.src, self.loop.dst, paths, self.loop.config.max_paths, self.loop.config.path_margin,
-            self.banned_edges(), self.loop.beside,
+            self.banned_edges(),
         )
         joined = [path for path in joined if self.loop.pays_fill(path)]
         if not joined:
@@ -226,7 +222,7 @@ class PathSet:
         rest = [path for path in self.loop.current_paths if path != narrowest.path]
         joined = extend_set(
             graph, self.loop.src, self.loop.dst, rest, config.max_paths, config.path_margin,
-            {*self.banned_edges(), *edges_of(narrowest.path)}, self.loop.beside,
+            {*self.banned_edges(), *edges_of(narrowest.path)},
         )
         joined = [path for path in joined if self.loop.pays_fill(path)]
         if not joined:
