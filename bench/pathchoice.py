@@ -783,15 +783,19 @@ def random_ratios(case: Case, rc: ts.RandomCase, figures: dict[str, Any], pinned
 
 
 def simulate_random(
-    rc: ts.RandomCase, settings: Settings, *, end_game: bool = True, fill_rule: bool = True
+    rc: ts.RandomCase, settings: Settings, *, end_game: bool = True, fill_rule: bool = True, route_blame: bool = True,
+    exact_rtts: bool = False,
 ) -> dict[str, Any]:
     """The simulator's run of this benchmark's plan on the scaled scenario: the size it sizes the runs by (about
     RANDOM_SECONDS at the best candidate's rate alone, or --size), each pinned path, cold, then warm; the end of
     each transfer as the relay runs it (its block size, and its end game unless ``end_game`` is False); the
-    scheduler told the bytes left, unless ``fill_rule`` is False (``SimSettings.fill_rule``)."""
+    scheduler told the bytes left, unless ``fill_rule`` is False (``SimSettings.fill_rule``), and blaming a trial's
+    loss on the newcomers on the set's links, unless ``route_blame`` is False; its round trips carry the hosts'
+    own time (``simulator.RTT_HOST_S``) unless ``exact_rtts``."""
     case, network = rc.scenario, rc.network
     sim = ts.SimSettings(settings.inflight or ts.send_config().streams, settings.max_paths, settings.block_bytes,
-                         end_game, fill_rule=fill_rule)
+                         end_game, fill_rule=fill_rule, route_blame=route_blame,
+                         rtt_host_s=(0.0, 0.0) if exact_rtts else ts.RTT_HOST_S)
     plan = random_plan(rc)
     if settings.size is not None:
         size = settings.size
@@ -1115,6 +1119,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--no-fill-rule", action="store_true",
                         help="with --resimulate or --simulate-only: the scheduler not told the bytes left, so it "
                         "takes a path whose fill ends after the transfer (the rule before 2026-12-07, to compare)")
+    parser.add_argument("--no-route-blame", action="store_true",
+                        help="with --resimulate or --simulate-only: a trial shares a loss among its newcomers by "
+                        "their shortfalls alone, not first among those the round trips place on the set's links (the "
+                        "rule before 2026-12-07)")
+    parser.add_argument("--exact-rtts", action="store_true",
+                        help="with --resimulate or --simulate-only: the scheduler's round trips are the links' "
+                        "delays alone, without the hosts' own time the testbed's carry (the model before 2026-12-07)")
     parser.add_argument("--figures", type=Path, metavar="OUT", help="run nothing: recompute the figures and the table "
                         "from an earlier run's --out directory (its pathchoice.json), with this version's rules")
     args = parser.parse_args(argv)
@@ -1232,9 +1243,11 @@ async def main(argv: list[str] | None = None) -> int:
     if args.figures is not None:
         return refigure(args.figures)
     if args.resimulate is not None:
-        return resimulate(args.resimulate, end_game=not args.no_end_game, fill_rule=not args.no_fill_rule)
+        return resimulate(args.resimulate, end_game=not args.no_end_game, fill_rule=not args.no_fill_rule,
+                          route_blame=not args.no_route_blame, exact_rtts=args.exact_rtts)
     if args.simulate_only:
-        return simulate_only(rcs, random_settings, end_game=not args.no_end_game, fill_rule=not args.no_fill_rule)
+        return simulate_only(rcs, random_settings, end_game=not args.no_end_game, fill_rule=not args.no_fill_rule,
+                             route_blame=not args.no_route_blame, exact_rtts=args.exact_rtts)
     if os.geteuid() != 0:
         print("this benchmark needs root (network namespaces for the testbed)", file=sys.stderr)
         return 1
@@ -1299,7 +1312,9 @@ def saved_settings(document: dict[str, Any], max_paths: int = 1) -> Settings:
     return Settings(block, parse_size(block), inflight, 1, bool(document["quick"]), None, max_paths)
 
 
-def resimulate(saved: Path, *, end_game: bool, fill_rule: bool = True) -> int:
+def resimulate(
+    saved: Path, *, end_game: bool, fill_rule: bool = True, route_blame: bool = True, exact_rtts: bool = False
+) -> int:
     """The simulator's side of a saved random run again, with this version's simulator and the run's settings and
     sizes, beside the testbed's figures saved with it: their agreement, scenario by scenario and as a
     distribution. Needs no root: nothing runs on the testbed."""
@@ -1316,19 +1331,24 @@ def resimulate(saved: Path, *, end_game: bool, fill_rule: bool = True) -> int:
         rc = ts.random_case(int(row["seed"]), int(row["index"]))
         case = case_of(rc)
         run_settings = replace(settings, size=int(row["size"]))
-        row["sim_run"] = simulate_random(rc, run_settings, end_game=end_game, fill_rule=fill_rule)
+        row["sim_run"] = simulate_random(rc, run_settings, end_game=end_game, fill_rule=fill_rule,
+                                         route_blame=route_blame, exact_rtts=exact_rtts)
         row.update(random_figures(case, rc, row))
     print_random(rows, print)
     return 0
 
 
-def simulate_only(rcs: Sequence[ts.RandomCase], settings: Settings, *, end_game: bool, fill_rule: bool = True) -> int:
+def simulate_only(
+    rcs: Sequence[ts.RandomCase], settings: Settings, *, end_game: bool, fill_rule: bool = True,
+    route_blame: bool = True, exact_rtts: bool = False,
+) -> int:
     """The simulator's side of ``rcs`` alone (``--simulate-only``): each scenario's ratios, then their median and
     10th percentile, by kind too."""
     sides: list[dict[str, Any]] = []
     for rc in rcs:
         scenario_ = rc.scenario
-        sim = simulate_random(rc, settings, end_game=end_game, fill_rule=fill_rule)
+        sim = simulate_random(rc, settings, end_game=end_game, fill_rule=fill_rule, route_blame=route_blame,
+                              exact_rtts=exact_rtts)
         case = case_of(rc)
         direct_best = case.direct_best or sim["oracle_path"] == [case.source, case.dest]
         pinned = {tuple(p["path"]): p["mbps"] for p in sim["pinned"]}

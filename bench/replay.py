@@ -1,7 +1,7 @@
 """Replay an lnet-send trace through the scheduler of this version: the same events, in the same order, at the same
 times, and each decision the run recorded beside the one this scheduler takes.
 
-    .venv/bin/python bench/replay.py TRACE.jsonl [--all] [--json] [--no-fill-rule]
+    .venv/bin/python bench/replay.py TRACE.jsonl [--all] [--json] [--no-fill-rule] [--route-blame | --no-route-blame]
 
 The scheduler is a pure function of what it is told (measurements, probe ends, failures) and when it is asked
 (ticks): given a run's trace (``lnet-send --trace``, which ``bench/pathchoice.py`` and ``bench/multipath.py`` keep
@@ -19,6 +19,9 @@ cannot be replayed (from a version that did not record its settings and memory, 
 
 ``--no-fill-rule`` replays without the bytes left the run's scheduler was told (``left_bytes``, fed as
 ``Progress``): the first decision that differs is where that rule changed the run (docs/decisions/0020).
+``--no-route-blame`` replays a run whose trials blamed a loss on the newcomers the round trips place on the set's
+links without that rule, and ``--route-blame`` a run from before it with it (docs/decisions/0022); a trace that
+does not say replays as its run ran (without the rule, if from before it).
 """
 
 from __future__ import annotations
@@ -64,9 +67,12 @@ class Step:
         return self.recorded == self.replayed
 
 
-def replay(records: Iterable[dict[str, Any]], *, fill_rule: bool = True) -> list[Step]:
+def replay(
+    records: Iterable[dict[str, Any]], *, fill_rule: bool = True, route_blame: bool | None = None
+) -> list[Step]:
     """Every decision of a run's trace beside this scheduler's, until the end of the trace; without the bytes left
-    unless ``fill_rule``."""
+    unless ``fill_rule``; with ``route_blame`` on or off as given (None: as the run had it, off in a trace from
+    before the rule)."""
     records = list(records)
     first = next((r for r in records if r.get("kind") == "decision"), {})
     if first.get("reason") != "start":
@@ -76,7 +82,10 @@ def replay(records: Iterable[dict[str, Any]], *, fill_rule: bool = True) -> list
     if missing:
         raise ReplayError(f"the trace's start record has no {', '.join(missing)}: a trace of an earlier lnet-send")
     try:
-        config = SchedulerConfig(**first["config"])
+        settings = {"route_blame": False, **first["config"]}  # a run from before the rule ran without it
+        if route_blame is not None:
+            settings["route_blame"] = route_blame
+        config = SchedulerConfig(**settings)
     except TypeError as exc:
         raise ReplayError(f"settings this version does not know: {exc}") from None
     try:
@@ -139,10 +148,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true", help="print the steps as JSON")
     parser.add_argument("--no-fill-rule", action="store_true",
                         help="replay without the bytes left the run was told: where the fill rule changed the run")
+    guess = parser.add_mutually_exclusive_group()
+    guess.add_argument("--route-blame", dest="route_blame", action="store_const", const=True,
+                       help="replay with a trial's loss blamed on the newcomers on the set's links (decisions/0022)")
+    guess.add_argument("--no-route-blame", dest="route_blame", action="store_const", const=False,
+                       help="replay without that rule: where it changed the run")
     args = parser.parse_args(argv)
     try:
         lines = args.trace.read_text(encoding="utf-8").splitlines()
-        steps = replay((json.loads(line) for line in lines if line.strip()), fill_rule=not args.no_fill_rule)
+        steps = replay((json.loads(line) for line in lines if line.strip()), fill_rule=not args.no_fill_rule,
+                       route_blame=args.route_blame)
     except (OSError, json.JSONDecodeError, KeyError, ReplayError) as exc:
         print(f"replay: {args.trace}: {exc}", file=sys.stderr)
         return 2

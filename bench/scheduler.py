@@ -47,6 +47,7 @@ from lnet.scheduler.simulator import (
     ABILENE_SRC,
     MULTIPATH_DST,
     MULTIPATH_SRC,
+    RTT_HOST_S,
     THREE_ROUTES,
     TWO_ROUTES,
     SimNetwork,
@@ -270,12 +271,17 @@ class RandomJob(NamedTuple):
     at_start: bool
     """``--warm-probes-at-start``."""
     trace: bool
+    routes: bool = True
+    """A trial's loss blamed on the newcomers on the set's links (not ``--no-route-blame``)."""
+    exact: bool = False
+    """``--exact-rtts``: round trips without the hosts' own time."""
 
 
 def run_random(job: RandomJob) -> dict[str, Any]:
     """One scenario's cold and warm transfers and its figures (run in a worker process); with ``trace``, each
     run's steps and decisions too (``run_trace``)."""
-    seed, index, cold_s, warm_s, step_s, deep, scouts, depots, max_depots, block, wait, peers, at_start, trace = job
+    seed, index, cold_s, warm_s, step_s, deep, scouts, depots, max_depots, block, wait, peers, at_start, trace, *_ = job
+    routes, exact = job.routes, job.exact
     began = time.perf_counter()
     case = scenario(seed, index, cold_s=cold_s, warm_s=warm_s, step_s=step_s, depots=depots)
     built = time.perf_counter() - began
@@ -283,12 +289,14 @@ def run_random(job: RandomJob) -> dict[str, Any]:
     network, config = case.network, replace(send_config(), deep_probes=deep, cold_scouts=scouts,
                                             scout_after_s=None if wait else defaults.scout_after_s,
                                             warm_probes_after_s=0.0 if at_start else defaults.warm_probes_after_s,
-                                            max_depots=max_depots or None)
-    rtt = network.rtts_from(case.src)
-    # what the depots measure to their peers: every pair's round trip but the source's own (those are ``rtt``)
-    pairs = {edge: t for edge, t in network.rtts.items() if case.src not in edge} if peers else None
-    memory = EdgeMemory()
+                                            max_depots=max_depots or None, route_blame=routes)
     noise = seed * 1_000_003 + 2 * index
+    # the client's round trips, and what the depots measure to their peers (every pair but the source's own), as
+    # measured: with the hosts' own time (simulator.RTT_HOST_S) unless ``exact``
+    rtt, measured_pairs = network.measured_rtts(case.src, seed=noise, peers=peers,
+                                                host_s=(0.0, 0.0) if exact else RTT_HOST_S)
+    pairs = measured_pairs or None
+    memory = EdgeMemory()
     options: dict[str, Any] = {"step_s": step_s, "depth": "adaptive", "min_depth": config.min_streams,
                                "block_bytes": block}
     cold = simulate_transfer(network, PathScheduler(network.vertices, case.src, case.dst, memory, config, rtt_s=rtt,
@@ -485,7 +493,8 @@ def random_distribution(args: argparse.Namespace, argv: list[str]) -> int:
     jobs = [RandomJob(seed, i, args.cold_s, args.warm_s, args.step_s, deep=not args.no_deep_probes,
                       scouts=not args.no_cold_scouts, depots=args.depots, max_depots=args.max_depots,
                       block=args.block_size or None, wait=args.scouts_wait, peers=args.peer_rtts,
-                      at_start=args.warm_probes_at_start, trace=args.trace) for i in indices]
+                      at_start=args.warm_probes_at_start, trace=args.trace, routes=not args.no_route_blame,
+                      exact=args.exact_rtts) for i in indices]
     # Biggest first, so that the workers finish together.
     jobs.sort(key=lambda job: -scenario_size_class(job.index))
     # The scheduler's runs depend on the order of some sets of strings, so on Python's hash seed: the workers get
@@ -516,6 +525,7 @@ def random_distribution(args: argparse.Namespace, argv: list[str]) -> int:
     rule += "-scouts-wait" if args.scouts_wait else ""
     rule += "-warm-probes-at-start" if args.warm_probes_at_start else ""
     rule += "-peer-rtts" if args.peer_rtts else ""
+    rule += ("-no-route-blame" if args.no_route_blame else "") + ("-exact-rtts" if args.exact_rtts else "")
     rule += f"-cold-{args.cold_s:g}s" if args.cold_s != COLD_S else ""
     rule += (f"-{args.depots}-depots" if args.depots else "") + (
         f"-max-depots-{args.max_depots}" if args.max_depots != SchedulerConfig().max_depots else "")
@@ -528,7 +538,8 @@ def random_distribution(args: argparse.Namespace, argv: list[str]) -> int:
                    "cold_scouts": not args.no_cold_scouts,
                    "scout_after_s": None if args.scouts_wait else SchedulerConfig().scout_after_s,
                    "warm_probes_after_s": 0.0 if args.warm_probes_at_start else SchedulerConfig().warm_probes_after_s,
-                   "depots": args.depots, "peer_rtts": args.peer_rtts,
+                   "depots": args.depots, "peer_rtts": args.peer_rtts, "route_blame": not args.no_route_blame,
+                   "rtt_host_s": None if args.exact_rtts else list(RTT_HOST_S),
                    "max_depots": args.max_depots or None, "block_bytes": args.block_size or None,
                    "python_hash_seed": 0},
         "wall_s": round(elapsed, 1), "jobs": args.jobs, "summary": summary, "rows": rows,
@@ -581,6 +592,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--peer-rtts", action="store_true",
                         help="--random: the scheduler also knows the round trip between every two depots (as "
                         "depots measure to their peers), not only the client's own to each")
+    parser.add_argument("--no-route-blame", action="store_true",
+                        help="--random: a trial shares a loss among its newcomers by their shortfalls alone, not "
+                        "first among those the round trips place on the set's links, as before 2026-12-07 (to compare)")
+    parser.add_argument("--exact-rtts", action="store_true",
+                        help="--random: round trips are the links' delays alone, without the hosts' own time a "
+                        "measured one carries (the model before 2026-12-07)")
     parser.add_argument("--depots", type=int, metavar="N",
                         help="--random: every scenario with N depots, instead of the size classes (4-8, 16, 32)")
     parser.add_argument("--max-depots", type=int, metavar="M", default=SchedulerConfig().max_depots,

@@ -39,7 +39,7 @@ from lnet.scheduler.scenarios import (
     scenario,
     topology_file,
 )
-from lnet.scheduler.simulator import SimNetwork, SimResult, simulate_pinned, simulate_transfer
+from lnet.scheduler.simulator import RTT_HOST_S, SimNetwork, SimResult, simulate_pinned, simulate_transfer
 
 BENCH = Path(__file__).resolve().parent
 RESULTS = BENCH / "results"
@@ -147,6 +147,12 @@ class SimSettings:
     fill_rule: bool = True
     """The scheduler knows the block size and is told the bytes left (``SchedulerConfig.block_bytes``), as in
     lnet-send: a path whose fill would end after the transfer is not taken. False: the rule before 2026-12-07."""
+    route_blame: bool = True
+    """A trial's loss is blamed on the newcomers the round trips place on the set's links
+    (``SchedulerConfig.route_blame``), as lnet-send does. False: the rule before 2026-12-07."""
+    rtt_host_s: tuple[float, float] = RTT_HOST_S
+    """Each round trip the scheduler is given carries the hosts' own time, drawn uniformly from this range
+    (seconds), as the testbed's do; (0, 0): the links' delays alone, as before 2026-12-07."""
 
     @property
     def min_streams(self) -> int:
@@ -154,7 +160,8 @@ class SimSettings:
 
     def config(self) -> SchedulerConfig:
         return replace(send_config(), streams=self.inflight, min_streams=self.min_streams, max_paths=self.max_paths,
-                       block_bytes=self.block_bytes if self.fill_rule else None)
+                       block_bytes=self.block_bytes if self.fill_rule else None, route_blame=self.route_blame)
+
 
     def options(self) -> dict[str, Any]:
         depth = "adaptive" if self.min_streams < self.inflight else "fixed"
@@ -190,9 +197,10 @@ class SimTransfers:
     def send(self, settings: SimSettings, memory: EdgeMemory) -> float | None:
         """One transfer from ``now`` with ``memory`` (which it updates), its Mbit/s; ``now`` moves to its end."""
         network = self.network
-        pairs = {edge: t for edge, t in network.rtts.items() if self.src not in edge} if settings.peer_rtts else None
+        own, pairs = network.measured_rtts(self.src, seed=self.noise_seed + self.runs, peers=settings.peer_rtts,
+                                           host_s=settings.rtt_host_s)
         scheduler = PathScheduler(network.vertices, self.src, self.dst, memory, settings.config(),
-                                  rtt_s=network.rtts_from(self.src), peer_rtt_s=pairs)
+                                  rtt_s=own, peer_rtt_s=pairs or None)
         result = simulate_transfer(network, scheduler, start_s=self.now, duration_s=SIM_LIMIT_S, size_bytes=self.size,
                                    seed=self.noise_seed + self.runs, **settings.options())
         self.runs += 1

@@ -257,7 +257,8 @@ Where lnet departs from the seed, and why
      split with a newcomer, 50 and 50, beside another newcomer of 60 on its own route: the total grew 60%). What the
      others lost is shared among the newcomers by how far each fell short of its own prediction: one crossing a
      bottleneck of the set gets only its share there, one on a route of its own runs as predicted (by their rates
-     when none fell short; one that never reported took nothing and adds nothing). Each newcomer must add half the
+     when none fell short; one that never reported took nothing and adds nothing), and first among those the round
+     trips place on the others' links, where some are and some are not (17). Each newcomer must add half the
      margin net of its share, and its share may be at most half its rate; with one newcomer that is the rule above
      exactly. Those kept must still pass together (half the margin each, the others counted as regaining what the
      leaving ones carry, up to what they lost), else the one adding least leaves too: that catches newcomers
@@ -342,6 +343,19 @@ Where lnet departs from the seed, and why
    hop's predicted rate, one hop after the other) is shorter than what is left over what the set carries now.
    A failure's move is always made. Near the end of a short transfer the loop no longer moves onto, or joins, a
    path whose first block would come after the last (docs/decisions/0020).
+17. Which newcomer took the rate. A depot on the route between two others adds nothing to its round trip:
+   ``rtt(u, w) + rtt(w, v)`` is ``rtt(u, v)``, give or take the hosts' own time (1.5-3.3 ms a round trip on the
+   testbed), where a depot off the route adds its detour. So the round trips the loop already has (the client's to
+   every depot, and the depots' to their peers, rule 10) say which vertices a hop passes, in order
+   (``_routes.RouteGuess``: within 4 ms + 2% of the hop's own), and two hops that pass two of the same vertices
+   in the same order cross the links between them. When newcomers judged together (12) took rate from the paths
+   that were there, and the round trips place some of them on those paths' links and some not, the loss is
+   theirs that cross (``_paths.taken_shares``), shared among them as before; a newcomer on a route of its own
+   took nothing, however far it fell short of its own prediction. Only the trial's measurement says that rate was
+   taken: where paths share links the round trips tell, but not whether those links are full, and a link one
+   path's streams do not fill is shared at no cost. Weighing a path that would join at its share of the set's
+   links on the guess alone was tried and not kept (docs/decisions/0021). Without the depots' round trips nothing
+   is guessed; ``SchedulerConfig.route_blame=False`` shares a loss by the shortfalls alone (docs/decisions/0022).
 """
 
 from ._loop import (

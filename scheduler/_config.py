@@ -99,6 +99,10 @@ class SchedulerConfig:
     first_depth: int = 4
     """Copies a new path starts with on each hop (the relay's ``initial_inflight``): its first copies share each
     hop's rate, and a depot passes a block on once it holds all of it."""
+    route_blame: bool = True
+    """When newcomers judged together took rate from the paths that were there, the loss is theirs that the round
+    trips place on those paths' links, where some are and some are not (``_routes.RouteGuess``; theory of
+    operation, 17). False: it is shared by how far each fell short of its prediction alone, as before 2026-12-07."""
 
     def __post_init__(self) -> None:
         for name in ("reevaluate_s", "min_attempt_s", "age_after_s"):

@@ -25,6 +25,7 @@ from ._memory import Edge, EdgeMemory
 from ._paths import fill_s, set_total
 from ._pathset import PathSet
 from ._probing import SHARED_DROP, ProbePlan
+from ._routes import RouteGuess
 from ._state import Ceilings, Exploration, LoopState, Memory, News, Scouts
 from ._widest import THROUGHPUT, NoPathError, edges_of, has_unknown, measured_only, path_throughput, widest_path
 
@@ -266,6 +267,8 @@ class PathScheduler:
         """A warm start's probes wait for its set to report (``_waiting_probes``)."""
         self._left: int | None = None
         """The bytes not yet delivered, as the engine last said (``Progress``); None: not told."""
+        self._routes = RouteGuess(src, self.rtt_s, self.peer_rtt_s) if self.config.route_blame else None
+        """Which hops run over the same links, by the round trips (theory of operation, 17)."""
 
     def add_vertex(self, vertex: str) -> None:
         """A depot that joined the overlay during the transfer: a candidate from the next ``tick`` on (probed
@@ -807,6 +810,11 @@ class PathScheduler:
         if not (now_bps > 0 and math.isfinite(now_bps)):
             return True
         return fill_s(graph, path, min(self.config.first_depth, self.config.streams), block) < left / now_bps
+
+    def crosses(self, path: Path, paths: Sequence[Path]) -> bool:
+        """Whether the round trips place a hop of ``path`` on the links of ``paths`` (``_routes.RouteGuess``); False
+        without them, or with ``route_blame`` off."""
+        return self._routes is not None and self._routes.crosses(path, paths)
 
     def measured_graph(self) -> nx.DiGraph:
         """The graph paths are compared on: without aging's raises when the loop probes (probes try them)."""

@@ -95,7 +95,9 @@ def keeps_adding(rate: float, others: float, margin: float) -> bool:
     return rate > 0 and rate >= margin / 2 * others
 
 
-def taken_shares(lost: float, rates: Sequence[float], predicted: Sequence[float]) -> list[float]:
+def taken_shares(
+    lost: float, rates: Sequence[float], predicted: Sequence[float], crossing: Sequence[bool] | None = None
+) -> list[float]:
     """How much of what the set's other paths ``lost`` each of the newcomers that joined together took from them.
 
     The newcomers are measured at ``rates`` and were predicted at ``predicted`` when they joined. One that crosses a
@@ -105,8 +107,17 @@ def taken_shares(lost: float, rates: Sequence[float], predicted: Sequence[float]
     without falling short). A newcomer that never reported (rate 0) took nothing. With one newcomer it took it
     all. ``lost`` may be negative (the others gained: the set was held back when they joined); it is shared the same
     way, and counts in the newcomers' favour.
+
+    ``crossing``: which newcomers the round trips place on the links of the paths that were there
+    (``_routes.RouteGuess.crosses``). Where some do and some do not, a loss is theirs alone, shared among them the
+    same way: a newcomer on a route of its own took nothing from the others, whatever its prediction said.
     """
     shortfalls = [max(0.0, p - r) if r > 0 else 0.0 for r, p in zip(rates, predicted, strict=True)]
+    if crossing is not None and lost > 0 and any(crossing) and not all(crossing):
+        suspects = [crosses and r > 0 for r, crosses in zip(rates, crossing, strict=True)]
+        if any(suspects):
+            shortfalls = [s if suspect else 0.0 for s, suspect in zip(shortfalls, suspects, strict=True)]
+            rates = [r if suspect else 0.0 for r, suspect in zip(rates, suspects, strict=True)]
     weights = shortfalls if sum(shortfalls) > 0 else [max(0.0, r) for r in rates]
     whole = sum(weights)
     if whole <= 0:
@@ -115,7 +126,12 @@ def taken_shares(lost: float, rates: Sequence[float], predicted: Sequence[float]
 
 
 def trial_keeps(
-    baseline: float, others: float, rates: Sequence[float], predicted: Sequence[float], margin: float
+    baseline: float,
+    others: float,
+    rates: Sequence[float],
+    predicted: Sequence[float],
+    margin: float,
+    crossing: Sequence[bool] | None = None,
 ) -> list[bool]:
     """Which of the newcomers that joined a set together stay after their trial.
 
@@ -131,9 +147,11 @@ def trial_keeps(
        regaining what the leaving ones carry, up to what they lost (the most the leaving ones can have taken);
        while they do not, the one that adds least leaves too. This catches newcomers whose predictions were
        already low (measured beside the set before), which fall short of nothing.
+
+    ``crossing`` (which newcomers the round trips place on the others' links) is ``taken_shares``'.
     """
     lost = baseline - others
-    taken = taken_shares(lost, rates, predicted)
+    taken = taken_shares(lost, rates, predicted, crossing)
     adds = [rate - took for rate, took in zip(rates, taken, strict=True)]
     keep = [
         rate > 0 and added >= margin / 2 * baseline and took <= rate / 2

@@ -78,6 +78,8 @@ class PathSetLoop(Protocol):
 
     def pays_fill(self, path: Path) -> bool: ...
 
+    def crosses(self, path: Path, paths: Sequence[Path]) -> bool: ...
+
     def carried(self, graph: nx.DiGraph, *, judging: bool = False) -> nx.DiGraph: ...
 
 
@@ -302,7 +304,11 @@ class PathSet:
                 rate = 0.0
             rates.append(rate)
         predicted = [trial.predicted[newcomer.path] for newcomer in newcomers]
-        keep = trial_keeps(trial.baseline, total - sum(rates), rates, predicted, self.loop.config.path_margin)
+        settled = [path for path in self.loop.current_paths if path not in trial.predicted]
+        crossing = [self.loop.crosses(newcomer.path, settled) for newcomer in newcomers]
+        keep = trial_keeps(
+            trial.baseline, total - sum(rates), rates, predicted, self.loop.config.path_margin, crossing
+        )
         leaving = [newcomer for newcomer, kept in zip(newcomers, keep, strict=True) if not kept]
         for newcomer in leaving:
             self._leave(now, newcomer, ban=True)
