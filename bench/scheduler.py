@@ -280,8 +280,8 @@ class RandomJob(NamedTuple):
 def run_random(job: RandomJob) -> dict[str, Any]:
     """One scenario's cold and warm transfers and its figures (run in a worker process); with ``trace``, each
     run's steps and decisions too (``run_trace``)."""
-    seed, index, cold_s, warm_s, step_s, deep, scouts, depots, max_depots, block, wait, peers, at_start, trace, *_ = job
-    routes, exact = job.routes, job.exact
+    (seed, index, cold_s, warm_s, step_s, deep, scouts, depots, max_depots, block, wait, peers, at_start, trace, routes,
+     exact) = job
     began = time.perf_counter()
     case = scenario(seed, index, cold_s=cold_s, warm_s=warm_s, step_s=step_s, depots=depots)
     built = time.perf_counter() - began

@@ -162,7 +162,6 @@ class SimSettings:
         return replace(send_config(), streams=self.inflight, min_streams=self.min_streams, max_paths=self.max_paths,
                        block_bytes=self.block_bytes if self.fill_rule else None, route_blame=self.route_blame)
 
-
     def options(self) -> dict[str, Any]:
         depth = "adaptive" if self.min_streams < self.inflight else "fixed"
         return {"step_s": SIM_STEP_S, "depth": depth, "min_depth": self.min_streams, "block_bytes": self.block_bytes,
