@@ -85,6 +85,7 @@ from lnet.client.commands.send_args import DEFAULT_MAX_PATHS  # noqa: E402
 from lnet.client.formats.report import TimelinePoint, first_reaching, short_path  # noqa: E402
 from lnet.scheduler import EdgeMemory  # noqa: E402
 from lnet.scheduler.scenarios import steady_rate  # noqa: E402
+from lnet.scheduler.simulator import SimNetwork  # noqa: E402
 from lnet.testbed import Testbed  # noqa: E402
 from lnet.testbed.topology import Topology  # noqa: E402
 from lnet.units import format_size, parse_size  # noqa: E402
@@ -782,20 +783,39 @@ def random_ratios(case: Case, rc: ts.RandomCase, figures: dict[str, Any], pinned
             "direct_mbps": figures["direct_mbps"], "routes_mbps": total}
 
 
-def simulate_random(
-    rc: ts.RandomCase, settings: Settings, *, end_game: bool = True, fill_rule: bool = True, route_blame: bool = True,
-    exact_rtts: bool = False,
-) -> dict[str, Any]:
+@dataclass(frozen=True)
+class SimVariant:
+    """Which rules and which model the simulator's side runs: by default lnet-send's rules and this version's
+    model; each switch gives what an earlier version did, to compare."""
+
+    end_game: bool = True
+    """The relay's end game (``RelayConfig.end_game``)."""
+    fill_rule: bool = True
+    """The scheduler is told the bytes left (``SimSettings.fill_rule``)."""
+    route_blame: bool = True
+    """A trial's loss is blamed on the newcomers the round trips place on the set's links."""
+    exact_rtts: bool = False
+    """The scheduler's round trips are the links' delays alone, without the hosts' time (``simulator.RTT_HOST_S``)."""
+    max_min: bool = False
+    """Full links are shared max-min, every stream alike, not favouring short round trips (``simulator.RTT_BIAS``)."""
+
+    @classmethod
+    def of(cls, args: argparse.Namespace) -> SimVariant:
+        return cls(end_game=not args.no_end_game, fill_rule=not args.no_fill_rule,
+                   route_blame=not args.no_route_blame, exact_rtts=args.exact_rtts, max_min=args.max_min)
+
+    def network(self, rc: ts.RandomCase) -> SimNetwork:
+        return replace(rc.network, rtt_bias=0.0) if self.max_min else rc.network
+
+
+def simulate_random(rc: ts.RandomCase, settings: Settings, variant: SimVariant = SimVariant()) -> dict[str, Any]:
     """The simulator's run of this benchmark's plan on the scaled scenario: the size it sizes the runs by (about
     RANDOM_SECONDS at the best candidate's rate alone, or --size), each pinned path, cold, then warm; the end of
-    each transfer as the relay runs it (its block size, and its end game unless ``end_game`` is False); the
-    scheduler told the bytes left, unless ``fill_rule`` is False (``SimSettings.fill_rule``), and blaming a trial's
-    loss on the newcomers on the set's links, unless ``route_blame`` is False; its round trips carry the hosts'
-    own time (``simulator.RTT_HOST_S``) unless ``exact_rtts``."""
-    case, network = rc.scenario, rc.network
+    each transfer as the relay runs it (its block size and its end game); the rules and model of ``variant``."""
+    case, network = rc.scenario, variant.network(rc)
     sim = ts.SimSettings(settings.inflight or ts.send_config().streams, settings.max_paths, settings.block_bytes,
-                         end_game, fill_rule=fill_rule, route_blame=route_blame,
-                         rtt_host_s=(0.0, 0.0) if exact_rtts else ts.RTT_HOST_S)
+                         variant.end_game, fill_rule=variant.fill_rule, route_blame=variant.route_blame,
+                         rtt_host_s=(0.0, 0.0) if variant.exact_rtts else ts.RTT_HOST_S)
     plan = random_plan(rc)
     if settings.size is not None:
         size = settings.size
@@ -1126,6 +1146,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--exact-rtts", action="store_true",
                         help="with --resimulate or --simulate-only: the scheduler's round trips are the links' "
                         "delays alone, without the hosts' own time the testbed's carry (the model before 2026-12-07)")
+    parser.add_argument("--max-min", action="store_true",
+                        help="with --resimulate or --simulate-only: the simulator shares a full link max-min, every "
+                        "stream alike, not favouring streams of short round trips as the testbed's TCP does (the model "
+                        "before 2026-12-08)")
     parser.add_argument("--figures", type=Path, metavar="OUT", help="run nothing: recompute the figures and the table "
                         "from an earlier run's --out directory (its pathchoice.json), with this version's rules")
     args = parser.parse_args(argv)
@@ -1243,11 +1267,9 @@ async def main(argv: list[str] | None = None) -> int:
     if args.figures is not None:
         return refigure(args.figures)
     if args.resimulate is not None:
-        return resimulate(args.resimulate, end_game=not args.no_end_game, fill_rule=not args.no_fill_rule,
-                          route_blame=not args.no_route_blame, exact_rtts=args.exact_rtts)
+        return resimulate(args.resimulate, SimVariant.of(args))
     if args.simulate_only:
-        return simulate_only(rcs, random_settings, end_game=not args.no_end_game, fill_rule=not args.no_fill_rule,
-                             route_blame=not args.no_route_blame, exact_rtts=args.exact_rtts)
+        return simulate_only(rcs, random_settings, SimVariant.of(args))
     if os.geteuid() != 0:
         print("this benchmark needs root (network namespaces for the testbed)", file=sys.stderr)
         return 1
@@ -1312,9 +1334,7 @@ def saved_settings(document: dict[str, Any], max_paths: int = 1) -> Settings:
     return Settings(block, parse_size(block), inflight, 1, bool(document["quick"]), None, max_paths)
 
 
-def resimulate(
-    saved: Path, *, end_game: bool, fill_rule: bool = True, route_blame: bool = True, exact_rtts: bool = False
-) -> int:
+def resimulate(saved: Path, variant: SimVariant = SimVariant()) -> int:
     """The simulator's side of a saved random run again, with this version's simulator and the run's settings and
     sizes, beside the testbed's figures saved with it: their agreement, scenario by scenario and as a
     distribution. Needs no root: nothing runs on the testbed."""
@@ -1326,29 +1346,24 @@ def resimulate(
         print(f"cannot read a random path-choice run in {saved}: {exc}", file=sys.stderr)
         return 2
     print(f"{saved}: {len(rows)} scenarios of seed {document.get('seed')} measured at {document.get('commit')}; "
-          f"the simulator of this version{'' if end_game else ' without the end game'}")
+          f"the simulator of this version{'' if variant == SimVariant() else f' ({variant})'}")
     for row in rows:
         rc = ts.random_case(int(row["seed"]), int(row["index"]))
         case = case_of(rc)
         run_settings = replace(settings, size=int(row["size"]))
-        row["sim_run"] = simulate_random(rc, run_settings, end_game=end_game, fill_rule=fill_rule,
-                                         route_blame=route_blame, exact_rtts=exact_rtts)
+        row["sim_run"] = simulate_random(rc, run_settings, variant)
         row.update(random_figures(case, rc, row))
     print_random(rows, print)
     return 0
 
 
-def simulate_only(
-    rcs: Sequence[ts.RandomCase], settings: Settings, *, end_game: bool, fill_rule: bool = True,
-    route_blame: bool = True, exact_rtts: bool = False,
-) -> int:
+def simulate_only(rcs: Sequence[ts.RandomCase], settings: Settings, variant: SimVariant = SimVariant()) -> int:
     """The simulator's side of ``rcs`` alone (``--simulate-only``): each scenario's ratios, then their median and
     10th percentile, by kind too."""
     sides: list[dict[str, Any]] = []
     for rc in rcs:
         scenario_ = rc.scenario
-        sim = simulate_random(rc, settings, end_game=end_game, fill_rule=fill_rule, route_blame=route_blame,
-                              exact_rtts=exact_rtts)
+        sim = simulate_random(rc, settings, variant)
         case = case_of(rc)
         direct_best = case.direct_best or sim["oracle_path"] == [case.source, case.dest]
         pinned = {tuple(p["path"]): p["mbps"] for p in sim["pinned"]}

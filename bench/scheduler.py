@@ -47,6 +47,7 @@ from lnet.scheduler.simulator import (
     ABILENE_SRC,
     MULTIPATH_DST,
     MULTIPATH_SRC,
+    RTT_BIAS,
     RTT_HOST_S,
     THREE_ROUTES,
     TWO_ROUTES,
@@ -275,21 +276,24 @@ class RandomJob(NamedTuple):
     """A trial's loss blamed on the newcomers on the set's links (not ``--no-route-blame``)."""
     exact: bool = False
     """``--exact-rtts``: round trips without the hosts' own time."""
+    max_min: bool = False
+    """``--max-min``: full links shared max-min, not favouring short round trips (``simulator.RTT_BIAS``)."""
 
 
 def run_random(job: RandomJob) -> dict[str, Any]:
     """One scenario's cold and warm transfers and its figures (run in a worker process); with ``trace``, each
     run's steps and decisions too (``run_trace``)."""
     (seed, index, cold_s, warm_s, step_s, deep, scouts, depots, max_depots, block, wait, peers, at_start, trace, routes,
-     exact) = job
+     exact, max_min) = job
     began = time.perf_counter()
     case = scenario(seed, index, cold_s=cold_s, warm_s=warm_s, step_s=step_s, depots=depots)
     built = time.perf_counter() - began
     defaults = SchedulerConfig()
-    network, config = case.network, replace(send_config(), deep_probes=deep, cold_scouts=scouts,
-                                            scout_after_s=None if wait else defaults.scout_after_s,
-                                            warm_probes_after_s=0.0 if at_start else defaults.warm_probes_after_s,
-                                            max_depots=max_depots or None, route_blame=routes)
+    network = replace(case.network, rtt_bias=0.0) if max_min else case.network
+    config = replace(send_config(), deep_probes=deep, cold_scouts=scouts,
+                     scout_after_s=None if wait else defaults.scout_after_s,
+                     warm_probes_after_s=0.0 if at_start else defaults.warm_probes_after_s,
+                     max_depots=max_depots or None, route_blame=routes)
     noise = seed * 1_000_003 + 2 * index
     # the client's round trips, and what the depots measure to their peers (every pair but the source's own), as
     # measured: with the hosts' own time (simulator.RTT_HOST_S) unless ``exact``
@@ -494,7 +498,7 @@ def random_distribution(args: argparse.Namespace, argv: list[str]) -> int:
                       scouts=not args.no_cold_scouts, depots=args.depots, max_depots=args.max_depots,
                       block=args.block_size or None, wait=args.scouts_wait, peers=args.peer_rtts,
                       at_start=args.warm_probes_at_start, trace=args.trace, routes=not args.no_route_blame,
-                      exact=args.exact_rtts) for i in indices]
+                      exact=args.exact_rtts, max_min=args.max_min) for i in indices]
     # Biggest first, so that the workers finish together.
     jobs.sort(key=lambda job: -scenario_size_class(job.index))
     # The scheduler's runs depend on the order of some sets of strings, so on Python's hash seed: the workers get
@@ -526,6 +530,7 @@ def random_distribution(args: argparse.Namespace, argv: list[str]) -> int:
     rule += "-warm-probes-at-start" if args.warm_probes_at_start else ""
     rule += "-peer-rtts" if args.peer_rtts else ""
     rule += ("-no-route-blame" if args.no_route_blame else "") + ("-exact-rtts" if args.exact_rtts else "")
+    rule += "-max-min" if args.max_min else ""
     rule += f"-cold-{args.cold_s:g}s" if args.cold_s != COLD_S else ""
     rule += (f"-{args.depots}-depots" if args.depots else "") + (
         f"-max-depots-{args.max_depots}" if args.max_depots != SchedulerConfig().max_depots else "")
@@ -540,6 +545,7 @@ def random_distribution(args: argparse.Namespace, argv: list[str]) -> int:
                    "warm_probes_after_s": 0.0 if args.warm_probes_at_start else SchedulerConfig().warm_probes_after_s,
                    "depots": args.depots, "peer_rtts": args.peer_rtts, "route_blame": not args.no_route_blame,
                    "rtt_host_s": None if args.exact_rtts else list(RTT_HOST_S),
+                   "rtt_bias": 0.0 if args.max_min else RTT_BIAS,
                    "max_depots": args.max_depots or None, "block_bytes": args.block_size or None,
                    "python_hash_seed": 0},
         "wall_s": round(elapsed, 1), "jobs": args.jobs, "summary": summary, "rows": rows,
@@ -598,6 +604,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--exact-rtts", action="store_true",
                         help="--random: round trips are the links' delays alone, without the hosts' own time a "
                         "measured one carries (the model before 2026-12-07)")
+    parser.add_argument("--max-min", action="store_true",
+                        help="--random: full links are shared max-min, every stream alike, not favouring streams of "
+                        "short round trips as the testbed's TCP does (the model before 2026-12-08)")
     parser.add_argument("--depots", type=int, metavar="N",
                         help="--random: every scenario with N depots, instead of the size classes (4-8, 16, 32)")
     parser.add_argument("--max-depots", type=int, metavar="M", default=SchedulerConfig().max_depots,

@@ -1,5 +1,6 @@
 """Measuring a running testbed with plain TCP and UDP (the programs in `probe.py`): goodput of one TCP stream,
-round-trip time, one-way loss. Used by the accuracy tests, the abilene check and benchmarks."""
+round-trip time, one-way loss, and how streams running at once share the links. Used by the accuracy tests, the
+abilene check and benchmarks."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import trio
 from .netns import TestbedError
 from .testbed import Testbed
 
-__all__ = ["LossResult", "RttResult", "one_way_loss", "rtt", "tcp_throughput"]
+__all__ = ["LossResult", "RttResult", "one_way_loss", "rtt", "tcp_shares", "tcp_throughput"]
 
 _PROBE = [sys.executable, "-m", "lnet.testbed.probe"]
 PROBE_TIMEOUT_S = 120.0
@@ -74,6 +75,32 @@ async def tcp_throughput(tb: Testbed, src: str, dst: str, *, seconds: float = 6.
         result = await lines.next()
         await proc.wait()
     return float(result["mbit_s"])
+
+
+async def tcp_shares(tb: Testbed, flows: list[tuple[str, str]], *, streams: int = 1, seconds: float = 20.0,
+                     skip_s: float = 4.0, first_port: int = 5301) -> list[float]:
+    """Goodput in Mbit/s of each flow (src, dst), all running at once with ``streams`` TCP streams each, over
+    the last ``seconds - skip_s`` seconds: what the links give streams that meet on them."""
+    with trio.fail_after(PROBE_TIMEOUT_S + seconds):
+        sinks: list[tuple[int, trio.Process, _Lines]] = []
+        port = first_port
+        for i, (_, dst) in enumerate(flows):
+            for _ in range(streams):
+                proc, lines = await _server(tb, dst, ["tcp-sink", str(port), str(skip_s)])
+                sinks.append((i, proc, lines))
+                port += 1
+        async with trio.open_nursery() as nursery:
+            port = first_port
+            for src, dst in flows:
+                for _ in range(streams):
+                    argv = [*_PROBE, "tcp-send", tb.address(dst), str(port), str(seconds)]
+                    nursery.start_soon(tb.run, src, argv)
+                    port += 1
+        rates = [0.0] * len(flows)
+        for i, proc, lines in sinks:
+            rates[i] += float((await lines.next())["mbit_s"])
+            await proc.wait()
+    return rates
 
 
 async def rtt(tb: Testbed, src: str, dst: str, *, count: int = 100, interval_s: float = 0.02,

@@ -27,6 +27,7 @@ from lnet.scheduler import (
 from lnet.scheduler.simulator import (
     MULTIPATH_DST,
     MULTIPATH_SRC,
+    RTT_BIAS,
     THREE_ROUTES,
     TWO_ROUTES,
     FailVertex,
@@ -442,11 +443,12 @@ def test_two_disjoint_routes_join_and_the_aggregate_approaches_their_sum() -> No
     assert multi.mean_rate(0.0) >= 1.4 * single.mean_rate(0.0)
 
 
-def test_three_disjoint_routes_of_different_rates_all_join() -> None:
+@pytest.mark.parametrize("rtt_bias", [0.0, RTT_BIAS], ids=["max-min", "tcp"])
+def test_three_disjoint_routes_of_different_rates_all_join(rtt_bias: float) -> None:
     # A cold start with three paths depends on the order the probes' noise gives: over seven seeds of noise,
     # most reach the routes' sum, and none falls to one route. One seed used to stand for all, and each change
     # of probe order moved it from one outcome to another (docs/scheduler.md, "Path sets").
-    network = three_routes()
+    network = replace(three_routes(), rtt_bias=rtt_bias)
     routes = sum(pinned(network, p) for p in THREE_ROUTES)
     full = 0
     for seed in range(1, 8):
@@ -454,13 +456,16 @@ def test_three_disjoint_routes_of_different_rates_all_join() -> None:
         share = result.mean_rate(200.0) / routes
         final = set(result.final_paths)
         print(f"\nthree routes, seed {seed}: {share:.2f} of the pinned sum {routes * 8e-6:.2f} Mbit/s, {sorted(final)}")
-        assert share >= 0.6  # more than the widest route alone (0.5)
+        assert share >= 0.8  # at the least the two widest routes together (50 of 60 Mbit/s)
         if share >= 0.85:
             full += 1
             # Direct rides route a's links: it and the path through a never stay in the set together.
             assert {("src", "b", "dst"), ("src", "c", "dst")} <= final
             assert not {("src", "dst"), ("src", "a", "dst")} <= final
-    assert full >= 4
+    # Where TCP favours the short hops through a over direct on a's links, direct beside a takes only a part of a's
+    # rate, measured so, and a set of a, b and direct (0.83) looks as good as a, b and c to the scheduler: four of
+    # the seven keep it (docs/scheduler.md, "What is left").
+    assert full >= (4 if rtt_bias == 0.0 else 3)
 
 
 @pytest.mark.parametrize("max_paths", [2, 3])

@@ -11,7 +11,7 @@ import pytest
 import trio
 
 from lnet.testbed import Testbed, Topology, TopologyError
-from lnet.testbed.measure import one_way_loss, rtt, tcp_throughput
+from lnet.testbed.measure import one_way_loss, rtt, tcp_shares, tcp_throughput
 
 pytestmark = [pytest.mark.root, pytest.mark.usefixtures("requires_root")]
 
@@ -241,3 +241,34 @@ async def test_host_tcp_settings_are_applied(bed_name: str, state_root: Path, co
     assert cc.stdout.decode().strip() == congestion
     assert int(rmem.stdout.split()[2]) > 1024 * 1024  # the receive buffer is sized for a 1 MiB window
     assert "10.77.0.1/24" in addr.stdout.decode()
+
+
+async def test_streams_of_different_round_trips_share_a_full_link_between_them(bed_name: str, state_root: Path) -> None:
+    # a and c send to d over one 20 Mbit/s link b-d; a's round trip is 12 ms, c's 72 ms. Together they fill it,
+    # and each gets a part (how the parts fall is bench/rtt_sharing.py's measurement, not a fixed figure).
+    topo = Topology.parse("""
+mtu = 1500
+[defaults]
+window = "4MiB"
+[hosts.a]
+[hosts.b]
+[hosts.c]
+[hosts.d]
+[[links]]
+a = "a"
+b = "b"
+delay_ms = 1
+[[links]]
+a = "c"
+b = "b"
+delay_ms = 31
+[[links]]
+a = "b"
+b = "d"
+delay_ms = 5
+rate_mbit = 20
+""")
+    async with Testbed(topo, name=bed_name, state_root=state_root) as tb:
+        rates = await tcp_shares(tb, [("a", "d"), ("c", "d")], streams=2, seconds=8.0, skip_s=3.0)
+    assert all(rate > 0.5 for rate in rates)
+    assert 0.7 * 20 <= sum(rates) <= 20
