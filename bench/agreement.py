@@ -36,25 +36,28 @@ import multipath as mp  # noqa: E402
 import pathchoice as pc  # noqa: E402
 import testbed_scenarios as ts  # noqa: E402
 
+from lnet.scheduler.simulator import RTT_BIAS  # noqa: E402
 
-def pathchoice_pairs(document: dict[str, Any]) -> list[dict[str, Any]]:
-    """Each scenario's ratios on the testbed (as saved) and in this version's simulator."""
+
+def pathchoice_pairs(document: dict[str, Any], rtt_bias: float | None = None) -> list[dict[str, Any]]:
+    """Each scenario's ratios on the testbed (as saved) and in this version's simulator (sharing full links with
+    ``rtt_bias``; None: the model's own)."""
     settings = pc.saved_settings(document, int(document["max_paths"]))
     rows = []
     for row in document["scenarios"]:
-        rc = ts.random_case(int(row["seed"]), int(row["index"]))
+        rc = ts.random_case(int(row["seed"]), int(row["index"]), rtt_bias)
         row = {**row, "sim_run": pc.simulate_random(rc, replace(settings, size=int(row["size"])))}
         sides = pc.random_figures(pc.case_of(rc), rc, row)
         rows.append({"kind": row["kind"], "name": rc.name, **sides})
     return rows
 
 
-def multipath_pairs(document: dict[str, Any]) -> list[dict[str, Any]]:
+def multipath_pairs(document: dict[str, Any], rtt_bias: float | None = None) -> list[dict[str, Any]]:
     settings = pc.saved_settings(document)
     plan = mp.Plan(settings, tuple(document["max_paths"]))
     rows = []
     for row in document["scenarios"]:
-        rc = ts.random_case(int(row["seed"]), int(row["index"]))
+        rc = ts.random_case(int(row["seed"]), int(row["index"]), rtt_bias)
         case = mp.random_multicase(rc, plan)
         sim = mp.simulate_random(rc, case, mp.Plan(replace(settings, size=int(row["size"])), plan.max_paths))
         rows.append({"kind": row["kind"], "name": rc.name, "testbed": row["testbed"],
@@ -100,6 +103,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("results", nargs="+", type=Path, help="saved random runs (pathchoice-random-*.json, "
                                                               "multipath-random-*.json)")
+    parser.add_argument("--max-min", action="store_true",
+                        help="the simulator shares full links max-min, every stream alike (the model before "
+                        "2026-12-08, simulator.RTT_BIAS), to compare the two models")
     parser.add_argument("--caveat", help="saved with the figures: what was different about this run (an A/B's side)")
     args = parser.parse_args(argv)
     rows: dict[str, list[dict[str, Any]]] = {"pathchoice": [], "multipath": []}
@@ -107,7 +113,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         try:
             document = json.loads(path.read_text())
             bench = document["bench"]
-            rows[bench].extend(pathchoice_pairs(document) if bench == "pathchoice" else multipath_pairs(document))
+            bias = 0.0 if args.max_min else None
+            rows[bench].extend(pathchoice_pairs(document, bias) if bench == "pathchoice"
+                               else multipath_pairs(document, bias))
         except (OSError, ValueError, KeyError, TypeError) as exc:
             print(f"cannot read a random pathchoice or multipath run in {path}: {exc}", file=sys.stderr)
             return 2
@@ -131,7 +139,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     out = ts.RESULTS / f"agreement-{stamp}.json"
     document = {"bench": "agreement", "command": " ".join(["bench/agreement.py", *(argv or sys.argv[1:])]),
                 "commit": pc.commit(), "files": [path.name for path in args.results], "figures": figures,
-                "pinned_noise": noise,
+                "pinned_noise": noise, "rtt_bias": 0.0 if args.max_min else RTT_BIAS,
                 **({"caveat": args.caveat} if args.caveat else {})}
     out.write_text(json.dumps(document, indent=1) + "\n")
     print(f"saved {out}")

@@ -73,6 +73,8 @@ class RandomCase:
     scenario: Scenario
     physical: Physical
     """The scenario's network as it starts, scaled (``emulation_scale``)."""
+    rtt_bias: float | None = None
+    """The simulator's sharing of full links (``SimNetwork.rtt_bias``); None: the model's (``RTT_BIAS``)."""
 
     @property
     def name(self) -> str:
@@ -80,7 +82,8 @@ class RandomCase:
 
     @property
     def network(self) -> SimNetwork:
-        return overlay(self.physical)
+        network = overlay(self.physical)
+        return network if self.rtt_bias is None else replace(network, rtt_bias=self.rtt_bias)
 
     @property
     def toml(self) -> str:
@@ -106,10 +109,10 @@ class RandomCase:
                 f"{self.physical.factor:.3f}" + (" (its change of rates left out)" if case.change_at_s else ""))
 
 
-def random_case(seed: int, index: int) -> RandomCase:
+def random_case(seed: int, index: int, rtt_bias: float | None = None) -> RandomCase:
     case = scenario(seed, index)
     physical = case.physical.static()
-    return RandomCase(case, physical.scaled(emulation_scale(physical)))
+    return RandomCase(case, physical.scaled(emulation_scale(physical)), rtt_bias)
 
 
 # -- the simulator's run of a plan ---------------------------------------------------------------------------
