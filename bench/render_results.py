@@ -39,6 +39,8 @@ BENCHES = {
     "pathchoice": "`bench/pathchoice.py`: path choice on the namespace testbed (docs/scheduler.md)",
     "multipath": "`bench/multipath.py`: one transfer over several disjoint chains on the testbed",
     "agreement": "`bench/agreement.py`: the simulator against saved testbed runs, and the testbed against itself",
+    "rtt_sharing": "`bench/rtt_sharing.py`: how streams of different round trips share a full link on the testbed, "
+                   "against the simulator's model",
     "scheduler": "`bench/scheduler.py`: the scheduler in the simulator",
     "multisource": "`bench/multisource.py`: lnet-get from several replicas against aria2 (docs/client.md)",
     "follow": "`bench/follow.py`: a receiver draining the destination (`--follow`) against a send alone",
@@ -236,6 +238,26 @@ def render_agreement(name: str, doc: Doc) -> list[str]:
     return lines
 
 
+def render_rtt_sharing(name: str, doc: Doc) -> list[str]:
+    """bench/rtt_sharing.py's record: each contested link, the parts its edges got, the simulator's by bias."""
+    lines = [f"#### Seed {doc.get('seed')}, {doc.get('streams')} streams an edge, at {doc.get('commit')} "
+             f"({date_of(name, doc)})", "", *provenance(name, doc), ""]
+    biases = list(doc.get("mean_distance", {}))
+    rows = []
+    for row in doc.get("scenarios", []):
+        edges = row.get("edges", [])
+        rows.append([f"{row.get('scenario')} ({row.get('kind')})", f"{row.get('link')} {fmt(row.get('link_mbit'), 1)}",
+                     ", ".join(f"{'>'.join(e['edge'])} {fmt(e['rtt_ms'], 0)} ms" for e in edges),
+                     " / ".join(fmt(e["part"]) for e in edges),
+                     *(" / ".join(fmt(p) for p in row.get("simulated_parts", {}).get(b, [])) for b in biases)])
+    lines += [*md_table(["scenario", "link, Mbit/s", "edges, round trips", "testbed parts",
+                         *(f"bias {b}" for b in biases)], rows), ""]
+    lines += ["Mean distance between the testbed's parts and the simulator's: "
+              + ", ".join(f"bias {b} {fmt(d, 3)}" for b, d in doc.get("mean_distance", {}).items())
+              + f"; nearest {doc.get('nearest_bias')}.", ""]
+    return lines
+
+
 def render_multisource_random(name: str, doc: Doc) -> list[str]:
     commit = doc.get("tools", {}).get("lnet_commit")
     lines = [f"#### Random replica sets, seed {doc.get('seed')}, {len(doc.get('sets', []))} sets", "",
@@ -318,6 +340,8 @@ def kind_of(doc: Doc) -> tuple[str, Renderer] | None:
         return "multipath", render_pathchoice_random  # the same shape: each ratio on the testbed and simulated
     if bench == "agreement" and isinstance(doc.get("figures"), dict):
         return "agreement", render_agreement
+    if bench == "rtt_sharing" and isinstance(doc.get("scenarios"), list):
+        return "rtt_sharing", render_rtt_sharing
     if bench == "multisource-random" and "summary" in doc:
         return "multisource", render_multisource_random
     if "follow" in str(doc.get("command", "")) and isinstance(doc.get("loopback"), dict):

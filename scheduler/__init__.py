@@ -99,8 +99,9 @@ Where lnet departs from the seed, and why
 
    - A stream is held back by its window (window / RTT), by loss (about MSS / (RTT sqrt(p))), or by the
      narrowest link it crosses. The first two are limits *per stream*: n streams get n times as much, until
-     the link is full. A full link is shared max-min: streams under their fair share keep their rate, the
-     others split what is left.
+     the link is full. Streams under their share of a full link keep their rate; the others split what is
+     left, the short round trips taking more (on the testbed about in inverse proportion to the round trip:
+     ``bench/rtt_sharing.py``, docs/decisions/0023).
    - So a measurement is a *per-stream* rate: bytes over stream-seconds, the sum of the durations of the copies
      that carried them, each timed by whoever moved the data (a depot's own push time: the client's control
      round trip and a copy's wait in its lane are not the edge's). A hop whose n copies fill its link reports

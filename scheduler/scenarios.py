@@ -10,10 +10,10 @@ apart); physical links join near hosts, each with a random rate and a one-way de
 length, so a link is always the shortest route between its two ends and the source is about 80 ms round trip
 from the destination. An overlay edge follows the shortest route by delay, as IP would. One stream on it is held
 to the receiver's TCP window over the round trip, to its loss limit, and to the narrowest link it crosses; the
-streams on a link share it max-min (``SimNetwork``). The simulator has no loss model: a link's packet loss
-appears only as a lower per-stream cap, about MSS / (RTT sqrt(p)) (Mathis et al., constant 1.22) with ``p`` the
-losses of the links the route crosses added up. Nothing is retransmitted and rates do not fluctuate with loss,
-so a lossy path is steadier here than on a real network.
+streams on a full link share it in inverse proportion to their round trips (``SimNetwork.rtt_bias``). The simulator
+has no loss model: a link's packet loss appears only as a lower per-stream cap, about MSS / (RTT sqrt(p)) (Mathis et
+al., constant 1.22) with ``p`` the losses of the links the route crosses added up. Nothing is retransmitted and
+rates do not fluctuate with loss, so a lossy path is steadier here than on a real network.
 
 The kinds, each promised by construction and checked on the built network (a draw that misses is drawn again,
 at most ``MAX_DRAWS`` times); rates are what a path gets alone at lnet-send's 16 streams a hop:

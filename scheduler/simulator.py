@@ -2,8 +2,9 @@
 
 Ground truth is a capacity per ordered pair of vertices (bytes/s): what one TCP stream gets on that edge alone
 (its window over its round trip, say). Optionally the overlay edges run over shared physical links: each edge
-names the links its route crosses, each link has a capacity, and all the streams on a link share it max-min
-fairly (each stream also capped by its edge's own rate), which is how a probe beside the transfer comes to see
+names the links its route crosses, each link has a capacity, and the streams on a full link share it as the
+testbed's TCP does, in inverse proportion to their round trips (``RTT_BIAS``; each stream also capped by its
+edge's own rate), which is how a probe beside the transfer comes to see
 only what the transfer leaves, and how two overlay edges over one backbone link slow each other down.
 
 A transfer keeps ``streams`` copies in flight on every hop of its path; a probe is one stream. The path runs at
