@@ -564,6 +564,11 @@ class PathScheduler:
         reason: SwitchReason = "better"
         if self.probing:
             best = self.best_known(graph)  # probes explore; the transfer stays on measured ground
+            if current is not None and has_unknown(graph, best):
+                # Nothing measured runs end to end (a warm start's figures forgotten as they disagreed with its
+                # first samples, say), and ``best_known`` falls back to the direct path, unmeasured: not a
+                # reason to leave the path the transfer runs on.
+                best = current
             measured_better = best != current and path_throughput(graph, best) > current_predicted * (
                 1 + self.config.hysteresis
             )
