@@ -4,8 +4,8 @@ Ground truth is a capacity per ordered pair of vertices (bytes/s): what one TCP 
 (its window over its round trip, say). Optionally the overlay edges run over shared physical links: each edge
 names the links its route crosses, each link has a capacity, and the streams on a full link share it as the
 testbed's TCP does, in inverse proportion to their round trips (``RTT_BIAS``; each stream also capped by its
-edge's own rate), which is how a probe beside the transfer comes to see
-only what the transfer leaves, and how two overlay edges over one backbone link slow each other down.
+edge's own rate), which is how a probe beside the transfer comes to see only what the transfer leaves, and how
+two overlay edges over one backbone link slow each other down.
 
 A transfer keeps ``streams`` copies in flight on every hop of its path; a probe is one stream. The path runs at
 its slowest hop's aggregate rate; a hop that joins the path starts from nothing and reaches its rate linearly
@@ -226,7 +226,8 @@ class SimNetwork:
 
     @cached_property
     def _weights(self) -> dict[Edge, float]:
-        """Each edge's streams' weight on a full link (``rtt_bias``), the largest 1; empty without a bias."""
+        """Each edge's streams' weight on a full link (``rtt_bias``), the largest 1 (an edge without a round trip
+        weighs 1 too, as the shortest); empty without a bias."""
         if not self.rtt_bias or not self.rtts:
             return {}
         host = sum(RTT_HOST_S) / 2
