@@ -805,7 +805,7 @@ class SimVariant:
                    route_blame=not args.no_route_blame, exact_rtts=args.exact_rtts, max_min=args.max_min)
 
     def network(self, rc: ts.RandomCase) -> SimNetwork:
-        return replace(rc.network, rtt_bias=0.0) if self.max_min else rc.network
+        return replace(rc, rtt_bias=0.0).network if self.max_min else rc.network
 
 
 def simulate_random(rc: ts.RandomCase, settings: Settings, variant: SimVariant = SimVariant()) -> dict[str, Any]:
